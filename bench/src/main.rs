@@ -1,0 +1,197 @@
+//! `bench [--reps N] [--baseline torch.json] [--json OUT]`
+//!
+//! Runs each workload on its headline shape (../shared/WORKLOADS.md), checks the result,
+//! times it with CUDA events (warm-up, then the median of `--reps` runs) and prints one
+//! table: time, rate, percent of the copy bandwidth measured in the same run, and
+//! PyTorch's time from `bench/torch_baseline.py` when `--baseline` names its JSON.
+
+use std::error::Error;
+use std::time::Instant;
+
+use host::Gpu;
+use ndarray::{ArrayD, IxDyn};
+use rayon::prelude::*;
+use serde_json::{Value, json};
+
+type Result<T = ()> = std::result::Result<T, Box<dyn Error>>;
+
+const WARMUP: usize = 3;
+
+/// One timed operation.
+struct Row {
+    /// Matches the key in torch_baseline.py's JSON.
+    key: &'static str,
+    what: String,
+    times_ms: Vec<f32>,
+    /// Bytes that must move (read + written), for GB/s.
+    bytes: f64,
+}
+
+impl Row {
+    fn median_ms(&self) -> f64 {
+        let mut t = self.times_ms.clone();
+        t.sort_by(f32::total_cmp);
+        t[t.len() / 2] as f64
+    }
+    fn gbps(&self) -> f64 {
+        self.bytes / (self.median_ms() * 1e-3) / 1e9
+    }
+}
+
+struct Options {
+    reps: usize,
+    baseline: Option<Value>,
+    json: Option<String>,
+}
+
+fn parse_args() -> Result<Options> {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let value = |name: &str| {
+        args.iter()
+            .position(|a| a == name)
+            .and_then(|i| args.get(i + 1))
+            .cloned()
+    };
+    let baseline = match value("--baseline") {
+        Some(path) => Some(serde_json::from_str(
+            &std::fs::read_to_string(&path).map_err(|e| format!("{path}: {e}"))?,
+        )?),
+        None => None,
+    };
+    Ok(Options {
+        reps: value("--reps").map(|r| r.parse()).transpose()?.unwrap_or(30),
+        baseline,
+        json: value("--json"),
+    })
+}
+
+/// Times `reps` runs of `op` after a warm-up, one event pair per run.
+fn time(gpu: &Gpu, reps: usize, mut op: impl FnMut(&Gpu) -> host::Result<()>) -> Result<Vec<f32>> {
+    for _ in 0..WARMUP {
+        op(gpu)?;
+    }
+    gpu.synchronize()?;
+    (0..reps).map(|_| Ok(gpu.time_ms(&mut op)?)).collect()
+}
+
+/// Distinct, non-constant f32 values from an index hash, generated in parallel.
+fn random_f32(shape: &[usize], seed: u64) -> ArrayD<f32> {
+    let n: usize = shape.iter().product();
+    let data: Vec<f32> = (0..n as u64)
+        .into_par_iter()
+        .map(|i| {
+            let mut z = (i ^ seed).wrapping_add(0x9E37_79B9_7F4A_7C15);
+            z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+            z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+            ((z >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+        })
+        .collect();
+    ArrayD::from_shape_vec(IxDyn(shape), data).expect("length matches")
+}
+
+/// 8 GiB device-to-device copy: the copy kernel and the driver's memcpy.
+fn copy_rows(gpu: &Gpu, reps: usize) -> Result<Vec<Row>> {
+    let shape = [1usize << 31];
+    let host = random_f32(&shape, 1);
+    let src = gpu.upload(&host)?;
+    let mut dst = gpu.alloc::<f32>(&shape)?;
+    gpu.poison(&mut dst)?;
+    gpu.copy(&src, &mut dst)?;
+    let out = gpu.download(&dst)?;
+    let same = out
+        .as_slice()
+        .unwrap()
+        .par_iter()
+        .zip(host.as_slice().unwrap())
+        .all(|(a, b)| a.to_bits() == b.to_bits());
+    if !same {
+        return Err("copy kernel: output differs from input".into());
+    }
+    drop((out, host));
+    let bytes = 2.0 * src.bytes() as f64;
+    let kernel = time(gpu, reps, |g| g.copy(&src, &mut dst))?;
+    let driver = time(gpu, reps, |g| g.copy_with_driver(&src, &mut dst))?;
+    Ok(vec![
+        Row {
+            key: "copy",
+            what: "copy kernel, 8 GiB f32".into(),
+            times_ms: kernel,
+            bytes,
+        },
+        Row {
+            key: "memcpy",
+            what: "cuMemcpyDtoD, 8 GiB f32".into(),
+            times_ms: driver,
+            bytes,
+        },
+    ])
+}
+
+fn main() -> Result {
+    let opts = parse_args()?;
+    let gpu = Gpu::new()?;
+    let info = gpu.info();
+    println!(
+        "device: {} (cc {}.{}, {} SMs, driver CUDA {}.{}), kernels: {}",
+        info.name,
+        info.compute_capability.0,
+        info.compute_capability.1,
+        info.multiprocessors,
+        info.driver_version.0,
+        info.driver_version.1,
+        info.kernel_image
+    );
+    let mut rows = Vec::new();
+    // The copy always runs: every other rate is quoted against its bandwidth.
+    let started = Instant::now();
+    rows.extend(copy_rows(&gpu, opts.reps)?);
+    eprintln!("copy: {:.1} s", started.elapsed().as_secs_f64());
+
+    let copy_bw = rows
+        .iter()
+        .find(|r| r.key == "memcpy")
+        .map(Row::gbps)
+        .unwrap_or(f64::NAN);
+    let torch_ms = |key: &str| {
+        opts.baseline
+            .as_ref()
+            .and_then(|b| b["results"][key]["ms"].as_f64())
+    };
+    println!();
+    println!(
+        "| {:<34} | {:>9} | {:>8} | {:>7} | {:>9} | {:>13} |",
+        "workload", "ours ms", "GB/s", "% copy", "torch ms", "torch / ours"
+    );
+    println!(
+        "|{:-<36}|{:->11}|{:->10}|{:->9}|{:->11}|{:->15}|",
+        "", "", "", "", "", ""
+    );
+    let mut records = Vec::new();
+    for r in &rows {
+        let (ms, gbps) = (r.median_ms(), r.gbps());
+        let torch = torch_ms(r.key);
+        println!(
+            "| {:<34} | {:>9.3} | {:>8.0} | {:>6.1}% | {:>9} | {:>13} |",
+            r.what,
+            ms,
+            gbps,
+            100.0 * gbps / copy_bw,
+            torch.map_or("-".into(), |t| format!("{t:.3}")),
+            torch.map_or("-".into(), |t| format!("{:.3}x", t / ms)),
+        );
+        records.push(json!({
+            "key": r.key, "workload": r.what, "median_ms": ms, "gbps": gbps,
+            "percent_of_copy": 100.0 * gbps / copy_bw, "torch_ms": torch,
+            "times_ms": r.times_ms,
+        }));
+    }
+    println!(
+        "\ncopy bandwidth (cuMemcpyDtoD, read + write): {copy_bw:.0} GB/s; median of {} runs after {WARMUP} warm-up",
+        opts.reps
+    );
+    if let Some(path) = &opts.json {
+        let doc = json!({ "device": info.name, "kernel_image": info.kernel_image, "reps": opts.reps, "rows": records });
+        std::fs::write(path, serde_json::to_string_pretty(&doc)?)?;
+    }
+    Ok(())
+}

@@ -1,0 +1,55 @@
+"""Times the PyTorch equivalents of the benchmark's workloads on the same GPU.
+
+Writes JSON {"device": ..., "results": {key: {"ms": median}}} for `bench --baseline`.
+Each operation: warm-up, then the median of many runs, each timed with CUDA events.
+"""
+import argparse
+import json
+
+import torch
+
+WARMUP = 3
+
+
+def median_ms(fn, reps):
+    for _ in range(WARMUP):
+        fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(reps):
+        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        stop.record()
+        stop.synchronize()
+        times.append(start.elapsed_time(stop))
+    times.sort()
+    return times[len(times) // 2]
+
+
+def copy(reps):
+    x = torch.rand(1 << 31, device="cuda")
+    y = torch.empty_like(x)
+    ms = median_ms(lambda: y.copy_(x), reps)
+    del x, y
+    return {"copy": {"ms": ms, "op": "y.copy_(x), 8 GiB f32"}}
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--reps", type=int, default=30)
+    parser.add_argument("--json", required=True)
+    args = parser.parse_args()
+    results = {}
+    for workload in (copy,):
+        results.update(workload(args.reps))
+        torch.cuda.empty_cache()
+    doc = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "results": results}
+    with open(args.json, "w") as f:
+        json.dump(doc, f, indent=2)
+    for key, r in results.items():
+        print(f"torch {key:<24} {r['ms']:9.3f} ms  ({r['op']})")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,13 @@
+//! The device layer: thread geometry, barriers, shared memory, warp shuffles and vector
+//! memory access, each a thin `#[inline(always)]` wrapper over an NVPTX intrinsic or one
+//! PTX instruction. All inline assembly of the crate lives below this module.
+
+mod memory;
+mod shared;
+mod shuffle;
+mod thread;
+
+pub use memory::{load_global_nc_v4, store_global_v4};
+pub use shared::SharedCarver;
+pub use shuffle::{Shuffle, WARP_SIZE};
+pub use thread::{block_dim_x, block_idx_x, grid_dim_x, lane_id, sync_threads, thread_idx_x, trap};

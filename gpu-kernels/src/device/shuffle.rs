@@ -1,0 +1,105 @@
+//! Warp shuffles (`shfl.sync`) over the full warp, for 32- and 64-bit values.
+
+use core::arch::asm;
+
+/// Threads in a warp.
+pub const WARP_SIZE: u32 = 32;
+
+/// One full-warp `shfl.sync.<mode>.b32` with clamp 31.
+macro_rules! shfl_b32 {
+    ($mode:literal, $value:expr, $operand:expr) => {{
+        let out: u32;
+        // SAFETY: every lane of the warp executes the shuffle together (the contract of
+        // `Shuffle`), and it touches no memory.
+        unsafe {
+            asm!(
+                concat!("shfl.sync.", $mode, ".b32 {0}, {1}, {2}, 0x1f, 0xffffffff;"),
+                out(reg32) out,
+                in(reg32) $value,
+                in(reg32) $operand,
+                options(nomem, nostack, preserves_flags),
+            )
+        };
+        out
+    }};
+}
+
+/// A value that can move between the lanes of a warp.
+///
+/// Every method is a collective: all 32 lanes of the warp must call it together
+/// (converged), or the result is undefined.
+pub trait Shuffle: Copy {
+    /// The value of lane `lane_id ^ mask`.
+    fn shfl_xor(self, mask: u32) -> Self;
+    /// The value of lane `lane_id + delta`; lanes past 31 keep their own.
+    fn shfl_down(self, delta: u32) -> Self;
+    /// The value of lane `src`.
+    fn shfl_idx(self, src: u32) -> Self;
+}
+
+impl Shuffle for u32 {
+    #[inline(always)]
+    fn shfl_xor(self, mask: u32) -> Self {
+        shfl_b32!("bfly", self, mask)
+    }
+    #[inline(always)]
+    fn shfl_down(self, delta: u32) -> Self {
+        shfl_b32!("down", self, delta)
+    }
+    #[inline(always)]
+    fn shfl_idx(self, src: u32) -> Self {
+        shfl_b32!("idx", self, src)
+    }
+}
+
+impl Shuffle for u64 {
+    #[inline(always)]
+    fn shfl_xor(self, mask: u32) -> Self {
+        join(split(self).map(|w| w.shfl_xor(mask)))
+    }
+    #[inline(always)]
+    fn shfl_down(self, delta: u32) -> Self {
+        join(split(self).map(|w| w.shfl_down(delta)))
+    }
+    #[inline(always)]
+    fn shfl_idx(self, src: u32) -> Self {
+        join(split(self).map(|w| w.shfl_idx(src)))
+    }
+}
+
+#[inline(always)]
+fn split(v: u64) -> [u32; 2] {
+    [v as u32, (v >> 32) as u32]
+}
+
+#[inline(always)]
+fn join([lo, hi]: [u32; 2]) -> u64 {
+    lo as u64 | (hi as u64) << 32
+}
+
+/// Types that shuffle as the bits of `u32` or `u64`.
+macro_rules! shuffle_as_bits {
+    ($($t:ty => $bits:ty, $to:expr, $from:expr;)*) => {$(
+        impl Shuffle for $t {
+            #[inline(always)]
+            fn shfl_xor(self, mask: u32) -> Self {
+                $from(<$bits>::shfl_xor($to(self), mask))
+            }
+            #[inline(always)]
+            fn shfl_down(self, delta: u32) -> Self {
+                $from(<$bits>::shfl_down($to(self), delta))
+            }
+            #[inline(always)]
+            fn shfl_idx(self, src: u32) -> Self {
+                $from(<$bits>::shfl_idx($to(self), src))
+            }
+        }
+    )*};
+}
+
+shuffle_as_bits! {
+    i32 => u32, |v: i32| v as u32, |b: u32| b as i32;
+    f32 => u32, f32::to_bits, f32::from_bits;
+    i64 => u64, |v: i64| v as u64, |b: u64| b as i64;
+    f64 => u64, f64::to_bits, f64::from_bits;
+}

@@ -1,0 +1,57 @@
+//! Thread, block and grid indices; the block barrier.
+
+use core::arch::nvptx;
+
+/// `threadIdx.x`.
+#[inline(always)]
+pub fn thread_idx_x() -> u32 {
+    // SAFETY: reads a special register; always defined inside a kernel.
+    unsafe { nvptx::_thread_idx_x() as u32 }
+}
+
+/// `blockIdx.x`.
+#[inline(always)]
+pub fn block_idx_x() -> u32 {
+    // SAFETY: reads a special register; always defined inside a kernel.
+    unsafe { nvptx::_block_idx_x() as u32 }
+}
+
+/// `blockDim.x`.
+#[inline(always)]
+pub fn block_dim_x() -> u32 {
+    // SAFETY: reads a special register; always defined inside a kernel.
+    unsafe { nvptx::_block_dim_x() as u32 }
+}
+
+/// `gridDim.x`.
+#[inline(always)]
+pub fn grid_dim_x() -> u32 {
+    // SAFETY: reads a special register; always defined inside a kernel.
+    unsafe { nvptx::_grid_dim_x() as u32 }
+}
+
+/// This thread's lane within its warp (`%laneid`).
+#[inline(always)]
+pub fn lane_id() -> u32 {
+    let lane: u32;
+    // SAFETY: reads a special register; no memory is touched.
+    unsafe { core::arch::asm!("mov.u32 {0}, %laneid;", out(reg32) lane, options(pure, nomem, nostack)) };
+    lane
+}
+
+/// Block-wide barrier (`bar.sync 0`); orders shared-memory accesses across it.
+///
+/// # Safety
+/// Every thread of the block must reach the same call, or the block deadlocks.
+#[inline(always)]
+pub unsafe fn sync_threads() {
+    // SAFETY: the caller guarantees the barrier is reached uniformly.
+    unsafe { nvptx::_syncthreads() }
+}
+
+/// Stops the kernel with an error the host sees at its next synchronization.
+#[inline(always)]
+pub fn trap() -> ! {
+    // SAFETY: `trap` has no preconditions; it ends the grid.
+    unsafe { nvptx::trap() }
+}

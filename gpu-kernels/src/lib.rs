@@ -1,0 +1,35 @@
+//! GPU kernels in `no_std` Rust, compiled to PTX through rustc's `nvptx64-nvidia-cuda`
+//! target, and the launch geometry that the host derives its launches from.
+//!
+//! Levels, bottom up:
+//! - [`device`]: the only code that touches `core::arch::nvptx` or inline PTX (indices,
+//!   barriers, shared memory, shuffles, vector memory access);
+//! - [`warp`]: warp-wide collectives built on the device layer;
+//! - one module per kernel family, each holding its tuning policy (compiled on both
+//!   sides) and, for nvptx64 only, its block-level functions and thin entry points.
+//!
+//! On the host this crate compiles to the policies alone.
+#![no_std]
+#![cfg_attr(
+    target_arch = "nvptx64",
+    feature(abi_ptx, asm_experimental_arch, stdarch_nvptx)
+)]
+
+#[cfg(target_arch = "nvptx64")]
+pub mod device;
+#[cfg(target_arch = "nvptx64")]
+pub mod warp;
+
+pub mod copy;
+
+/// Every kernel entry point the PTX must export. The PTX build fails if one is missing,
+/// and the host looks each one up when it loads the module.
+pub const KERNEL_ENTRY_POINTS: &[&str] = &[copy::KERNEL];
+
+/// A panic in device code (only reachable through a failed bounds check) stops the
+/// kernel: the launch then reports an illegal-instruction error to the host.
+#[cfg(target_arch = "nvptx64")]
+#[panic_handler]
+fn panic(_: &core::panic::PanicInfo) -> ! {
+    device::trap()
+}

@@ -1,0 +1,56 @@
+//! Builds the kernels to PTX (and cubins) through ptx-builder, the same path as
+//! `cargo xtask build-ptx`, and generates the table of images that `Gpu` embeds.
+
+use std::env;
+use std::fmt::Write;
+use std::path::PathBuf;
+
+fn main() {
+    let manifest = PathBuf::from(env::var_os("CARGO_MANIFEST_DIR").expect("set by cargo"));
+    let workspace = manifest
+        .parent()
+        .expect("host sits in the workspace")
+        .to_path_buf();
+    let out_dir = PathBuf::from(env::var_os("OUT_DIR").expect("set by cargo"));
+    println!(
+        "cargo:rerun-if-changed={}",
+        workspace.join("gpu-kernels").display()
+    );
+    println!(
+        "cargo:rerun-if-changed={}",
+        ptx_builder::tools_dir(&workspace).join("bin").display()
+    );
+    println!("cargo:rerun-if-env-changed=GPU_KERNELS_TOOLS");
+
+    let build = ptx_builder::PtxBuild {
+        workspace: workspace.clone(),
+        arches: ptx_builder::DEFAULT_ARCHES
+            .iter()
+            .map(|a| a.to_string())
+            .collect(),
+        out_dir: out_dir.join("ptx"),
+        target_dir: workspace.join("target/ptx-build"),
+    };
+    let artifacts = match ptx_builder::build(&build) {
+        Ok(a) => a,
+        Err(e) => {
+            eprintln!("error: building the GPU kernels failed: {e}");
+            std::process::exit(1);
+        }
+    };
+
+    let mut table = String::from("&[\n");
+    for a in &artifacts {
+        for (format, path) in [("Cubin", &a.cubin), ("Ptx", &a.ptx)] {
+            writeln!(
+                table,
+                "    KernelImage {{ arch: {:?}, format: ImageFormat::{format}, bytes: include_bytes!({:?}) }},",
+                a.arch,
+                path.display().to_string()
+            )
+            .expect("writing to a String");
+        }
+    }
+    table.push(']');
+    std::fs::write(out_dir.join("kernel_images.rs"), table).expect("OUT_DIR is writable");
+}

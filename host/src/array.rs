@@ -1,0 +1,82 @@
+//! Arrays in device memory.
+
+use cust::memory::{DeviceBuffer, DeviceCopy};
+
+/// Element types the kernels handle.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DType {
+    F32,
+    F64,
+    I32,
+    I64,
+}
+
+/// A type that can live in a [`DeviceArray`].
+pub trait Element: DeviceCopy + Copy + Default + PartialEq + Send + Sync + std::fmt::Debug + 'static {
+    const DTYPE: DType;
+}
+
+impl Element for f32 {
+    const DTYPE: DType = DType::F32;
+}
+impl Element for f64 {
+    const DTYPE: DType = DType::F64;
+}
+impl Element for i32 {
+    const DTYPE: DType = DType::I32;
+}
+impl Element for i64 {
+    const DTYPE: DType = DType::I64;
+}
+
+/// A dense, row-major array in device memory: its buffer, dtype and shape.
+///
+/// Made by [`Gpu::upload`](crate::Gpu::upload) or [`Gpu::alloc`](crate::Gpu::alloc);
+/// the buffer starts 256-byte aligned, as every kernel's vector access needs.
+pub struct DeviceArray<T: Element> {
+    pub(crate) buffer: DeviceBuffer<T>,
+    shape: Vec<usize>,
+}
+
+impl<T: Element> DeviceArray<T> {
+    pub(crate) fn new(buffer: DeviceBuffer<T>, shape: Vec<usize>) -> Self {
+        debug_assert_eq!(buffer.len(), shape.iter().product::<usize>());
+        Self { buffer, shape }
+    }
+
+    /// The extent of each axis, outermost first.
+    pub fn shape(&self) -> &[usize] {
+        &self.shape
+    }
+
+    /// The number of axes.
+    pub fn ndim(&self) -> usize {
+        self.shape.len()
+    }
+
+    /// The number of elements.
+    pub fn len(&self) -> usize {
+        self.buffer.len()
+    }
+
+    /// Whether the array holds no element.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The element type.
+    pub fn dtype(&self) -> DType {
+        T::DTYPE
+    }
+
+    /// Bytes of device memory the elements take.
+    pub fn bytes(&self) -> usize {
+        self.len() * size_of::<T>()
+    }
+}
+
+impl<T: Element> std::fmt::Debug for DeviceArray<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "DeviceArray<{:?}>{:?}", T::DTYPE, self.shape)
+    }
+}

@@ -1,0 +1,269 @@
+//! One CUDA device: its context, the kernels loaded once, and the stream every
+//! operation is ordered on.
+
+use std::collections::HashMap;
+
+use cust::context::{Context, CurrentContext};
+use cust::device::Device;
+use cust::event::{Event, EventFlags};
+use cust::memory::{CopyDestination, DeviceCopy};
+use cust::module::Module;
+use cust::stream::{Stream, StreamFlags};
+use cust::sys::CUdevice_attribute as Attr;
+use ndarray::{ArrayBase, ArrayD, Data, Dimension, IxDyn};
+
+use crate::array::{DeviceArray, Element};
+use crate::driver::{self, KernelHandle, LaunchConfig};
+use crate::error::{Error, Result};
+use crate::image::{self, ImageFormat};
+
+/// The oldest driver that loads the embedded PTX (ISA 7.8 is CUDA 11.8).
+const REQUIRED_DRIVER: (u32, u32) = (11, 8);
+
+/// What the library knows of its device.
+#[derive(Debug, Clone)]
+pub struct DeviceInfo {
+    pub ordinal: u32,
+    pub name: String,
+    pub compute_capability: (u32, u32),
+    pub multiprocessors: u32,
+    pub total_memory_bytes: usize,
+    pub l2_cache_bytes: u32,
+    pub max_threads_per_block: u32,
+    /// The most dynamic shared memory one block can opt in to.
+    pub max_shared_bytes_per_block: u32,
+    /// The CUDA version the driver supports.
+    pub driver_version: (u32, u32),
+    /// The embedded image that was loaded, e.g. "sm_90 cubin".
+    pub kernel_image: String,
+}
+
+/// A CUDA device ready to run the kernels.
+///
+/// Operations are queued on the handle's stream and run in order; downloads wait for
+/// them. A `Gpu` may move between threads (it makes its context current on every call)
+/// but is not shared between threads at once: wrap it in a `Mutex` for that.
+pub struct Gpu {
+    kernels: HashMap<&'static str, KernelHandle>,
+    stream: Stream,
+    _module: Module,
+    info: DeviceInfo,
+    context: Context,
+}
+
+impl Gpu {
+    /// The first CUDA device.
+    pub fn new() -> Result<Self> {
+        Self::with_device(0)
+    }
+
+    /// The device with the given ordinal.
+    pub fn with_device(ordinal: u32) -> Result<Self> {
+        driver::init()?;
+        let (major, minor) = driver::driver_version()?;
+        if (major, minor) < REQUIRED_DRIVER {
+            return Err(Error::DriverTooOld {
+                found_major: major,
+                found_minor: minor,
+                required_major: REQUIRED_DRIVER.0,
+                required_minor: REQUIRED_DRIVER.1,
+            });
+        }
+        let count = driver::device_count()?;
+        if count == 0 {
+            return Err(Error::NoDevice {
+                reason: "the driver reports no CUDA device".into(),
+            });
+        }
+        if ordinal >= count {
+            return Err(Error::NoSuchDevice { ordinal, count });
+        }
+        let device = Device::get_device(ordinal).map_err(|e| cust_error("cuDeviceGet", e))?;
+        let attr = |a| driver::device_attribute(&device, a);
+        let capability = (
+            attr(Attr::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?,
+            attr(Attr::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)?,
+        );
+        let chosen = image::select(image::KERNEL_IMAGES, capability).ok_or_else(|| Error::NoKernelImage {
+            major: capability.0,
+            minor: capability.1,
+            available: image::describe(image::KERNEL_IMAGES),
+        })?;
+
+        let context = Context::new(device).map_err(|e| cust_error("cuDevicePrimaryCtxRetain", e))?;
+        let module = match chosen.format {
+            ImageFormat::Cubin => Module::from_cubin(chosen.bytes, &[]),
+            ImageFormat::Ptx => Module::from_ptx(
+                std::str::from_utf8(chosen.bytes).expect("ptx-builder writes ASCII PTX"),
+                &[],
+            ),
+        }
+        .map_err(|e| cust_error("cuModuleLoadData", e))?;
+        let kernels = gpu_kernels::KERNEL_ENTRY_POINTS
+            .iter()
+            .map(|&name| Ok((name, driver::kernel_handle(&module, name)?)))
+            .collect::<Result<_>>()?;
+        let stream =
+            Stream::new(StreamFlags::NON_BLOCKING, None).map_err(|e| cust_error("cuStreamCreate", e))?;
+
+        let info = DeviceInfo {
+            ordinal,
+            name: device.name().map_err(|e| cust_error("cuDeviceGetName", e))?,
+            compute_capability: capability,
+            multiprocessors: attr(Attr::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?,
+            total_memory_bytes: device
+                .total_memory()
+                .map_err(|e| cust_error("cuDeviceTotalMem", e))?,
+            l2_cache_bytes: attr(Attr::CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE)?,
+            max_threads_per_block: attr(Attr::CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK)?,
+            max_shared_bytes_per_block: attr(Attr::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)?,
+            driver_version: (major, minor),
+            kernel_image: format!("{} {:?}", chosen.arch, chosen.format).to_lowercase(),
+        };
+        log::debug!(
+            "loaded {} on {} (cc {}.{})",
+            info.kernel_image,
+            info.name,
+            capability.0,
+            capability.1
+        );
+        Ok(Self {
+            kernels,
+            stream,
+            _module: module,
+            info,
+            context,
+        })
+    }
+
+    /// The device's properties.
+    pub fn info(&self) -> &DeviceInfo {
+        &self.info
+    }
+
+    /// Makes this handle's context current on the calling thread.
+    pub(crate) fn bind(&self) -> Result<()> {
+        CurrentContext::set_current(&self.context).map_err(|e| cust_error("cuCtxSetCurrent", e))
+    }
+
+    pub(crate) fn stream(&self) -> &Stream {
+        &self.stream
+    }
+
+    /// Launches an entry point of the loaded module.
+    ///
+    /// # Safety
+    /// As [`driver::launch`]: `args` match the kernel's parameters and every pointer among
+    /// them is valid for what the kernel touches under `config`.
+    pub(crate) unsafe fn launch(
+        &self,
+        kernel: &'static str,
+        config: &LaunchConfig,
+        args: &mut [*mut std::ffi::c_void],
+    ) -> Result<()> {
+        self.bind()?;
+        let handle = *self
+            .kernels
+            .get(kernel)
+            .expect("every entry point was looked up at load");
+        // SAFETY: forwarded from this function's own contract.
+        unsafe { driver::launch((kernel, handle), config, &self.info, &self.stream, args) }
+    }
+
+    /// Allocates an array of the given shape; its contents are unspecified until written.
+    pub fn alloc<T: Element>(&self, shape: &[usize]) -> Result<DeviceArray<T>> {
+        self.bind()?;
+        let len = element_count::<T>(shape)?;
+        Ok(DeviceArray::new(driver::alloc(len, shape)?, shape.to_vec()))
+    }
+
+    /// Copies an `ndarray` array or view of any layout to the device, row-major.
+    pub fn upload<T: Element, S: Data<Elem = T>, D: Dimension>(
+        &self,
+        host: &ArrayBase<S, D>,
+    ) -> Result<DeviceArray<T>> {
+        let mut array = self.alloc(host.shape())?;
+        if !array.is_empty() {
+            let standard = host.as_standard_layout();
+            let slice = standard.as_slice().expect("standard layout is contiguous");
+            self.stream
+                .synchronize()
+                .map_err(|e| cust_error("cuStreamSynchronize", e))?;
+            array
+                .buffer
+                .copy_from(slice)
+                .map_err(|e| cust_error("cuMemcpyHtoD", e))?;
+        }
+        Ok(array)
+    }
+
+    /// Waits for the queued work, then copies the array to the host.
+    pub fn download<T: Element>(&self, array: &DeviceArray<T>) -> Result<ArrayD<T>> {
+        self.synchronize()?;
+        let mut host = vec![T::default(); array.len()];
+        if !host.is_empty() {
+            array
+                .buffer
+                .copy_to(&mut host[..])
+                .map_err(|e| cust_error("cuMemcpyDtoH", e))?;
+        }
+        Ok(ArrayD::from_shape_vec(IxDyn(array.shape()), host).expect("length matches the shape"))
+    }
+
+    /// Fills every byte of the array with 0xFF (NaN for floats, -1 for integers), so
+    /// that elements a kernel fails to write are caught.
+    pub fn poison<T: Element>(&self, array: &mut DeviceArray<T>) -> Result<()> {
+        self.bind()?;
+        driver::memset_bytes(array, 0xFF, &self.stream)
+    }
+
+    /// Waits for all queued work; reports errors raised inside kernels.
+    pub fn synchronize(&self) -> Result<()> {
+        self.bind()?;
+        self.stream
+            .synchronize()
+            .map_err(|e| cust_error("cuStreamSynchronize", e))
+    }
+
+    /// Device time in milliseconds of the work `f` queues, measured with CUDA events.
+    pub fn time_ms(&self, f: impl FnOnce(&Self) -> Result<()>) -> Result<f32> {
+        self.bind()?;
+        let event = || Event::new(EventFlags::DEFAULT).map_err(|e| cust_error("cuEventCreate", e));
+        let (start, stop) = (event()?, event()?);
+        start
+            .record(&self.stream)
+            .map_err(|e| cust_error("cuEventRecord", e))?;
+        f(self)?;
+        stop.record(&self.stream)
+            .map_err(|e| cust_error("cuEventRecord", e))?;
+        stop.synchronize()
+            .map_err(|e| cust_error("cuEventSynchronize", e))?;
+        stop.elapsed_time_f32(&start)
+            .map_err(|e| cust_error("cuEventElapsedTime", e))
+    }
+}
+
+/// The element count of `shape`, or `TooLarge` when it or its byte size overflows.
+fn element_count<T: DeviceCopy>(shape: &[usize]) -> Result<usize> {
+    shape
+        .iter()
+        .try_fold(1usize, |n, &d| n.checked_mul(d))
+        .filter(|n| {
+            n.checked_mul(size_of::<T>())
+                .is_some_and(|b| b <= isize::MAX as usize)
+        })
+        .ok_or_else(|| Error::TooLarge {
+            shape: shape.to_vec(),
+            detail: "its byte size overflows".into(),
+        })
+}
+
+/// A cust error as [`Error::Driver`].
+pub(crate) fn cust_error(call: &'static str, e: cust::error::CudaError) -> Error {
+    Error::Driver {
+        call,
+        code: e as i32,
+        name: format!("{e:?}"),
+        message: e.to_string(),
+    }
+}

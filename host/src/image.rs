@@ -1,0 +1,114 @@
+//! The PTX and cubins embedded at build time, and the choice of one for a device.
+
+/// How an embedded image is loaded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ImageFormat {
+    /// Machine code, loaded as is on the same major architecture.
+    Cubin,
+    /// PTX, compiled by the driver for any device at least as new.
+    Ptx,
+}
+
+/// One embedded build of the kernels.
+#[derive(Debug)]
+pub(crate) struct KernelImage {
+    /// `sm_XY`.
+    pub arch: &'static str,
+    pub format: ImageFormat,
+    pub bytes: &'static [u8],
+}
+
+impl KernelImage {
+    /// The compute capability the image was built for.
+    pub fn capability(&self) -> (u32, u32) {
+        let digits = self
+            .arch
+            .trim_start_matches("sm_")
+            .trim_end_matches(|c: char| !c.is_ascii_digit());
+        let n: u32 = digits.parse().unwrap_or(0);
+        (n / 10, n % 10)
+    }
+}
+
+pub(crate) static KERNEL_IMAGES: &[KernelImage] = include!(concat!(env!("OUT_DIR"), "/kernel_images.rs"));
+
+/// The best image for a device: a cubin of the same major architecture and no newer
+/// minor one, else the newest PTX not newer than the device.
+pub(crate) fn select(images: &'static [KernelImage], device: (u32, u32)) -> Option<&'static KernelImage> {
+    let cubin = images
+        .iter()
+        .filter(|i| i.format == ImageFormat::Cubin)
+        .filter(|i| i.capability().0 == device.0 && i.capability() <= device)
+        .max_by_key(|i| i.capability());
+    cubin.or_else(|| {
+        images
+            .iter()
+            .filter(|i| i.format == ImageFormat::Ptx && i.capability() <= device)
+            .max_by_key(|i| i.capability())
+    })
+}
+
+/// The architectures embedded, for error messages.
+pub(crate) fn describe(images: &[KernelImage]) -> String {
+    let mut arches: Vec<_> = images.iter().map(|i| i.arch).collect();
+    arches.dedup();
+    arches.join(", ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    static IMAGES: &[KernelImage] = &[
+        KernelImage {
+            arch: "sm_80",
+            format: ImageFormat::Cubin,
+            bytes: b"",
+        },
+        KernelImage {
+            arch: "sm_80",
+            format: ImageFormat::Ptx,
+            bytes: b"",
+        },
+        KernelImage {
+            arch: "sm_90",
+            format: ImageFormat::Cubin,
+            bytes: b"",
+        },
+        KernelImage {
+            arch: "sm_90",
+            format: ImageFormat::Ptx,
+            bytes: b"",
+        },
+    ];
+
+    fn chosen(device: (u32, u32)) -> Option<(&'static str, ImageFormat)> {
+        select(IMAGES, device).map(|i| (i.arch, i.format))
+    }
+
+    #[test]
+    fn picks_cubin_of_same_major_else_newest_older_ptx() {
+        assert_eq!(chosen((9, 0)), Some(("sm_90", ImageFormat::Cubin)));
+        assert_eq!(chosen((8, 6)), Some(("sm_80", ImageFormat::Cubin)));
+        assert_eq!(chosen((8, 9)), Some(("sm_80", ImageFormat::Cubin)));
+        assert_eq!(chosen((10, 0)), Some(("sm_90", ImageFormat::Ptx)));
+        assert_eq!(chosen((12, 0)), Some(("sm_90", ImageFormat::Ptx)));
+        assert_eq!(chosen((7, 5)), None);
+    }
+
+    #[test]
+    fn embedded_images_cover_the_default_architectures() {
+        for arch in ["sm_80", "sm_90"] {
+            for format in [ImageFormat::Cubin, ImageFormat::Ptx] {
+                let image = KERNEL_IMAGES
+                    .iter()
+                    .find(|i| i.arch == arch && i.format == format);
+                assert!(
+                    image.is_some_and(|i| !i.bytes.is_empty()),
+                    "{arch} {format:?} missing"
+                );
+            }
+        }
+        assert_eq!(describe(KERNEL_IMAGES), "sm_80, sm_90");
+    }
+}

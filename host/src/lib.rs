@@ -1,0 +1,32 @@
+//! GPU kernels written in Rust, launched from Rust.
+//!
+//! ```no_run
+//! use host::Gpu;
+//! use ndarray::Array2;
+//!
+//! let gpu = Gpu::new()?;
+//! let x = gpu.upload(&Array2::<f32>::from_shape_fn((3, 5), |(i, j)| (i * 5 + j) as f32))?;
+//! let mut y = gpu.alloc::<f32>(x.shape())?;
+//! gpu.copy(&x, &mut y)?;
+//! assert_eq!(gpu.download(&y)?, gpu.download(&x)?);
+//! # Ok::<(), host::Error>(())
+//! ```
+//!
+//! - [`Gpu`]: one device, its context, the loaded kernels and a stream;
+//! - [`DeviceArray`]: a row-major array in device memory with its shape;
+//! - one module per kernel family, adding its operations to [`Gpu`];
+//! - [`reference`]: the CPU references every kernel is tested against.
+//!
+//! Every operation validates its arguments before touching the device and returns
+//! [`Error`] on bad input, a missing device or a failing driver.
+
+mod array;
+mod copy;
+mod driver;
+mod error;
+mod gpu;
+mod image;
+
+pub use array::{DType, DeviceArray, Element};
+pub use error::{Error, Result};
+pub use gpu::{DeviceInfo, Gpu};

@@ -1,0 +1,289 @@
+//! Builds the `gpu-kernels` crate to PTX, one file per GPU architecture, and assembles
+//! each with `ptxas` to check it, to read its resource usage and to get a cubin.
+//!
+//! One code path for `cargo xtask build-ptx` and for `host`'s build script, so the PTX
+//! that is embedded is the PTX that was checked.
+
+use std::collections::BTreeMap;
+use std::env;
+use std::ffi::OsString;
+use std::fmt;
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// Architectures built when none are named.
+pub const DEFAULT_ARCHES: &[&str] = &["sm_80", "sm_90"];
+
+const TARGET: &str = "nvptx64-nvidia-cuda";
+const PROFILE: &str = "ptx";
+const SETUP_HINT: &str = "run ./setup.sh (as root) from the repository root";
+
+/// What to build and where.
+pub struct PtxBuild {
+    /// The workspace root (holds `gpu-kernels/` and `.tools/`).
+    pub workspace: PathBuf,
+    /// Architectures such as `sm_90`.
+    pub arches: Vec<String>,
+    /// Where `gpu_kernels.<arch>.ptx` and `.cubin` are written.
+    pub out_dir: PathBuf,
+    /// The nested cargo's own target directory (sharing the caller's would deadlock on
+    /// its lock).
+    pub target_dir: PathBuf,
+}
+
+/// ptxas's report for one kernel.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct KernelResources {
+    pub registers: u32,
+    pub shared_bytes: u32,
+    pub stack_bytes: u32,
+    pub spill_store_bytes: u32,
+    pub spill_load_bytes: u32,
+}
+
+/// The PTX and cubin for one architecture.
+#[derive(Debug, Clone)]
+pub struct Artifact {
+    pub arch: String,
+    pub ptx: PathBuf,
+    pub cubin: PathBuf,
+    /// Per kernel entry point, by name.
+    pub kernels: BTreeMap<String, KernelResources>,
+}
+
+/// Why a build failed; each message says what to do.
+#[derive(Debug)]
+pub enum BuildError {
+    MissingTool { tool: PathBuf },
+    BadArch(String),
+    Command { what: String, output: String },
+    MissingKernel { arch: String, kernel: String },
+    Io { path: PathBuf, error: std::io::Error },
+}
+
+impl fmt::Display for BuildError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::MissingTool { tool } => {
+                write!(f, "{} not found: {SETUP_HINT}", tool.display())
+            }
+            Self::BadArch(a) => write!(f, "architecture `{a}` is not of the form sm_XY (e.g. sm_90)"),
+            Self::Command { what, output } => write!(f, "{what} failed:\n{output}"),
+            Self::MissingKernel { arch, kernel } => {
+                write!(f, "the {arch} PTX has no entry point `{kernel}`")
+            }
+            Self::Io { path, error } => write!(f, "{}: {error}", path.display()),
+        }
+    }
+}
+
+impl std::error::Error for BuildError {}
+
+/// The project tools folder: `$GPU_KERNELS_TOOLS` (set by `.cargo/config.toml`), else
+/// `<workspace>/.tools`.
+pub fn tools_dir(workspace: &Path) -> PathBuf {
+    env::var_os("GPU_KERNELS_TOOLS")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| workspace.join(".tools"))
+}
+
+/// Builds and checks every architecture.
+pub fn build(cfg: &PtxBuild) -> Result<Vec<Artifact>, BuildError> {
+    let tools = tools_dir(&cfg.workspace).join("bin");
+    for tool in ["llvm-bitcode-linker", "ptxas", "llvm-link", "opt", "llc"] {
+        let path = tools.join(tool);
+        if !path.exists() {
+            return Err(BuildError::MissingTool { tool: path });
+        }
+    }
+    fs::create_dir_all(&cfg.out_dir).map_err(|error| io(&cfg.out_dir, error))?;
+    cfg.arches
+        .iter()
+        .map(|arch| build_arch(cfg, &tools, arch))
+        .collect()
+}
+
+fn build_arch(cfg: &PtxBuild, tools: &Path, arch: &str) -> Result<Artifact, BuildError> {
+    let valid = arch
+        .strip_prefix("sm_")
+        .is_some_and(|n| n.len() >= 2 && n.chars().all(|c| c.is_ascii_alphanumeric()));
+    if !valid {
+        return Err(BuildError::BadArch(arch.to_string()));
+    }
+    let target_dir = cfg.target_dir.join(arch);
+    let mut cargo = Command::new(env::var_os("CARGO").unwrap_or_else(|| "cargo".into()));
+    cargo
+        .current_dir(&cfg.workspace)
+        .args([
+            "rustc",
+            "--quiet",
+            "--package",
+            "gpu-kernels",
+            "--profile",
+            PROFILE,
+        ])
+        .args([
+            "--target",
+            TARGET,
+            "--crate-type",
+            "cdylib",
+            "-Zbuild-std=core,panic_abort",
+        ])
+        .arg("--target-dir")
+        .arg(&target_dir);
+    // Outer cargo runs (build scripts, clippy) leak settings meant for host code.
+    for var in [
+        "RUSTFLAGS",
+        "CARGO_BUILD_RUSTFLAGS",
+        "CARGO_ENCODED_RUSTFLAGS",
+        "CARGO_TARGET_DIR",
+        "CARGO_BUILD_TARGET",
+        "RUSTC_WRAPPER",
+        "RUSTC_WORKSPACE_WRAPPER",
+        "CARGO_PRIMARY_PACKAGE",
+    ] {
+        cargo.env_remove(var);
+    }
+    let linker = tools.join("llvm-bitcode-linker");
+    let rustflags = [
+        format!("-Ctarget-cpu={arch}"),
+        format!("-Clinker={}", linker.display()),
+    ];
+    cargo
+        .env("CARGO_ENCODED_RUSTFLAGS", rustflags.join("\x1f"))
+        .env("RUSTC_BOOTSTRAP", "1")
+        .env("PATH", prepend_path(tools));
+    run(&mut cargo, &format!("cargo build of gpu-kernels for {arch}"))?;
+
+    let built = target_dir.join(TARGET).join(PROFILE).join("gpu_kernels.ptx");
+    let ptx = cfg.out_dir.join(format!("gpu_kernels.{arch}.ptx"));
+    let cubin = cfg.out_dir.join(format!("gpu_kernels.{arch}.cubin"));
+    fs::copy(&built, &ptx).map_err(|error| io(&built, error))?;
+
+    let mut ptxas = Command::new(tools.join("ptxas"));
+    ptxas
+        .arg(format!("-arch={arch}"))
+        .arg("-v")
+        .arg(&ptx)
+        .arg("-o")
+        .arg(&cubin);
+    let report = run(&mut ptxas, &format!("ptxas on {}", ptx.display()))?;
+    let kernels = parse_ptxas_report(&report);
+    for kernel in gpu_kernels::KERNEL_ENTRY_POINTS {
+        if !kernels.contains_key(*kernel) {
+            return Err(BuildError::MissingKernel {
+                arch: arch.into(),
+                kernel: kernel.to_string(),
+            });
+        }
+    }
+    Ok(Artifact {
+        arch: arch.into(),
+        ptx,
+        cubin,
+        kernels,
+    })
+}
+
+fn prepend_path(dir: &Path) -> OsString {
+    let mut paths = vec![dir.to_path_buf()];
+    paths.extend(env::split_paths(&env::var_os("PATH").unwrap_or_default()));
+    env::join_paths(paths).expect("tool paths hold no separator")
+}
+
+/// Runs a command; its stdout and stderr together on success, an error holding them
+/// otherwise.
+fn run(cmd: &mut Command, what: &str) -> Result<String, BuildError> {
+    let out = cmd.output().map_err(|error| BuildError::Command {
+        what: what.into(),
+        output: format!("could not start {:?}: {error} ({SETUP_HINT})", cmd.get_program()),
+    })?;
+    let text = String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    if out.status.success() {
+        Ok(text)
+    } else {
+        Err(BuildError::Command {
+            what: what.into(),
+            output: text,
+        })
+    }
+}
+
+fn io(path: &Path, error: std::io::Error) -> BuildError {
+    BuildError::Io {
+        path: path.to_path_buf(),
+        error,
+    }
+}
+
+/// Reads `ptxas -v` output: "Function properties for NAME", then the stack/spill line,
+/// then "Used N registers, ... N bytes smem".
+pub fn parse_ptxas_report(report: &str) -> BTreeMap<String, KernelResources> {
+    let mut kernels = BTreeMap::new();
+    let mut current: Option<String> = None;
+    for line in report.lines() {
+        if let Some(name) = line.split("Compiling entry function '").nth(1) {
+            let name = name.split('\'').next().unwrap_or_default().to_string();
+            kernels.insert(name.clone(), KernelResources::default());
+            current = Some(name);
+            continue;
+        }
+        let Some(entry) = current.as_ref().and_then(|n| kernels.get_mut(n)) else {
+            continue;
+        };
+        if line.contains("bytes stack frame") {
+            entry.stack_bytes = number_before(line, "bytes stack frame");
+            entry.spill_store_bytes = number_before(line, "bytes spill stores");
+            entry.spill_load_bytes = number_before(line, "bytes spill loads");
+        } else if line.contains("Used") && line.contains("registers") {
+            entry.registers = number_before(line, "registers");
+            entry.shared_bytes = number_before(line, "bytes smem");
+        }
+    }
+    kernels
+}
+
+/// The integer just before `label` in `line`, or 0.
+fn number_before(line: &str, label: &str) -> u32 {
+    line.split(label)
+        .next()
+        .filter(|head| head.len() < line.len())
+        .and_then(|head| head.split([' ', ',']).rev().find(|w| !w.is_empty()))
+        .and_then(|w| w.parse().ok())
+        .unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_ptxas_verbose_output() {
+        let report = "\
+ptxas info    : 0 bytes gmem
+ptxas info    : Compiling entry function 'copy_words' for 'sm_90'
+ptxas info    : Function properties for copy_words
+    8 bytes stack frame, 4 bytes spill stores, 12 bytes spill loads
+ptxas info    : Used 26 registers, used 1 barriers, 4096 bytes smem, 372 bytes cmem[0]
+ptxas info    : Compiling entry function 'other' for 'sm_90'
+ptxas info    : Function properties for other
+    0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
+ptxas info    : Used 8 registers, used 0 barriers, 360 bytes cmem[0]
+";
+        let k = parse_ptxas_report(report);
+        assert_eq!(
+            k["copy_words"],
+            KernelResources {
+                registers: 26,
+                shared_bytes: 4096,
+                stack_bytes: 8,
+                spill_store_bytes: 4,
+                spill_load_bytes: 12
+            }
+        );
+        assert_eq!(k["other"].registers, 8);
+        assert_eq!(k["other"].shared_bytes, 0);
+        assert_eq!(k.len(), 2);
+    }
+}

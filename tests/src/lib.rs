@@ -1,0 +1,35 @@
+//! Helpers shared by the integration tests: one GPU handle for the whole test binary,
+//! and a visible notice when a GPU test is skipped for lack of a device.
+
+use std::io::Write;
+use std::sync::{Mutex, MutexGuard, OnceLock};
+
+use host::{Error, Gpu};
+use proptest::test_runner::{Config, TestRunner};
+
+/// The first device, shared by the tests of one binary; `None`, with a notice on
+/// stderr, when the machine has no usable CUDA device.
+///
+/// Any other failure to open a present device fails the test.
+pub fn gpu_or_skip(test: &str) -> Option<MutexGuard<'static, Gpu>> {
+    static GPU: OnceLock<Result<Mutex<Gpu>, String>> = OnceLock::new();
+    let opened = GPU.get_or_init(|| match Gpu::new() {
+        Ok(gpu) => Ok(Mutex::new(gpu)),
+        Err(e @ Error::NoDevice { .. }) => Err(e.to_string()),
+        Err(e) => panic!("a CUDA device is present but could not be opened: {e}"),
+    });
+    match opened {
+        Ok(gpu) => Some(gpu.lock().unwrap_or_else(|poisoned| poisoned.into_inner())),
+        Err(reason) => {
+            // Written past the test harness's capture, so the skip shows in the output.
+            let _ = writeln!(std::io::stderr(), "SKIPPED (no GPU) {test}: {reason}");
+            None
+        }
+    }
+}
+
+/// A property-test runner: 256 cases unless `PROPTEST_CASES` says otherwise (the
+/// sanitizer runs use few).
+pub fn runner() -> TestRunner {
+    TestRunner::new(Config::default())
+}

@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Runs on a GPU machine that has no Rust toolchain: `run.sh [all|tests|bench]`.
+# tests: every GPU test binary; bench: PyTorch's baseline, then the benchmark beside it.
+# Logs and JSON go to $OUT (default ./results). Exits non-zero if anything failed.
+set -uo pipefail
+cd "$(dirname "$0")"
+mode=${1:-all}
+out=${OUT:-$PWD/results}
+mkdir -p "$out"
+status=0
+
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,clocks.mem --format=csv | tee "$out/gpu.txt"
+
+if [ "$mode" = all ] || [ "$mode" = tests ]; then
+  for t in bin/test-*; do
+    echo "== $t"
+    "$t" --test-threads=1 > "$out/$(basename "$t").log" 2>&1
+    rc=$?
+    grep -E "test result|SKIPPED|panicked|FAILED|failures:" "$out/$(basename "$t").log"
+    if [ $rc -ne 0 ]; then status=1; fi
+    if grep -q SKIPPED "$out/$(basename "$t").log"; then
+      echo "GPU tests were skipped on a machine that should have a GPU"; status=1
+    fi
+  done
+fi
+
+if [ "$mode" = all ] || [ "$mode" = bench ]; then
+  python3 torch_baseline.py --json "$out/torch.json" || status=1
+  bin/bench --baseline "$out/torch.json" --json "$out/bench.json" | tee "$out/bench.txt"
+  [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+fi
+exit $status

@@ -1,0 +1,194 @@
+//! Project tasks. `cargo xtask` with no task prints the list.
+
+use std::error::Error;
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+type Result<T = ()> = std::result::Result<T, Box<dyn Error>>;
+
+const HELP: &str = "\
+cargo xtask <task>
+
+tasks:
+  build-ptx [--arch sm_80,sm_90] [--out DIR]
+      build gpu-kernels to PTX per architecture (default target/ptx/), check each
+      with ptxas and print registers, shared memory, stack and spills per kernel
+  bundle
+      gather the release GPU test binaries, the bench binary, the PTX and cubins and
+      the run scripts into target/bundle/, for a GPU machine without Rust
+  sanitize
+      bundle, then run every GPU test under compute-sanitizer (needs a GPU here)
+  bench
+      bundle, then run PyTorch's baseline and the benchmark (needs a GPU here)
+";
+
+/// The bundle must fit what travels to a GPU machine.
+const BUNDLE_LIMIT_BYTES: u64 = 64 << 20;
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let result = match args.first().map(String::as_str) {
+        Some("build-ptx") => build_ptx(&args[1..]).map(drop),
+        Some("bundle") => bundle().map(drop),
+        Some("sanitize") => bundle().and_then(|dir| run_script(&dir.join("sanitize.sh"), &[])),
+        Some("bench") => bundle().and_then(|dir| run_script(&dir.join("run.sh"), &["bench"])),
+        _ => {
+            print!("{HELP}");
+            return;
+        }
+    };
+    if let Err(e) = result {
+        eprintln!("error: {e}");
+        std::process::exit(1);
+    }
+}
+
+fn workspace_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("xtask sits in the workspace")
+        .into()
+}
+
+/// The value after `--name`, if given.
+fn option<'a>(args: &'a [String], name: &str) -> Option<&'a str> {
+    args.iter()
+        .position(|a| a == name)
+        .and_then(|i| args.get(i + 1))
+        .map(String::as_str)
+}
+
+fn build_ptx(args: &[String]) -> Result<Vec<ptx_builder::Artifact>> {
+    let root = workspace_root();
+    let arches = option(args, "--arch")
+        .map(|a| a.split(',').map(str::to_string).collect())
+        .unwrap_or_else(|| {
+            ptx_builder::DEFAULT_ARCHES
+                .iter()
+                .map(|a| a.to_string())
+                .collect()
+        });
+    let out_dir = option(args, "--out")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| root.join("target/ptx"));
+    let artifacts = ptx_builder::build(&ptx_builder::PtxBuild {
+        workspace: root.clone(),
+        arches,
+        out_dir,
+        target_dir: root.join("target/ptx-build"),
+    })?;
+    for a in &artifacts {
+        println!("{} -> {}", a.arch, a.ptx.display());
+        println!(
+            "  {:<28} {:>5} {:>10} {:>7} {:>13}",
+            "kernel", "regs", "smem (B)", "stack", "spills st/ld"
+        );
+        for (name, k) in &a.kernels {
+            println!(
+                "  {:<28} {:>5} {:>10} {:>7} {:>6}/{:<6}",
+                name, k.registers, k.shared_bytes, k.stack_bytes, k.spill_store_bytes, k.spill_load_bytes
+            );
+            if k.spill_store_bytes + k.spill_load_bytes > 0 {
+                println!("  warning: {name} spills registers on {}", a.arch);
+            }
+        }
+    }
+    Ok(artifacts)
+}
+
+/// Builds the release test and bench executables and gathers them, the PTX and the
+/// scripts into target/bundle/.
+fn bundle() -> Result<PathBuf> {
+    let root = workspace_root();
+    let dir = root.join("target/bundle");
+    if dir.exists() {
+        fs::remove_dir_all(&dir)?;
+    }
+    fs::create_dir_all(dir.join("bin"))?;
+    build_ptx(&["--out".into(), dir.join("ptx").display().to_string()])?;
+
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let output = Command::new(cargo)
+        .current_dir(&root)
+        .args([
+            "build",
+            "--release",
+            "--package",
+            "tests",
+            "--package",
+            "bench",
+            "--tests",
+            "--bins",
+        ])
+        .args(["--message-format", "json-render-diagnostics"])
+        .output()?;
+    if !output.status.success() {
+        return Err(format!(
+            "release build failed:\n{}",
+            String::from_utf8_lossy(&output.stderr)
+        )
+        .into());
+    }
+    for line in String::from_utf8_lossy(&output.stdout).lines() {
+        let Ok(msg) = serde_json::from_str::<serde_json::Value>(line) else {
+            continue;
+        };
+        let (Some(exe), Some(name)) = (msg["executable"].as_str(), msg["target"]["name"].as_str()) else {
+            continue;
+        };
+        let kinds = msg["target"]["kind"].to_string();
+        let file = match (
+            msg["package_id"].as_str().unwrap_or_default(),
+            kinds.contains("test"),
+        ) {
+            (id, true) if id.contains("/tests#") => format!("test-{name}"),
+            (_, false) if name == "bench" => "bench".into(),
+            _ => continue,
+        };
+        fs::copy(exe, dir.join("bin").join(file))?;
+    }
+    let scripts = root.join("xtask/bundle");
+    for script in ["run.sh", "sanitize.sh"] {
+        fs::copy(scripts.join(script), dir.join(script))?;
+    }
+    fs::copy(
+        root.join("bench/torch_baseline.py"),
+        dir.join("torch_baseline.py"),
+    )?;
+
+    let size = dir_size(&dir)?;
+    println!(
+        "bundle: {} ({:.1} MiB)",
+        dir.display(),
+        size as f64 / (1 << 20) as f64
+    );
+    for entry in fs::read_dir(dir.join("bin"))? {
+        println!("  bin/{}", entry?.file_name().to_string_lossy());
+    }
+    if size > BUNDLE_LIMIT_BYTES {
+        return Err(format!("the bundle is over {} MiB", BUNDLE_LIMIT_BYTES >> 20).into());
+    }
+    Ok(dir)
+}
+
+fn dir_size(dir: &Path) -> Result<u64> {
+    let mut total = 0;
+    for entry in fs::read_dir(dir)? {
+        let entry = entry?;
+        total += if entry.file_type()?.is_dir() {
+            dir_size(&entry.path())?
+        } else {
+            entry.metadata()?.len()
+        };
+    }
+    Ok(total)
+}
+
+fn run_script(script: &Path, args: &[&str]) -> Result {
+    let status = Command::new("bash").arg(script).args(args).status()?;
+    if !status.success() {
+        return Err(format!("{} failed ({status})", script.display()).into());
+    }
+    Ok(())
+}
