@@ -35,13 +35,25 @@ def copy(reps):
     return {"copy": {"ms": ms, "op": "y.copy_(x), 8 GiB f32"}}
 
 
+def min_reductions(reps):
+    x = torch.rand(128, 4096, 4095, device="cuda")
+    results = {}
+    for dim in range(3):
+        ms = median_ms(lambda: torch.min(x, dim), reps)
+        results[f"min{dim}"] = {"ms": ms, "op": f"torch.min(x, {dim}), 128x4096x4095 f32"}
+        ms = median_ms(lambda: torch.amin(x, dim), reps)
+        results[f"amin{dim}"] = {"ms": ms, "op": f"torch.amin(x, {dim}), 128x4096x4095 f32"}
+    del x
+    return results
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--reps", type=int, default=30)
     parser.add_argument("--json", required=True)
     args = parser.parse_args()
     results = {}
-    for workload in (copy,):
+    for workload in (copy, min_reductions):
         results.update(workload(args.reps))
         torch.cuda.empty_cache()
     doc = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "results": results}

@@ -1,4 +1,4 @@
-//! `bench [--reps N] [--baseline torch.json] [--json OUT]`
+//! `bench [--only min,...] [--reps N] [--baseline torch.json] [--json OUT]`
 //!
 //! Runs each workload on its headline shape (../shared/WORKLOADS.md), checks the result,
 //! times it with CUDA events (warm-up, then the median of `--reps` runs) and prints one
@@ -39,6 +39,7 @@ impl Row {
 }
 
 struct Options {
+    only: Option<Vec<String>>,
     reps: usize,
     baseline: Option<Value>,
     json: Option<String>,
@@ -59,6 +60,7 @@ fn parse_args() -> Result<Options> {
         None => None,
     };
     Ok(Options {
+        only: value("--only").map(|s| s.split(',').map(String::from).collect()),
         reps: value("--reps").map(|r| r.parse()).transpose()?.unwrap_or(30),
         baseline,
         json: value("--json"),
@@ -127,6 +129,79 @@ fn copy_rows(gpu: &Gpu, reps: usize) -> Result<Vec<Row>> {
     ])
 }
 
+/// The min headline: 128 x 4096 x 4095 f32 (0.02% under 2^31 elements), `min` and
+/// `amin` along each axis, checked at sampled outputs against a CPU scan of their lanes.
+fn min_rows(gpu: &Gpu, reps: usize) -> Result<Vec<Row>> {
+    const SHAPE: [usize; 3] = [128, 4096, 4095];
+    const SAMPLES: usize = 20_000;
+    let host = random_f32(&SHAPE, 2);
+    let x = gpu.upload(&host)?;
+    let flat = host.as_slice().expect("standard layout");
+    let mut rows = Vec::new();
+    for axis in 0..3 {
+        let problem = host::min_problem("min", &SHAPE, axis)?;
+        let shape = host::reduced_shape(&SHAPE, axis, false);
+        let (mut values, mut indices) = (gpu.alloc::<f32>(&shape)?, gpu.alloc::<i64>(&shape)?);
+        let mut amin_values = gpu.alloc::<f32>(&shape)?;
+        for array in [&mut values, &mut amin_values] {
+            gpu.poison(array)?;
+        }
+        gpu.poison(&mut indices)?;
+        gpu.min_into(&x, axis, &mut values, &mut indices)?;
+        gpu.amin_into(&x, axis, &mut amin_values)?;
+        let (v, i, a) = (
+            gpu.download(&values)?,
+            gpu.download(&indices)?,
+            gpu.download(&amin_values)?,
+        );
+        let (v, i, a) = (
+            v.as_slice().unwrap(),
+            i.as_slice().unwrap(),
+            a.as_slice().unwrap(),
+        );
+        let outputs = problem.outputs() as usize;
+        let bad = (0..SAMPLES)
+            .into_par_iter()
+            .map(|s| (s as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) as usize % outputs)
+            .chain([0, outputs - 1].into_par_iter())
+            .filter(|&m| {
+                let (outer, inner) = ((m as u64 / problem.inner), (m as u64 % problem.inner));
+                let lane = (0..problem.reduce)
+                    .map(|r| flat[((outer * problem.reduce + r) * problem.inner + inner) as usize]);
+                let (best, at) =
+                    lane.enumerate().fold(
+                        (f32::INFINITY, 0),
+                        |(b, at), (r, e)| if e < b { (e, r) } else { (b, at) },
+                    );
+                v[m] != best || a[m] != best || i[m] != at as i64
+            })
+            .count();
+        if bad > 0 {
+            return Err(format!(
+                "min along axis {axis}: {bad} of {SAMPLES} sampled outputs differ from the CPU"
+            )
+            .into());
+        }
+        let out_bytes = outputs as f64 * 4.0;
+        let bytes = x.bytes() as f64;
+        let times = time(gpu, reps, |g| g.min_into(&x, axis, &mut values, &mut indices))?;
+        rows.push(Row {
+            key: ["min0", "min1", "min2"][axis],
+            what: format!("min (values+indices), dim {axis}"),
+            times_ms: times,
+            bytes: bytes + 3.0 * out_bytes,
+        });
+        let times = time(gpu, reps, |g| g.amin_into(&x, axis, &mut amin_values))?;
+        rows.push(Row {
+            key: ["amin0", "amin1", "amin2"][axis],
+            what: format!("amin, dim {axis}"),
+            times_ms: times,
+            bytes: bytes + out_bytes,
+        });
+    }
+    Ok(rows)
+}
+
 fn main() -> Result {
     let opts = parse_args()?;
     let gpu = Gpu::new()?;
@@ -141,11 +216,21 @@ fn main() -> Result {
         info.driver_version.1,
         info.kernel_image
     );
+    let wanted = |family: &str| {
+        opts.only
+            .as_ref()
+            .is_none_or(|only| only.iter().any(|o| o == family))
+    };
     let mut rows = Vec::new();
     // The copy always runs: every other rate is quoted against its bandwidth.
     let started = Instant::now();
     rows.extend(copy_rows(&gpu, opts.reps)?);
     eprintln!("copy: {:.1} s", started.elapsed().as_secs_f64());
+    if wanted("min") {
+        let started = Instant::now();
+        rows.extend(min_rows(&gpu, opts.reps)?);
+        eprintln!("min: {:.1} s", started.elapsed().as_secs_f64());
+    }
 
     let copy_bw = rows
         .iter()

@@ -21,10 +21,13 @@ pub mod device;
 pub mod warp;
 
 pub mod copy;
+pub mod min;
 
 /// Every kernel entry point the PTX must export. The PTX build fails if one is missing,
 /// and the host looks each one up when it loads the module.
-pub const KERNEL_ENTRY_POINTS: &[&str] = &[copy::KERNEL];
+pub fn kernel_entry_points() -> impl Iterator<Item = &'static str> {
+    core::iter::once(copy::KERNEL).chain(min::KERNELS)
+}
 
 /// A panic in device code (only reachable through a failed bounds check) stops the
 /// kernel: the launch then reports an illegal-instruction error to the host.

@@ -40,6 +40,19 @@ pub enum Error {
         actual: Vec<usize>,
     },
 
+    #[error("{op} needs an array of rank 1 or more; got a 0-dimensional array")]
+    ZeroRank { op: &'static str },
+
+    #[error("axis {axis} is out of range for an array of rank {rank} (valid axes: 0..{rank})")]
+    InvalidAxis { axis: usize, rank: usize },
+
+    #[error("{op} over axis {axis} of shape {shape:?}: the axis is empty, so there is no minimum")]
+    EmptyAxis {
+        op: &'static str,
+        axis: usize,
+        shape: Vec<usize>,
+    },
+
     #[error("array of shape {shape:?} is too large: {detail}")]
     TooLarge { shape: Vec<usize>, detail: String },
 

@@ -99,9 +99,8 @@ impl Gpu {
             ),
         }
         .map_err(|e| cust_error("cuModuleLoadData", e))?;
-        let kernels = gpu_kernels::KERNEL_ENTRY_POINTS
-            .iter()
-            .map(|&name| Ok((name, driver::kernel_handle(&module, name)?)))
+        let kernels = gpu_kernels::kernel_entry_points()
+            .map(|name| Ok((name, driver::kernel_handle(&module, name)?)))
             .collect::<Result<_>>()?;
         let stream =
             Stream::new(StreamFlags::NON_BLOCKING, None).map_err(|e| cust_error("cuStreamCreate", e))?;

@@ -26,7 +26,10 @@ mod driver;
 mod error;
 mod gpu;
 mod image;
+mod min;
+pub mod reference;
 
 pub use array::{DType, DeviceArray, Element};
 pub use error::{Error, Result};
 pub use gpu::{DeviceInfo, Gpu};
+pub use min::{MinElement, min_problem, reduced_shape};

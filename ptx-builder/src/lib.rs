@@ -170,8 +170,8 @@ fn build_arch(cfg: &PtxBuild, tools: &Path, arch: &str) -> Result<Artifact, Buil
         .arg(&cubin);
     let report = run(&mut ptxas, &format!("ptxas on {}", ptx.display()))?;
     let kernels = parse_ptxas_report(&report);
-    for kernel in gpu_kernels::KERNEL_ENTRY_POINTS {
-        if !kernels.contains_key(*kernel) {
+    for kernel in gpu_kernels::kernel_entry_points() {
+        if !kernels.contains_key(kernel) {
             return Err(BuildError::MissingKernel {
                 arch: arch.into(),
                 kernel: kernel.to_string(),

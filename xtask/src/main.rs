@@ -137,13 +137,13 @@ fn bundle() -> Result<PathBuf> {
         let (Some(exe), Some(name)) = (msg["executable"].as_str(), msg["target"]["name"].as_str()) else {
             continue;
         };
-        let kinds = msg["target"]["kind"].to_string();
-        let file = match (
-            msg["package_id"].as_str().unwrap_or_default(),
-            kinds.contains("test"),
-        ) {
-            (id, true) if id.contains("/tests#") => format!("test-{name}"),
-            (_, false) if name == "bench" => "bench".into(),
+        let package = msg["package_id"].as_str().unwrap_or_default();
+        // The bench binary is also built as a test harness: skip that one.
+        let harness = msg["profile"]["test"].as_bool().unwrap_or(false);
+        let integration_test = msg["target"]["kind"].to_string().contains("test");
+        let file = match (integration_test, harness) {
+            (true, _) if package.contains("/tests#") => format!("test-{name}"),
+            (false, false) if name == "bench" => "bench".into(),
             _ => continue,
         };
         fs::copy(exe, dir.join("bin").join(file))?;

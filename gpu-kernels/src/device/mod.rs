@@ -10,4 +10,6 @@ mod thread;
 pub use memory::{load_global_nc_v4, store_global_v4};
 pub use shared::SharedCarver;
 pub use shuffle::{Shuffle, WARP_SIZE};
-pub use thread::{block_dim_x, block_idx_x, grid_dim_x, lane_id, sync_threads, thread_idx_x, trap};
+pub use thread::{
+    block_dim_x, block_idx_x, block_idx_y, grid_dim_x, lane_id, sync_threads, thread_idx_x, trap,
+};

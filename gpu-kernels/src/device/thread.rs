@@ -16,6 +16,13 @@ pub fn block_idx_x() -> u32 {
     unsafe { nvptx::_block_idx_x() as u32 }
 }
 
+/// `blockIdx.y`.
+#[inline(always)]
+pub fn block_idx_y() -> u32 {
+    // SAFETY: reads a special register; always defined inside a kernel.
+    unsafe { nvptx::_block_idx_y() as u32 }
+}
+
 /// `blockDim.x`.
 #[inline(always)]
 pub fn block_dim_x() -> u32 {

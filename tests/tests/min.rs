@@ -1,0 +1,232 @@
+//! `min` and `amin` on the GPU against the CPU reference: random ranks 1-4, awkward
+//! extents, every axis, keepdim, NaN and infinities, many ties. Values and indices must
+//! match exactly.
+
+use host::{Error, Gpu, MinElement, reference};
+use ndarray::{ArrayD, IxDyn};
+use proptest::prelude::*;
+use proptest::sample::select;
+use tests::{gpu_or_skip, runner};
+
+/// Extents around warp, vector and block multiples, primes, and random ones.
+fn extent() -> impl Strategy<Value = usize> {
+    prop_oneof![
+        3 => select(vec![1, 2, 3, 4, 5, 7, 8, 17, 31, 32, 33, 63, 64, 65, 127, 128, 129, 255, 256, 257, 1023, 1025]),
+        1 => 1..300usize,
+    ]
+}
+
+/// Shapes of rank 1-4 up to 300k elements, or one very long axis (which splits the
+/// reduction over blocks) beside short ones.
+fn shape() -> impl Strategy<Value = Vec<usize>> {
+    let general = prop::collection::vec(extent(), 1..=4).prop_filter("at most 300k elements", |s| {
+        s.iter().product::<usize>() <= 300_000
+    });
+    let long =
+        (100_000..2_000_000usize, 1..6usize, any::<bool>(), any::<bool>()).prop_map(|(n, k, first, two)| {
+            match (two, first) {
+                (false, _) => vec![n],
+                (true, true) => vec![n, k],
+                (true, false) => vec![k, n],
+            }
+        });
+    prop_oneof![6 => general, 1 => long]
+}
+
+/// One case: a shape, an axis into it, keepdim, a seed, and how often NaN appears.
+fn case() -> impl Strategy<Value = (Vec<usize>, usize, bool, u64, u32)> {
+    shape().prop_flat_map(|s| {
+        let rank = s.len();
+        (
+            Just(s),
+            0..rank,
+            any::<bool>(),
+            any::<u64>(),
+            select(vec![0u32, 1, 100]),
+        )
+    })
+}
+
+/// Values on a small integer grid (many ties), with infinities and, per `nan_per_10k`,
+/// NaN mixed in.
+trait TestValue: MinElement {
+    fn draw(bits: u64, nan_per_10k: u32) -> Self;
+}
+
+impl TestValue for f32 {
+    fn draw(bits: u64, nan_per_10k: u32) -> Self {
+        f64::draw(bits, nan_per_10k) as f32
+    }
+}
+
+impl TestValue for f64 {
+    fn draw(bits: u64, nan_per_10k: u32) -> Self {
+        match bits % 10_000 {
+            r if r < nan_per_10k as u64 => f64::NAN,
+            r if r < 50 + nan_per_10k as u64 => f64::INFINITY,
+            r if r < 100 + nan_per_10k as u64 => f64::NEG_INFINITY,
+            _ => ((bits >> 20) % 33) as f64 - 16.0 + if bits & 1 << 40 != 0 { 0.5 } else { 0.0 },
+        }
+    }
+}
+
+impl TestValue for i32 {
+    fn draw(bits: u64, _: u32) -> Self {
+        match bits % 1000 {
+            0 => i32::MIN,
+            1 => i32::MAX,
+            _ => ((bits >> 20) % 41) as i32 - 20,
+        }
+    }
+}
+
+fn random<T: TestValue>(shape: &[usize], seed: u64, nan_per_10k: u32) -> ArrayD<T> {
+    let mut state = seed | 1;
+    ArrayD::from_shape_fn(IxDyn(shape), |_| {
+        state ^= state >> 12;
+        state ^= state << 25;
+        state ^= state >> 27;
+        T::draw(state.wrapping_mul(0x2545_F491_4F6C_DD1D), nan_per_10k)
+    })
+}
+
+fn same_values<T: MinElement>(a: &ArrayD<T>, b: &ArrayD<T>) -> bool {
+    a.shape() == b.shape()
+        && a.iter()
+            .zip(b)
+            .all(|(&x, &y)| x == y || (x.is_nan() && y.is_nan()))
+}
+
+fn check_min<T: TestValue>(
+    gpu: &Gpu,
+    case: (Vec<usize>, usize, bool, u64, u32),
+) -> Result<(), TestCaseError> {
+    let (shape, axis, keepdim, seed, nan) = case;
+    let x = random::<T>(&shape, seed, nan);
+    let (want_values, want_indices) = reference::min::min(&x, axis, keepdim).unwrap();
+    let device_x = gpu.upload(&x).unwrap();
+    let (mut values, mut indices) = gpu.min(&device_x, axis, keepdim).unwrap();
+    // Poison and run again: every output element must be written by the kernels.
+    gpu.poison(&mut values).unwrap();
+    gpu.poison(&mut indices).unwrap();
+    let (values, indices) = gpu.min(&device_x, axis, keepdim).unwrap();
+    let (got_values, got_indices) = (gpu.download(&values).unwrap(), gpu.download(&indices).unwrap());
+    prop_assert!(
+        same_values(&got_values, &want_values),
+        "values differ for {shape:?} axis {axis}"
+    );
+    prop_assert_eq!(
+        got_indices,
+        want_indices,
+        "indices differ for {:?} axis {}",
+        shape,
+        axis
+    );
+    let amin = gpu
+        .download(&gpu.amin(&device_x, axis, keepdim).unwrap())
+        .unwrap();
+    prop_assert!(
+        same_values(&amin, &want_values),
+        "amin differs for {shape:?} axis {axis}"
+    );
+    Ok(())
+}
+
+#[test]
+fn min_and_amin_f32_match_the_reference() {
+    let Some(gpu) = gpu_or_skip("min_and_amin_f32_match_the_reference") else {
+        return;
+    };
+    runner().run(&case(), |c| check_min::<f32>(&gpu, c)).unwrap();
+}
+
+#[test]
+fn min_and_amin_f64_match_the_reference() {
+    let Some(gpu) = gpu_or_skip("min_and_amin_f64_match_the_reference") else {
+        return;
+    };
+    runner().run(&case(), |c| check_min::<f64>(&gpu, c)).unwrap();
+}
+
+#[test]
+fn min_and_amin_i32_match_the_reference() {
+    let Some(gpu) = gpu_or_skip("min_and_amin_i32_match_the_reference") else {
+        return;
+    };
+    runner().run(&case(), |c| check_min::<i32>(&gpu, c)).unwrap();
+}
+
+#[test]
+fn min_of_views_and_nan_rows() {
+    let Some(gpu) = gpu_or_skip("min_of_views_and_nan_rows") else {
+        return;
+    };
+    let x = random::<f32>(&[37, 129], 7, 0);
+    let view = x.t();
+    let (v, i) = gpu.min_of(&view, 1, false).unwrap();
+    let (rv, ri) = reference::min::min(&view, 1, false).unwrap();
+    assert!(same_values(&v, &rv));
+    assert_eq!(i, ri);
+    let mut y = random::<f64>(&[4, 1000], 9, 0);
+    y[[1, 500]] = f64::NAN;
+    y[[1, 700]] = f64::NAN;
+    y[[3, 999]] = f64::NAN;
+    let (v, i) = gpu.min_of(&y, 1, false).unwrap();
+    assert!(v[1].is_nan() && v[3].is_nan() && !v[0].is_nan() && !v[2].is_nan());
+    assert_eq!((i[1], i[3]), (500, 999));
+    assert!(same_values(
+        &gpu.amin_of(&y, 1, true).unwrap(),
+        &reference::min::amin(&y, 1, true).unwrap()
+    ));
+}
+
+/// Bad input is an error on the CPU path, with or without a GPU.
+#[test]
+fn invalid_reductions_are_errors() {
+    let scalar = ndarray::arr0(1.0f32);
+    assert!(matches!(
+        reference::min::min(&scalar, 0, false),
+        Err(Error::ZeroRank { op: "min" })
+    ));
+    let x = ArrayD::<f32>::zeros(IxDyn(&[2, 3]));
+    let err = reference::min::amin(&x, 2, false).unwrap_err();
+    assert!(matches!(err, Error::InvalidAxis { axis: 2, rank: 2 }), "{err}");
+    assert_eq!(
+        err.to_string(),
+        "axis 2 is out of range for an array of rank 2 (valid axes: 0..2)"
+    );
+    let empty = ArrayD::<i32>::zeros(IxDyn(&[4, 0, 3]));
+    let err = reference::min::min(&empty, 1, false).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::EmptyAxis {
+                op: "min",
+                axis: 1,
+                ..
+            }
+        ),
+        "{err}"
+    );
+    assert!(err.to_string().contains("shape [4, 0, 3]"));
+    // Empty elsewhere than the reduced axis is fine: the output is empty.
+    assert_eq!(reference::min::amin(&empty, 2, false).unwrap().shape(), &[4, 0]);
+}
+
+#[test]
+fn invalid_reductions_are_errors_on_the_gpu_too() {
+    let Some(gpu) = gpu_or_skip("invalid_reductions_are_errors_on_the_gpu_too") else {
+        return;
+    };
+    let scalar = gpu.upload(&ndarray::arr0(1.0f32)).unwrap();
+    assert!(matches!(gpu.min(&scalar, 0, false), Err(Error::ZeroRank { .. })));
+    let x = gpu.alloc::<f64>(&[2, 3]).unwrap();
+    assert!(matches!(
+        gpu.amin(&x, 5, true),
+        Err(Error::InvalidAxis { axis: 5, rank: 2 })
+    ));
+    let empty = gpu.alloc::<i32>(&[4, 0, 3]).unwrap();
+    assert!(matches!(gpu.min(&empty, 1, false), Err(Error::EmptyAxis { .. })));
+    let (v, i) = gpu.min(&empty, 2, true).unwrap();
+    assert_eq!((v.shape(), i.shape()), (&[4, 0, 1][..], &[4, 0, 1][..]));
+}
