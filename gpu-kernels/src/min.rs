@@ -7,8 +7,8 @@
 //! - `rows` (`inner == 1`, the reduced axis contiguous): a group of `group_lanes` lanes
 //!   (1..=32, a power of two) per row, 128-bit loads after a scalar head that reaches
 //!   alignment, then a shuffle reduction inside the group;
-//! - `strided` (`inner > 1`): a block of `TX` lanes along `inner` (each lane `vector`
-//!   consecutive columns, 128-bit loads when `inner` keeps rows aligned) by `TY` slices
+//! - `strided` (`inner > 1`): a block of `TX` lanes along `inner` (each lane 16 bytes of
+//!   consecutive columns, one 128-bit load when `inner` keeps rows aligned) by `TY` slices
 //!   of the reduced axis, combined through shared memory.
 //!
 //! When the output alone cannot fill the GPU, the reduced axis is also split over
@@ -23,8 +23,10 @@ pub const STRIDED_TX: u32 = 32;
 pub const STRIDED_TY: u32 = BLOCK_THREADS / STRIDED_TX;
 /// Bytes of one vector load.
 pub const VECTOR_BYTES: usize = 16;
-/// Loads each thread issues before it uses the first (rows: vectors; strided: rows).
+/// Vector loads each thread of the rows kernel issues before it uses the first.
 pub const UNROLL: usize = 4;
+/// Rows each strided thread loads before it uses the first.
+pub const STRIDED_ROWS: usize = 4;
 /// Threads that fill an H100-class SM (2048 resident); the plan aims at this many per SM.
 pub const THREADS_PER_SM: u64 = 2048;
 /// A split never makes a work item shorter than this many elements of the reduced axis.
@@ -62,7 +64,7 @@ pub enum MinPlan {
         blocks: u64,
     },
     Strided {
-        /// Whether each lane loads one 128-bit vector of columns.
+        /// Whether each lane loads its columns as one 128-bit vector (rows aligned).
         vector: bool,
         /// Work items per output column (grid y).
         split: u64,
@@ -103,7 +105,7 @@ pub fn plan(problem: &MinProblem, element_bytes: usize, multiprocessors: u32) ->
         }
     } else {
         let vector = problem.inner.is_multiple_of(per_vector);
-        let columns_per_block = STRIDED_TX as u64 * if vector { per_vector } else { 1 };
+        let columns_per_block = STRIDED_TX as u64 * per_vector;
         let tiles_per_outer = problem.inner.div_ceil(columns_per_block);
         let split = even_split(
             problem.reduce,
@@ -411,21 +413,24 @@ mod kernel {
         }
     }
 
-    /// Reduces `reduce` rows of `STRIDED_TX * VECTOR` columns per block: each of the
-    /// `STRIDED_TY` slices takes every `STRIDED_TY`-th row of its chunk, then slice 0's
-    /// lanes merge the slices through shared memory (one barrier).
+    /// Reduces `reduce` rows of `STRIDED_TX * COLUMNS` columns per block: each lane
+    /// takes `COLUMNS` consecutive columns (`COLUMNS = T::PER_VECTOR`, one 128-bit load
+    /// per row when `ALIGNED`, else one load per column, so that a warp still reads whole
+    /// sectors when rows are not 16-byte aligned); each of the `STRIDED_TY` slices takes
+    /// every `STRIDED_TY`-th row of its chunk, then the lanes merge the slices through
+    /// shared memory (one barrier).
     ///
     /// Block (x, y): x = outer index * tiles_per_outer + tile, y = chunk of the reduced
     /// axis. Output column `m = outer * inner + column`; with `split > 1` the partial
     /// goes to slot `m * split + chunk`.
     ///
     /// # Safety
-    /// `x` holds `outer * reduce * inner` elements, 16-byte aligned; `VECTOR` is 1 or
-    /// `T::PER_VECTOR`, the latter only when `inner` is a multiple of it; the output holds
-    /// `outer * inner * split` slots; the block has `BLOCK_THREADS` threads and
-    /// `STRIDED_SHARED_BYTES` of dynamic shared memory.
+    /// `x` holds `outer * reduce * inner` elements, 16-byte aligned; `ALIGNED` only when
+    /// `inner` is a multiple of `COLUMNS`; the output holds `outer * inner * split`
+    /// slots; the block has `BLOCK_THREADS` threads and `STRIDED_SHARED_BYTES` of
+    /// dynamic shared memory.
     #[inline(always)]
-    pub unsafe fn strided<T: MinValue, const INDEX: bool, const VECTOR: usize>(
+    pub unsafe fn strided<T: MinValue, const INDEX: bool, const COLUMNS: usize, const ALIGNED: bool>(
         x: *const T,
         values: *mut T,
         indices: *mut i64,
@@ -440,50 +445,58 @@ mod kernel {
         );
         let part = block_idx_y() as u64;
         let (tx, ty) = (thread_idx_x() % STRIDED_TX, thread_idx_x() / STRIDED_TX);
-        let block_columns = STRIDED_TX as u64 * VECTOR as u64;
-        let column = tile * block_columns + tx as u64 * VECTOR as u64;
+        let block_columns = STRIDED_TX as u64 * COLUMNS as u64;
+        let column = tile * block_columns + tx as u64 * COLUMNS as u64;
         let chunk = reduce.div_ceil(split);
         let begin = (part * chunk).min(reduce);
         let end = (begin + chunk).min(reduce);
 
         // SAFETY: `x` holds at least one element.
         let fill = unsafe { *x };
-        let mut states = [ArgMin::<T, INDEX>::empty(fill); VECTOR];
-        if column < inner {
-            let load = |r: u64| -> [T; VECTOR] {
+        let mut states = [ArgMin::<T, INDEX>::empty(fill); COLUMNS];
+        let valid = inner.saturating_sub(column).min(COLUMNS as u64);
+        if valid > 0 {
+            let load = |r: u64| -> [T; COLUMNS] {
                 let at = (outer * reduce + r) * inner + column;
-                let mut out = [fill; VECTOR];
-                if VECTOR == 1 {
-                    // SAFETY: row r < reduce, column < inner.
-                    out[0] = unsafe { *x.add(at as usize) };
-                } else {
-                    // SAFETY: `inner` and `column` are multiples of VECTOR == PER_VECTOR,
+                let mut out = [fill; COLUMNS];
+                if ALIGNED {
+                    // SAFETY: `inner` and `column` are multiples of COLUMNS == PER_VECTOR,
                     // so the vector is aligned and inside the row.
                     let words = unsafe { load_global_nc_v4(x.add(at as usize) as *const u32) };
                     for (i, o) in out.iter_mut().enumerate() {
                         *o = T::from_words(words, i);
                     }
+                } else {
+                    for (i, o) in out.iter_mut().enumerate() {
+                        if (i as u64) < valid {
+                            // SAFETY: row r < reduce, column + i < inner.
+                            *o = unsafe { *x.add(at as usize + i) };
+                        }
+                    }
                 }
                 out
             };
+            let push = |states: &mut [ArgMin<T, INDEX>; COLUMNS], row: &[T; COLUMNS], r: u64| {
+                for (i, (s, &value)) in states.iter_mut().zip(row).enumerate() {
+                    if (i as u64) < valid {
+                        s.push(value, r);
+                    }
+                }
+            };
             let step = STRIDED_TY as u64;
             let mut r = begin + ty as u64;
-            while r + (UNROLL as u64 - 1) * step < end {
-                let mut held = [[fill; VECTOR]; UNROLL];
+            while r + (STRIDED_ROWS as u64 - 1) * step < end {
+                let mut held = [[fill; COLUMNS]; STRIDED_ROWS];
                 for (u, h) in held.iter_mut().enumerate() {
                     *h = load(r + u as u64 * step);
                 }
                 for (u, h) in held.iter().enumerate() {
-                    for (s, &value) in states.iter_mut().zip(h) {
-                        s.push(value, r + u as u64 * step);
-                    }
+                    push(&mut states, h, r + u as u64 * step);
                 }
-                r += UNROLL as u64 * step;
+                r += STRIDED_ROWS as u64 * step;
             }
             while r < end {
-                for (s, &value) in states.iter_mut().zip(&load(r)) {
-                    s.push(value, r);
-                }
+                push(&mut states, &load(r), r);
                 r += step;
             }
         }
@@ -497,7 +510,7 @@ mod kernel {
             (carver.take::<T>(slots), carver.take::<u64>(slots))
         };
         for (v, s) in states.iter().enumerate() {
-            let slot = (ty as u64 * block_columns + tx as u64 * VECTOR as u64 + v as u64) as usize;
+            let slot = (ty as u64 * block_columns + tx as u64 * COLUMNS as u64 + v as u64) as usize;
             // SAFETY: slot < STRIDED_TY * block_columns.
             unsafe {
                 *shared_values.add(slot) = s.value;
@@ -592,7 +605,7 @@ mod kernel {
             }
 
             /// # Safety
-            /// See [`strided`]; `vector` selects `VECTOR = PER_VECTOR` over 1.
+            /// See [`strided`]; `vector` selects `ALIGNED`.
             #[unsafe(no_mangle)]
             pub unsafe extern "ptx-kernel" fn $strided(
                 x: *const $t,
@@ -603,13 +616,27 @@ mod kernel {
                 tiles_per_outer: u64,
                 vector: u32,
             ) {
-                const PER_VECTOR: usize = <$t as MinValue>::PER_VECTOR;
+                const COLUMNS: usize = <$t as MinValue>::PER_VECTOR;
                 // SAFETY: forwarded from the launch's contract.
                 unsafe {
                     if vector != 0 {
-                        strided::<$t, $index, PER_VECTOR>(x, values, indices, problem, split, tiles_per_outer)
+                        strided::<$t, $index, COLUMNS, true>(
+                            x,
+                            values,
+                            indices,
+                            problem,
+                            split,
+                            tiles_per_outer,
+                        )
                     } else {
-                        strided::<$t, $index, 1>(x, values, indices, problem, split, tiles_per_outer)
+                        strided::<$t, $index, COLUMNS, false>(
+                            x,
+                            values,
+                            indices,
+                            problem,
+                            split,
+                            tiles_per_outer,
+                        )
                     }
                 }
             }
@@ -674,7 +701,7 @@ mod tests {
             MinPlan::Strided {
                 vector: false,
                 split: 1,
-                tiles_per_outer: 128
+                tiles_per_outer: 32
             }
         );
         let dim0 = p(1, 128, 4096 * 4095);
