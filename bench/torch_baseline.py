@@ -35,6 +35,24 @@ def copy(reps):
     return {"copy": {"ms": ms, "op": "y.copy_(x), 8 GiB f32"}}
 
 
+def scans(reps):
+    x = torch.rand(32768, 32768, device="cuda") * 2 - 1
+    zeros = torch.zeros(32768, 1, device="cuda")
+    results = {
+        "scan1": {"ms": median_ms(lambda: torch.cumsum(x, 1), reps), "op": "torch.cumsum(x, 1), 32768x32768 f32"},
+        "scan1_model": {
+            "ms": median_ms(lambda: torch.cumsum(torch.cat([zeros, x[:, :-1]], 1), 1), reps),
+            "op": "cumsum(cat([0, x[:, :-1]], 1), 1), the original model",
+        },
+        "scan0": {"ms": median_ms(lambda: torch.cumsum(x, 0), reps), "op": "torch.cumsum(x, 0), 32768x32768 f32"},
+    }
+    del x, zeros
+    v = torch.rand(1 << 28, device="cuda") * 2 - 1
+    results["scan1d"] = {"ms": median_ms(lambda: torch.cumsum(v, 0), reps), "op": "torch.cumsum(x, 0), 2^28 f32"}
+    del v
+    return results
+
+
 def min_reductions(reps):
     x = torch.rand(128, 4096, 4095, device="cuda")
     results = {}
@@ -53,7 +71,7 @@ def main():
     parser.add_argument("--json", required=True)
     args = parser.parse_args()
     results = {}
-    for workload in (copy, min_reductions):
+    for workload in (copy, scans, min_reductions):
         results.update(workload(args.reps))
         torch.cuda.empty_cache()
     doc = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "results": results}

@@ -1,4 +1,4 @@
-//! `bench [--only min,...] [--reps N] [--baseline torch.json] [--json OUT]`
+//! `bench [--only scan,min] [--reps N] [--baseline torch.json] [--json OUT]`
 //!
 //! Runs each workload on its headline shape (../shared/WORKLOADS.md), checks the result,
 //! times it with CUDA events (warm-up, then the median of `--reps` runs) and prints one
@@ -202,6 +202,64 @@ fn min_rows(gpu: &Gpu, reps: usize) -> Result<Vec<Row>> {
     Ok(rows)
 }
 
+/// Checks sampled lanes of an exclusive scan of `x` (row-major `[outer, scan, inner]`)
+/// against an f64 scan, within `scan * eps * sum(|lane|)`.
+fn check_scan_lanes(x: &[f32], y: &[f32], problem: (usize, usize, usize), lanes: usize) -> Result {
+    let (outer, scan, inner) = problem;
+    let count = outer * inner;
+    for s in 0..lanes.min(count) {
+        let lane = (s as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) as usize % count;
+        let (o, i) = (lane / inner, lane % inner);
+        let at = |r: usize| (o * scan + r) * inner + i;
+        let lane_abs: f64 = (0..scan).map(|r| x[at(r)].abs() as f64).sum();
+        let bound = scan as f64 * f32::EPSILON as f64 * lane_abs;
+        let mut sum = 0.0f64;
+        for r in 0..scan {
+            let err = (y[at(r)] as f64 - sum).abs();
+            if err > bound {
+                return Err(
+                    format!("scan lane {lane} row {r}: error {err:e} over the bound {bound:e}").into(),
+                );
+            }
+            sum += x[at(r)] as f64;
+        }
+    }
+    Ok(())
+}
+
+/// The scan workloads: exclusive cumsum of 32768 x 32768 f32 along axis 1 and axis 0,
+/// and of 2^28 f32; each checked on sampled lanes (the 1-D one whole).
+fn scan_rows(gpu: &Gpu, reps: usize) -> Result<Vec<Row>> {
+    use host::ScanKind::Exclusive;
+    let mut rows = Vec::new();
+    let square = [32768usize, 32768];
+    let cases: [(&str, &[usize], usize, &str); 3] = [
+        ("scan1", &square, 1, "exclusive cumsum 32768x32768, dim 1"),
+        ("scan0", &square, 0, "exclusive cumsum 32768x32768, dim 0"),
+        ("scan1d", &[1 << 28], 0, "exclusive cumsum 2^28, 1-D"),
+    ];
+    for (key, shape, axis, what) in cases {
+        let host = random_f32(shape, 3);
+        let x = gpu.upload(&host)?;
+        let mut y = gpu.alloc::<f32>(shape)?;
+        gpu.poison(&mut y)?;
+        gpu.cumsum_into(&x, &mut y, axis, Exclusive, false)?;
+        let out = gpu.download(&y)?;
+        let p = host::scan_problem(shape, axis)?;
+        let view = (p.outer as usize, p.scan as usize, p.inner as usize);
+        check_scan_lanes(host.as_slice().unwrap(), out.as_slice().unwrap(), view, 64)?;
+        drop(out);
+        let times = time(gpu, reps, |g| g.cumsum_into(&x, &mut y, axis, Exclusive, false))?;
+        rows.push(Row {
+            key,
+            what: what.into(),
+            times_ms: times,
+            bytes: 2.0 * x.bytes() as f64,
+        });
+    }
+    Ok(rows)
+}
+
 fn main() -> Result {
     let opts = parse_args()?;
     let gpu = Gpu::new()?;
@@ -226,6 +284,11 @@ fn main() -> Result {
     let started = Instant::now();
     rows.extend(copy_rows(&gpu, opts.reps)?);
     eprintln!("copy: {:.1} s", started.elapsed().as_secs_f64());
+    if wanted("scan") {
+        let started = Instant::now();
+        rows.extend(scan_rows(&gpu, opts.reps)?);
+        eprintln!("scan: {:.1} s", started.elapsed().as_secs_f64());
+    }
     if wanted("min") {
         let started = Instant::now();
         rows.extend(min_rows(&gpu, opts.reps)?);
@@ -269,6 +332,16 @@ fn main() -> Result {
             "percent_of_copy": 100.0 * gbps / copy_bw, "torch_ms": torch,
             "times_ms": r.times_ms,
         }));
+    }
+    for r in &rows {
+        let model_key = format!("{}_model", r.key);
+        if let Some(model) = torch_ms(&model_key) {
+            println!(
+                "{}: {:.3}x as fast as {model_key} ({model:.3} ms)",
+                r.what,
+                model / r.median_ms()
+            );
+        }
     }
     println!(
         "\ncopy bandwidth (cuMemcpyDtoD, read + write): {copy_bw:.0} GB/s; median of {} runs after {WARMUP} warm-up",

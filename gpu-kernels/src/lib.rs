@@ -4,7 +4,7 @@
 //! Levels, bottom up:
 //! - [`device`]: the only code that touches `core::arch::nvptx` or inline PTX (indices,
 //!   barriers, shared memory, shuffles, vector memory access);
-//! - [`warp`]: warp-wide collectives built on the device layer;
+//! - [`warp`] and [`block`]: warp- and block-wide collectives built on the device layer;
 //! - one module per kernel family, each holding its tuning policy (compiled on both
 //!   sides) and, for nvptx64 only, its block-level functions and thin entry points.
 //!
@@ -16,17 +16,22 @@
 )]
 
 #[cfg(target_arch = "nvptx64")]
+pub mod block;
+#[cfg(target_arch = "nvptx64")]
 pub mod device;
 #[cfg(target_arch = "nvptx64")]
 pub mod warp;
 
 pub mod copy;
 pub mod min;
+pub mod scan;
 
 /// Every kernel entry point the PTX must export. The PTX build fails if one is missing,
 /// and the host looks each one up when it loads the module.
 pub fn kernel_entry_points() -> impl Iterator<Item = &'static str> {
-    core::iter::once(copy::KERNEL).chain(min::KERNELS)
+    core::iter::once(copy::KERNEL)
+        .chain(min::KERNELS)
+        .chain(scan::KERNELS)
 }
 
 /// A panic in device code (only reachable through a failed bounds check) stops the

@@ -103,7 +103,7 @@ pub(crate) fn kernel_handle(module: &Module, name: &str) -> Result<KernelHandle>
 }
 
 /// Device memory for `len` elements, contents unspecified.
-pub(crate) fn alloc<T: Element>(len: usize, shape: &[usize]) -> Result<DeviceBuffer<T>> {
+pub(crate) fn alloc<T: cust::memory::DeviceCopy>(len: usize, shape: &[usize]) -> Result<DeviceBuffer<T>> {
     // SAFETY: the contents of the buffer are left unspecified, which is sound for the
     // plain-old-data Element types; every reader is a kernel or a copy that the caller
     // orders after a write, and a fresh buffer has no other owner.
@@ -320,4 +320,50 @@ mod tests {
         };
         assert!(opt_in.validate("k", &h100()).is_ok());
     }
+}
+
+/// One device buffer reused by every operation that needs temporary storage (look-back
+/// status, partials). Operations run in stream order, so one operation's use of it
+/// ends before the next one's begins; growing it waits for the stream first.
+#[derive(Default)]
+pub(crate) struct Scratch {
+    buffer: Option<DeviceBuffer<u8>>,
+}
+
+impl Scratch {
+    /// Makes the buffer at least `bytes` long and returns its device address.
+    pub fn reserve(&mut self, bytes: usize, stream: &Stream) -> Result<u64> {
+        if self.buffer.as_ref().is_none_or(|b| b.len() < bytes) {
+            stream
+                .synchronize()
+                .map_err(|e| crate::gpu::cust_error("cuStreamSynchronize", e))?;
+            self.buffer = None;
+            self.buffer = Some(alloc_bytes(bytes.max(1 << 20))?);
+        }
+        Ok(self
+            .buffer
+            .as_ref()
+            .expect("reserved above")
+            .as_device_ptr()
+            .as_raw())
+    }
+
+    /// Zeroes `bytes` bytes from `offset`, in stream order.
+    pub fn zero(&mut self, offset: usize, bytes: usize, stream: &Stream) -> Result<()> {
+        let buffer = self.buffer.as_mut().expect("reserve before zero");
+        assert!(offset + bytes <= buffer.len(), "zeroing past the scratch buffer");
+        // SAFETY: the range lies inside the live scratch allocation (asserted).
+        check("cuMemsetD8Async", unsafe {
+            cu::cuMemsetD8Async(
+                buffer.as_device_ptr().as_raw() + offset as u64,
+                0,
+                bytes,
+                stream.as_inner(),
+            )
+        })
+    }
+}
+
+fn alloc_bytes(bytes: usize) -> Result<DeviceBuffer<u8>> {
+    alloc::<u8>(bytes, &[bytes])
 }

@@ -1,6 +1,7 @@
 //! One CUDA device: its context, the kernels loaded once, and the stream every
 //! operation is ordered on.
 
+use std::cell::RefCell;
 use std::collections::HashMap;
 
 use cust::context::{Context, CurrentContext};
@@ -13,7 +14,7 @@ use cust::sys::CUdevice_attribute as Attr;
 use ndarray::{ArrayBase, ArrayD, Data, Dimension, IxDyn};
 
 use crate::array::{DeviceArray, Element};
-use crate::driver::{self, KernelHandle, LaunchConfig};
+use crate::driver::{self, KernelHandle, LaunchConfig, Scratch};
 use crate::error::{Error, Result};
 use crate::image::{self, ImageFormat};
 
@@ -45,6 +46,7 @@ pub struct DeviceInfo {
 /// but is not shared between threads at once: wrap it in a `Mutex` for that.
 pub struct Gpu {
     kernels: HashMap<&'static str, KernelHandle>,
+    scratch: RefCell<Scratch>,
     stream: Stream,
     _module: Module,
     info: DeviceInfo,
@@ -128,6 +130,7 @@ impl Gpu {
         );
         Ok(Self {
             kernels,
+            scratch: RefCell::default(),
             stream,
             _module: module,
             info,
@@ -147,6 +150,14 @@ impl Gpu {
 
     pub(crate) fn stream(&self) -> &Stream {
         &self.stream
+    }
+
+    /// The shared scratch buffer, at least `bytes` long, and its device address.
+    pub(crate) fn scratch(&self, bytes: usize) -> Result<(std::cell::RefMut<'_, Scratch>, u64)> {
+        self.bind()?;
+        let mut scratch = self.scratch.borrow_mut();
+        let address = scratch.reserve(bytes, &self.stream)?;
+        Ok((scratch, address))
     }
 
     /// Launches an entry point of the loaded module.

@@ -28,8 +28,10 @@ mod gpu;
 mod image;
 mod min;
 pub mod reference;
+mod scan;
 
 pub use array::{DType, DeviceArray, Element};
 pub use error::{Error, Result};
 pub use gpu::{DeviceInfo, Gpu};
 pub use min::{MinElement, min_problem, reduced_shape};
+pub use scan::{ScanElement, ScanKind, scan_problem};

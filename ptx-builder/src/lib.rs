@@ -146,9 +146,11 @@ fn build_arch(cfg: &PtxBuild, tools: &Path, arch: &str) -> Result<Artifact, Buil
         cargo.env_remove(var);
     }
     let linker = tools.join("llvm-bitcode-linker");
+    // Loops over register arrays must unroll fully, or the arrays go to local memory.
     let rustflags = [
         format!("-Ctarget-cpu={arch}"),
         format!("-Clinker={}", linker.display()),
+        "-Cllvm-args=-unroll-threshold=2000".to_string(),
     ];
     cargo
         .env("CARGO_ENCODED_RUSTFLAGS", rustflags.join("\x1f"))

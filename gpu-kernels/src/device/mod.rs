@@ -7,9 +7,12 @@ mod shared;
 mod shuffle;
 mod thread;
 
-pub use memory::{load_global_nc_v4, store_global_v4};
+pub use memory::{
+    Coherent, atomic_add_u32, fence_gpu, load_acquire_u32, load_global_nc_v4, load_global_v4,
+    store_global_v4, store_release_u32,
+};
 pub use shared::SharedCarver;
-pub use shuffle::{Shuffle, WARP_SIZE};
+pub use shuffle::{Shuffle, WARP_SIZE, ballot};
 pub use thread::{
     block_dim_x, block_idx_x, block_idx_y, grid_dim_x, lane_id, sync_threads, thread_idx_x, trap,
 };

@@ -5,15 +5,18 @@ use core::arch::asm;
 /// Threads in a warp.
 pub const WARP_SIZE: u32 = 32;
 
-/// One full-warp `shfl.sync.<mode>.b32` with clamp 31.
+/// One full-warp `shfl.sync.<mode>.b32`; the clamp is 31, or 0 for `up`.
 macro_rules! shfl_b32 {
-    ($mode:literal, $value:expr, $operand:expr) => {{
+    ($mode:literal, $value:expr, $operand:expr) => {
+        shfl_b32!($mode, $value, $operand, 0x1f)
+    };
+    ($mode:literal, $value:expr, $operand:expr, $clamp:literal) => {{
         let out: u32;
         // SAFETY: every lane of the warp executes the shuffle together (the contract of
         // `Shuffle`), and it touches no memory.
         unsafe {
             asm!(
-                concat!("shfl.sync.", $mode, ".b32 {0}, {1}, {2}, 0x1f, 0xffffffff;"),
+                concat!("shfl.sync.", $mode, ".b32 {0}, {1}, {2}, ", stringify!($clamp), ", 0xffffffff;"),
                 out(reg32) out,
                 in(reg32) $value,
                 in(reg32) $operand,
@@ -33,6 +36,8 @@ pub trait Shuffle: Copy {
     fn shfl_xor(self, mask: u32) -> Self;
     /// The value of lane `lane_id + delta`; lanes past 31 keep their own.
     fn shfl_down(self, delta: u32) -> Self;
+    /// The value of lane `lane_id - delta`; lanes below `delta` keep their own.
+    fn shfl_up(self, delta: u32) -> Self;
     /// The value of lane `src`.
     fn shfl_idx(self, src: u32) -> Self;
 }
@@ -45,6 +50,10 @@ impl Shuffle for u32 {
     #[inline(always)]
     fn shfl_down(self, delta: u32) -> Self {
         shfl_b32!("down", self, delta)
+    }
+    #[inline(always)]
+    fn shfl_up(self, delta: u32) -> Self {
+        shfl_b32!("up", self, delta, 0)
     }
     #[inline(always)]
     fn shfl_idx(self, src: u32) -> Self {
@@ -60,6 +69,10 @@ impl Shuffle for u64 {
     #[inline(always)]
     fn shfl_down(self, delta: u32) -> Self {
         join(split(self).map(|w| w.shfl_down(delta)))
+    }
+    #[inline(always)]
+    fn shfl_up(self, delta: u32) -> Self {
+        join(split(self).map(|w| w.shfl_up(delta)))
     }
     #[inline(always)]
     fn shfl_idx(self, src: u32) -> Self {
@@ -90,6 +103,10 @@ macro_rules! shuffle_as_bits {
                 $from(<$bits>::shfl_down($to(self), delta))
             }
             #[inline(always)]
+            fn shfl_up(self, delta: u32) -> Self {
+                $from(<$bits>::shfl_up($to(self), delta))
+            }
+            #[inline(always)]
             fn shfl_idx(self, src: u32) -> Self {
                 $from(<$bits>::shfl_idx($to(self), src))
             }
@@ -102,4 +119,22 @@ shuffle_as_bits! {
     f32 => u32, f32::to_bits, f32::from_bits;
     i64 => u64, |v: i64| v as u64, |b: u64| b as i64;
     f64 => u64, f64::to_bits, f64::from_bits;
+}
+
+/// The lanes of the warp whose `predicate` holds, as a bit mask (`vote.sync.ballot`).
+/// All 32 lanes must call it together.
+#[inline(always)]
+pub fn ballot(predicate: bool) -> u32 {
+    let mask: u32;
+    // SAFETY: a full-warp vote with no memory access; every lane executes it (the
+    // caller's contract).
+    unsafe {
+        asm!(
+            "{{ .reg .pred p; setp.ne.u32 p, {x}, 0; vote.sync.ballot.b32 {m}, p, 0xffffffff; }}",
+            x = in(reg32) predicate as u32,
+            m = out(reg32) mask,
+            options(nomem, nostack, preserves_flags),
+        )
+    };
+    mask
 }

@@ -3,3 +3,4 @@
 //! semantics as the GPU operation.
 
 pub mod min;
+pub mod scan;

@@ -1,0 +1,8 @@
+//! Block-wide collectives: a block scan, and the tile status that lets blocks of one
+//! launch pass prefixes to each other (decoupled look-back).
+
+mod lookback;
+mod scan;
+
+pub use lookback::{AGGREGATE, INCLUSIVE, TileStatus};
+pub use scan::{ScanOp, exclusive_scan};

@@ -1,0 +1,615 @@
+//! Cumulative sum along one axis, exclusive (`y[i] = x[0] + ... + x[i-1]`, `y[0] = 0`)
+//! or inclusive, forward or reversed, in one pass that reads the input once and writes
+//! the output once (in place allowed).
+//!
+//! The array is seen as `[outer, scan, inner]`. Both kernels cut the work into tiles
+//! that take their ids from a counter in launch order and chain their prefixes by
+//! decoupled look-back (`block::TileStatus`), so any shape fills the GPU:
+//! - `contiguous` (`inner == 1`): the rows laid end to end as one flat sequence of
+//!   `TILE_ITEMS`-element tiles; each thread holds `ITEMS` consecutive elements
+//!   (128-bit loads when rows keep 16-byte alignment); a new row starts a new segment,
+//!   so one tile may hold the ends of several short rows, and a long row spans many
+//!   tiles;
+//! - `strided` (`inner > 1`): one thread per column (the `outer * inner` lanes of the
+//!   scan), tiles of `BLOCK_THREADS` columns by `rows` rows; the look-back runs down
+//!   each column block, one running sum per column.
+//!
+//! Reversal maps logical position `q` to `len - 1 - q` (flat for contiguous, per
+//! column for strided).
+
+/// Threads per block of both scan kernels.
+pub const BLOCK_THREADS: u32 = 256;
+/// Warps per block.
+pub const WARPS: usize = (BLOCK_THREADS / 32) as usize;
+/// 128-bit vectors each contiguous thread holds.
+pub const VECTORS_PER_THREAD: usize = 4;
+/// Bytes of rows each strided thread holds in registers: 64 rows of 4-byte elements.
+pub const STRIDED_THREAD_BYTES: usize = 256;
+/// Dynamic shared memory of both kernels: the tile id, the look-back flag, the tile
+/// prefix and the warp totals of the block scan (head flag + value).
+pub const SHARED_BYTES: u32 = 64 + (WARPS as u32) * 16;
+
+/// Option bit: exclusive (else inclusive).
+pub const EXCLUSIVE: u32 = 1;
+/// Option bit: scan from the end.
+pub const REVERSE: u32 = 2;
+
+const _: () = assert!(BLOCK_THREADS.is_multiple_of(32));
+
+/// Elements each contiguous thread holds for `element_bytes`-byte elements.
+pub const fn items_per_thread(element_bytes: usize) -> usize {
+    VECTORS_PER_THREAD * 16 / element_bytes
+}
+
+/// Elements of one contiguous tile.
+pub const fn tile_items(element_bytes: usize) -> u64 {
+    BLOCK_THREADS as u64 * items_per_thread(element_bytes) as u64
+}
+
+/// Rows of one strided tile.
+pub const fn strided_rows(element_bytes: usize) -> u64 {
+    (STRIDED_THREAD_BYTES / element_bytes) as u64
+}
+
+/// The array as `[outer, scan, inner]`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ScanProblem {
+    pub outer: u64,
+    pub scan: u64,
+    pub inner: u64,
+}
+
+/// How a problem is launched.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ScanPlan {
+    Contiguous {
+        tiles: u64,
+        /// Whether rows keep 16-byte alignment (128-bit loads and stores).
+        vector: bool,
+    },
+    Strided {
+        /// Blocks of `BLOCK_THREADS` columns.
+        column_blocks: u64,
+        /// Tiles down the scanned axis.
+        chunks: u64,
+    },
+}
+
+impl ScanPlan {
+    /// Tiles, one block each.
+    pub const fn tiles(&self) -> u64 {
+        match *self {
+            ScanPlan::Contiguous { tiles, .. } => tiles,
+            ScanPlan::Strided {
+                column_blocks,
+                chunks,
+            } => column_blocks * chunks,
+        }
+    }
+
+    /// Values each tile publishes: one, or one per column.
+    pub const fn status_width(&self) -> u32 {
+        match self {
+            ScanPlan::Contiguous { .. } => 1,
+            ScanPlan::Strided { .. } => BLOCK_THREADS,
+        }
+    }
+}
+
+/// The plan for a non-empty problem of `element_bytes`-byte elements.
+pub const fn plan(problem: &ScanProblem, element_bytes: usize) -> ScanPlan {
+    let elements = problem.outer * problem.scan * problem.inner;
+    if problem.inner == 1 {
+        let per_vector = (16 / element_bytes) as u64;
+        ScanPlan::Contiguous {
+            tiles: elements.div_ceil(tile_items(element_bytes)),
+            vector: problem.scan.is_multiple_of(per_vector),
+        }
+    } else {
+        ScanPlan::Strided {
+            column_blocks: (problem.outer * problem.inner).div_ceil(BLOCK_THREADS as u64),
+            chunks: problem.scan.div_ceil(strided_rows(element_bytes)),
+        }
+    }
+}
+
+/// The look-back status of a launch, as the host passes it (device addresses).
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct LaunchStatus<T> {
+    /// `[counter, flag per tile...]`, all zero before the launch.
+    pub counter_and_flags: *mut u32,
+    pub aggregates: *mut T,
+    pub inclusives: *mut T,
+}
+
+/// Element types of the scan kernels.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ScanDType {
+    F32,
+    F64,
+    I32,
+    I64,
+}
+
+/// Entry points, `[strided][dtype]`.
+const NAMES: [[&str; 4]; 2] = [
+    [
+        "scan_contiguous_f32",
+        "scan_contiguous_f64",
+        "scan_contiguous_i32",
+        "scan_contiguous_i64",
+    ],
+    [
+        "scan_strided_f32",
+        "scan_strided_f64",
+        "scan_strided_i32",
+        "scan_strided_i64",
+    ],
+];
+
+/// The entry point for a plan and dtype.
+pub const fn kernel_name(plan: &ScanPlan, dtype: ScanDType) -> &'static str {
+    NAMES[matches!(plan, ScanPlan::Strided { .. }) as usize][dtype as usize]
+}
+
+/// Every scan entry point.
+pub const KERNELS: [&str; 8] = {
+    let mut all = [""; 8];
+    let mut i = 0;
+    while i < 8 {
+        all[i] = NAMES[i / 4][i % 4];
+        i += 1;
+    }
+    all
+};
+
+#[cfg(target_arch = "nvptx64")]
+mod kernel {
+    use super::*;
+    use crate::block::{AGGREGATE, INCLUSIVE, ScanOp, TileStatus, exclusive_scan};
+    use crate::device::{
+        Coherent, SharedCarver, Shuffle, atomic_add_u32, block_dim_x, load_global_v4, store_global_v4,
+        sync_threads, thread_idx_x,
+    };
+
+    /// An element type the scan kernels sum: wrapping for integers.
+    pub trait ScanValue: ScanOp + Coherent {
+        /// Elements in one 128-bit vector.
+        const PER_VECTOR: usize;
+        /// Element `i` of a vector loaded as four words.
+        fn from_words(words: [u32; 4], i: usize) -> Self;
+        /// Writes the element into its place `i` of a vector.
+        fn into_words(self, words: &mut [u32; 4], i: usize);
+    }
+
+    macro_rules! scan_value {
+        ($($t:ty, $per:literal, $add:expr, $from:expr, $into:expr;)*) => {$(
+            impl ScanOp for $t {
+                #[inline(always)]
+                fn identity() -> Self {
+                    0 as $t
+                }
+                #[inline(always)]
+                fn combine(self, later: Self) -> Self {
+                    $add(self, later)
+                }
+            }
+            impl ScanValue for $t {
+                const PER_VECTOR: usize = $per;
+                #[inline(always)]
+                fn from_words(words: [u32; 4], i: usize) -> Self {
+                    $from(words, i)
+                }
+                #[inline(always)]
+                fn into_words(self, words: &mut [u32; 4], i: usize) {
+                    $into(self, words, i)
+                }
+            }
+        )*};
+    }
+
+    fn word64(words: [u32; 4], i: usize) -> u64 {
+        words[2 * i] as u64 | (words[2 * i + 1] as u64) << 32
+    }
+    fn put64(bits: u64, words: &mut [u32; 4], i: usize) {
+        words[2 * i] = bits as u32;
+        words[2 * i + 1] = (bits >> 32) as u32;
+    }
+
+    scan_value! {
+        f32, 4, |a: f32, b| a + b, |w: [u32; 4], i| f32::from_bits(w[i]), |v: f32, w: &mut [u32; 4], i| w[i] = v.to_bits();
+        i32, 4, i32::wrapping_add, |w: [u32; 4], i| w[i] as i32, |v: i32, w: &mut [u32; 4], i| w[i] = v as u32;
+        f64, 2, |a: f64, b| a + b, |w, i| f64::from_bits(word64(w, i)), |v: f64, w: &mut [u32; 4], i| put64(v.to_bits(), w, i);
+        i64, 2, i64::wrapping_add, |w, i| word64(w, i) as i64, |v: i64, w: &mut [u32; 4], i| put64(v as u64, w, i);
+    }
+
+    /// A running sum that restarts at segment heads: `(head, value)` combined as
+    /// `(h1 | h2, if h2 { v2 } else { v1 + v2 })`.
+    #[derive(Clone, Copy)]
+    struct Segment<T> {
+        head: u32,
+        value: T,
+    }
+
+    impl<T: ScanValue> Shuffle for Segment<T> {
+        #[inline(always)]
+        fn shfl_xor(self, mask: u32) -> Self {
+            Segment {
+                head: self.head.shfl_xor(mask),
+                value: self.value.shfl_xor(mask),
+            }
+        }
+        #[inline(always)]
+        fn shfl_down(self, delta: u32) -> Self {
+            Segment {
+                head: self.head.shfl_down(delta),
+                value: self.value.shfl_down(delta),
+            }
+        }
+        #[inline(always)]
+        fn shfl_up(self, delta: u32) -> Self {
+            Segment {
+                head: self.head.shfl_up(delta),
+                value: self.value.shfl_up(delta),
+            }
+        }
+        #[inline(always)]
+        fn shfl_idx(self, src: u32) -> Self {
+            Segment {
+                head: self.head.shfl_idx(src),
+                value: self.value.shfl_idx(src),
+            }
+        }
+    }
+
+    impl<T: ScanValue> ScanOp for Segment<T> {
+        #[inline(always)]
+        fn identity() -> Self {
+            Segment {
+                head: 0,
+                value: T::identity(),
+            }
+        }
+        #[inline(always)]
+        fn combine(self, later: Self) -> Self {
+            Segment {
+                head: self.head | later.head,
+                value: if later.head != 0 {
+                    later.value
+                } else {
+                    self.value.combine(later.value)
+                },
+            }
+        }
+    }
+
+    /// Shared memory of one scan block, carved in the order of `SHARED_BYTES`.
+    struct Shared<T> {
+        tile: *mut u32,
+        flag: *mut u32,
+        prefix: *mut T,
+        warp_totals: *mut Segment<T>,
+    }
+
+    impl<T: ScanValue> Shared<T> {
+        #[inline(always)]
+        fn carve() -> Self {
+            let mut carver = SharedCarver::new();
+            // SAFETY: the launch gives SHARED_BYTES, which covers these regions at
+            // their largest (8-byte values, 16-byte segments).
+            unsafe {
+                Shared {
+                    tile: carver.take(1),
+                    flag: carver.take(1),
+                    prefix: carver.take(1),
+                    warp_totals: carver.take(WARPS),
+                }
+            }
+        }
+
+        /// Takes the next tile id from the launch's counter and shares it (one barrier).
+        ///
+        /// # Safety
+        /// Every thread of the block calls it; `counter` is the launch's zeroed counter.
+        #[inline(always)]
+        unsafe fn next_tile(&self, counter: *mut u32) -> u64 {
+            // SAFETY: thread 0 alone writes the shared slot before the barrier.
+            unsafe {
+                if thread_idx_x() == 0 {
+                    *self.tile = atomic_add_u32(counter, 1);
+                }
+                sync_threads();
+                *self.tile as u64
+            }
+        }
+    }
+
+    impl<T> LaunchStatus<T> {
+        #[inline(always)]
+        fn tiles(&self, width: u32) -> TileStatus<T> {
+            TileStatus {
+                // SAFETY: the flags follow the counter in one allocation.
+                flags: unsafe { self.counter_and_flags.add(1) },
+                aggregates: self.aggregates,
+                inclusives: self.inclusives,
+                width,
+            }
+        }
+    }
+
+    /// Scans the rows of `[outer, scan]` laid end to end; one tile per block.
+    ///
+    /// # Safety
+    /// `x` and `y` hold `outer * scan` elements, 16-byte aligned (they may be the same
+    /// array); `VECTOR` only when `scan` is a multiple of `PER_VECTOR`; the status holds
+    /// `tiles` flags and values after a zero counter; the grid has `tiles` blocks of
+    /// `BLOCK_THREADS` threads with `SHARED_BYTES` of dynamic shared memory.
+    #[inline(always)]
+    pub unsafe fn contiguous<
+        T: ScanValue,
+        const ITEMS: usize,
+        const VECTOR: bool,
+        const REVERSE_ORDER: bool,
+    >(
+        x: *const T,
+        y: *mut T,
+        problem: ScanProblem,
+        options: u32,
+        status: LaunchStatus<T>,
+    ) {
+        let shared = Shared::<T>::carve();
+        let tiles = status.tiles(1);
+        // SAFETY: every thread calls it; the counter heads the status.
+        let tile = unsafe { shared.next_tile(status.counter_and_flags) };
+        let n = problem.outer * problem.scan;
+        let reverse = REVERSE_ORDER;
+        let first = tile * (ITEMS as u64 * block_dim_x() as u64) + thread_idx_x() as u64 * ITEMS as u64;
+        // Logical position q lives at physical `reverse ? n - 1 - q : q`.
+        let physical = |q: u64| if reverse { n - 1 - q } else { q };
+
+        let mut items = [T::identity(); ITEMS];
+        if VECTOR && first + ITEMS as u64 <= n {
+            // Physical start of this thread's run, aligned: ITEMS and n are multiples
+            // of PER_VECTOR.
+            let start = if reverse { n - first - ITEMS as u64 } else { first };
+            for v in 0..ITEMS / T::PER_VECTOR {
+                // SAFETY: the run lies inside x and is 16-byte aligned.
+                let words =
+                    unsafe { load_global_v4(x.add(start as usize + v * T::PER_VECTOR) as *const u32) };
+                for i in 0..T::PER_VECTOR {
+                    let k = v * T::PER_VECTOR + i;
+                    items[if reverse { ITEMS - 1 - k } else { k }] = T::from_words(words, i);
+                }
+            }
+        } else {
+            for (k, item) in items.iter_mut().enumerate() {
+                if first + (k as u64) < n {
+                    // SAFETY: the position is below n.
+                    *item = unsafe { *x.add(physical(first + k as u64) as usize) };
+                }
+            }
+        }
+
+        // Segment heads: logical positions that start a row.
+        // The first head among this thread's items, then one every `scan` items (one
+        // 64-bit division per thread; 32-bit tests per item).
+        let offset_in_row = first % problem.scan;
+        let first_head = if offset_in_row == 0 {
+            0
+        } else {
+            problem.scan - offset_in_row
+        };
+        let short_rows = problem.scan < ITEMS as u64;
+        let is_head = |k: usize| {
+            let k = k as u64;
+            if short_rows {
+                k >= first_head && ((k - first_head) as u32).is_multiple_of(problem.scan as u32)
+            } else {
+                k == first_head
+            }
+        };
+        let mut own = Segment::<T>::identity();
+        for (k, &item) in items.iter().enumerate() {
+            own = own.combine(Segment {
+                head: is_head(k) as u32,
+                value: item,
+            });
+        }
+        // SAFETY: every thread calls it; the warp totals are this block's.
+        let (before, total) = unsafe { exclusive_scan::<_, WARPS>(own, shared.warp_totals) };
+
+        // A tile holding a row start knows its inclusive prefix at once; a tile whose
+        // first element continues a row needs the prefix of the tiles before it.
+        let first_of_tile = tile * ITEMS as u64 * block_dim_x() as u64;
+        let needs_prefix = !first_of_tile.is_multiple_of(problem.scan);
+        let thread = thread_idx_x();
+        if thread == 0 {
+            let flag = if total.head != 0 { INCLUSIVE } else { AGGREGATE };
+            // SAFETY: this tile's status, width 1.
+            unsafe { tiles.publish_one(tile, total.value, flag) };
+        }
+        if needs_prefix && thread < 32 {
+            // SAFETY: warp 0 entire; tile > 0 (tile 0 starts a row), and the chain ends
+            // at the latest tile holding a row start, which never waits.
+            let prefix = unsafe { tiles.look_back_warp(tile) };
+            if thread == 0 {
+                // SAFETY: thread 0 alone writes the shared prefix before the barrier.
+                unsafe { *shared.prefix = prefix };
+                if total.head == 0 {
+                    // SAFETY: this tile's status, width 1.
+                    unsafe { tiles.publish_one(tile, prefix.combine(total.value), INCLUSIVE) };
+                }
+            }
+        }
+        // SAFETY: every thread reaches the barrier; the prefix was written before it.
+        let tile_prefix = unsafe {
+            sync_threads();
+            if needs_prefix {
+                *shared.prefix
+            } else {
+                T::identity()
+            }
+        };
+
+        let mut running = Segment {
+            head: 0,
+            value: tile_prefix,
+        }
+        .combine(before)
+        .value;
+        let exclusive = options & EXCLUSIVE != 0;
+        for (k, item) in items.iter_mut().enumerate() {
+            if is_head(k) {
+                running = T::identity();
+            }
+            let next = running.combine(*item);
+            *item = if exclusive { running } else { next };
+            running = next;
+        }
+
+        if VECTOR && first + ITEMS as u64 <= n {
+            let start = if reverse { n - first - ITEMS as u64 } else { first };
+            for v in 0..ITEMS / T::PER_VECTOR {
+                let mut words = [0u32; 4];
+                for i in 0..T::PER_VECTOR {
+                    let k = v * T::PER_VECTOR + i;
+                    items[if reverse { ITEMS - 1 - k } else { k }].into_words(&mut words, i);
+                }
+                // SAFETY: the run lies inside y and is 16-byte aligned.
+                unsafe { store_global_v4(y.add(start as usize + v * T::PER_VECTOR) as *mut u32, words) };
+            }
+        } else {
+            for (k, &item) in items.iter().enumerate() {
+                if first + (k as u64) < n {
+                    // SAFETY: the position is below n.
+                    unsafe { *y.add(physical(first + k as u64) as usize) = item };
+                }
+            }
+        }
+    }
+
+    /// Scans `ROWS` rows of `BLOCK_THREADS` columns per tile; tile ids run over the
+    /// column blocks first, so a tile's predecessor down its columns started earlier.
+    ///
+    /// # Safety
+    /// `x` and `y` hold `outer * scan * inner` elements (they may be the same array);
+    /// the status holds `column_blocks * chunks` flags and `BLOCK_THREADS` values per
+    /// tile after a zero counter; the grid has that many blocks of `BLOCK_THREADS`
+    /// threads with `SHARED_BYTES` of dynamic shared memory.
+    #[inline(always)]
+    pub unsafe fn strided<T: ScanValue, const ROWS: usize>(
+        x: *const T,
+        y: *mut T,
+        problem: ScanProblem,
+        options: u32,
+        status: LaunchStatus<T>,
+        column_blocks: u64,
+    ) {
+        let shared = Shared::<T>::carve();
+        let tiles = status.tiles(BLOCK_THREADS);
+        // SAFETY: every thread calls it; the counter heads the status.
+        let tile = unsafe { shared.next_tile(status.counter_and_flags) };
+        let (chunk, column_block) = (tile / column_blocks, tile % column_blocks);
+        let ScanProblem { outer, scan, inner } = problem;
+        let column = column_block * BLOCK_THREADS as u64 + thread_idx_x() as u64;
+        let valid = column < outer * inner;
+        let base = (column / inner) * scan * inner + column % inner;
+        let reverse = options & REVERSE != 0;
+        let address = |r: u64| base + if reverse { scan - 1 - r } else { r } * inner;
+        let first_row = chunk * ROWS as u64;
+
+        let mut items = [T::identity(); ROWS];
+        for (k, item) in items.iter_mut().enumerate() {
+            if valid && first_row + (k as u64) < scan {
+                // SAFETY: column < outer * inner and row < scan.
+                *item = unsafe { *x.add(address(first_row + k as u64) as usize) };
+            }
+        }
+        let mut total = T::identity();
+        for &item in &items {
+            total = total.combine(item);
+        }
+        let prefix = if chunk == 0 {
+            // SAFETY: every thread calls it; this tile's status.
+            unsafe { tiles.publish_each(tile, total, INCLUSIVE) };
+            T::identity()
+        } else {
+            // SAFETY: as above; the chain down the column block ends at chunk 0,
+            // which publishes its inclusive prefix without waiting.
+            unsafe {
+                tiles.publish_each(tile, total, AGGREGATE);
+                let prefix = tiles.look_back_block(tile, column_blocks, shared.flag);
+                tiles.publish_each(tile, prefix.combine(total), INCLUSIVE);
+                prefix
+            }
+        };
+
+        let exclusive = options & EXCLUSIVE != 0;
+        let mut running = prefix;
+        for (k, &item) in items.iter().enumerate() {
+            let next = running.combine(item);
+            if valid && first_row + (k as u64) < scan {
+                // SAFETY: column < outer * inner and row < scan.
+                unsafe {
+                    *y.add(address(first_row + k as u64) as usize) = if exclusive { running } else { next }
+                };
+            }
+            running = next;
+        }
+    }
+
+    macro_rules! entry_points {
+        ($t:ty, $contiguous:ident, $strided:ident) => {
+            /// # Safety
+            /// See [`contiguous`]; `vector` selects `VECTOR`, the REVERSE option
+            /// `REVERSE_ORDER`.
+            #[unsafe(no_mangle)]
+            pub unsafe extern "ptx-kernel" fn $contiguous(
+                x: *const $t,
+                y: *mut $t,
+                problem: ScanProblem,
+                options: u32,
+                status: LaunchStatus<$t>,
+                vector: u32,
+            ) {
+                const ITEMS: usize = items_per_thread(size_of::<$t>());
+                // Both choices are compile-time, so the item permutation of a reversed
+                // scan costs no registers.
+                // SAFETY: forwarded from the launch's contract.
+                unsafe {
+                    match (vector != 0, options & REVERSE != 0) {
+                        (true, false) => contiguous::<$t, ITEMS, true, false>(x, y, problem, options, status),
+                        (true, true) => contiguous::<$t, ITEMS, true, true>(x, y, problem, options, status),
+                        (false, false) => {
+                            contiguous::<$t, ITEMS, false, false>(x, y, problem, options, status)
+                        }
+                        (false, true) => contiguous::<$t, ITEMS, false, true>(x, y, problem, options, status),
+                    }
+                }
+            }
+
+            /// # Safety
+            /// See [`strided`].
+            #[unsafe(no_mangle)]
+            pub unsafe extern "ptx-kernel" fn $strided(
+                x: *const $t,
+                y: *mut $t,
+                problem: ScanProblem,
+                options: u32,
+                status: LaunchStatus<$t>,
+                column_blocks: u64,
+            ) {
+                const ROWS: usize = strided_rows(size_of::<$t>()) as usize;
+                // SAFETY: forwarded from the launch's contract.
+                unsafe { strided::<$t, ROWS>(x, y, problem, options, status, column_blocks) }
+            }
+        };
+    }
+
+    entry_points!(f32, scan_contiguous_f32, scan_strided_f32);
+    entry_points!(f64, scan_contiguous_f64, scan_strided_f64);
+    entry_points!(i32, scan_contiguous_i32, scan_strided_i32);
+    entry_points!(i64, scan_contiguous_i64, scan_strided_i64);
+}

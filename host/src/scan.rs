@@ -1,0 +1,198 @@
+//! Cumulative sums along an axis: exclusive (`y[0] = 0`, `y[i] = x[0] + ... + x[i-1]`)
+//! or inclusive, optionally from the end, in one pass over the data. Integers wrap on
+//! overflow, as torch's do.
+
+use gpu_kernels::scan::{self as policy, EXCLUSIVE, LaunchStatus, REVERSE, ScanDType, ScanPlan, ScanProblem};
+use ndarray::{ArrayBase, ArrayD, Data, Dimension};
+
+use crate::array::{DeviceArray, Element};
+use crate::driver::{LaunchConfig, kernel_args};
+use crate::error::{Error, Result};
+use crate::gpu::Gpu;
+
+/// Which cumulative sum.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ScanKind {
+    /// `y[i] = x[0] + ... + x[i-1]`, `y[0] = 0`.
+    Exclusive,
+    /// `y[i] = x[0] + ... + x[i]`.
+    Inclusive,
+}
+
+/// Element types the scan handles.
+pub trait ScanElement: Element {
+    #[doc(hidden)]
+    const SCAN_DTYPE: ScanDType;
+    /// The type the CPU reference accumulates in: f64 for floats, the type itself
+    /// (wrapping) for integers.
+    type Accumulator: Copy + Default + Send + Sync;
+    fn widen(self) -> Self::Accumulator;
+    fn narrow(sum: Self::Accumulator) -> Self;
+    fn accumulate(sum: Self::Accumulator, value: Self::Accumulator) -> Self::Accumulator;
+}
+
+macro_rules! scan_element {
+    ($($t:ty, $dtype:ident, $acc:ty, $add:expr;)*) => {$(
+        impl ScanElement for $t {
+            const SCAN_DTYPE: ScanDType = ScanDType::$dtype;
+            type Accumulator = $acc;
+            fn widen(self) -> $acc {
+                self as $acc
+            }
+            fn narrow(sum: $acc) -> Self {
+                sum as $t
+            }
+            fn accumulate(sum: $acc, value: $acc) -> $acc {
+                $add(sum, value)
+            }
+        }
+    )*};
+}
+
+scan_element! {
+    f32, F32, f64, |a: f64, b| a + b;
+    f64, F64, f64, |a: f64, b| a + b;
+    i32, I32, i32, i32::wrapping_add;
+    i64, I64, i64, i64::wrapping_add;
+}
+
+/// Validates a scan along `axis` of `shape` and views it as `[outer, scan, inner]`.
+pub fn scan_problem(shape: &[usize], axis: usize) -> Result<ScanProblem> {
+    if shape.is_empty() {
+        return Err(Error::ZeroRank { op: "cumsum" });
+    }
+    if axis >= shape.len() {
+        return Err(Error::InvalidAxis {
+            axis,
+            rank: shape.len(),
+        });
+    }
+    let product = |dims: &[usize]| dims.iter().map(|&d| d as u64).product();
+    Ok(ScanProblem {
+        outer: product(&shape[..axis]),
+        scan: shape[axis] as u64,
+        inner: product(&shape[axis + 1..]),
+    })
+}
+
+impl Gpu {
+    /// The cumulative sum of `x` along `axis`, in a new array.
+    pub fn cumsum<T: ScanElement>(
+        &self,
+        x: &DeviceArray<T>,
+        axis: usize,
+        kind: ScanKind,
+        reverse: bool,
+    ) -> Result<DeviceArray<T>> {
+        scan_problem(x.shape(), axis)?;
+        let mut y = self.alloc(x.shape())?;
+        self.cumsum_into(x, &mut y, axis, kind, reverse)?;
+        Ok(y)
+    }
+
+    /// The cumulative sum of `x` along `axis`, written to `y` (same shape).
+    pub fn cumsum_into<T: ScanElement>(
+        &self,
+        x: &DeviceArray<T>,
+        y: &mut DeviceArray<T>,
+        axis: usize,
+        kind: ScanKind,
+        reverse: bool,
+    ) -> Result<()> {
+        if x.shape() != y.shape() {
+            return Err(Error::ShapeMismatch {
+                what: "cumsum output",
+                expected: x.shape().to_vec(),
+                actual: y.shape().to_vec(),
+            });
+        }
+        let y_ptr = y.buffer.as_device_ptr().as_raw();
+        self.scan(x, y_ptr, axis, kind, reverse)
+    }
+
+    /// The cumulative sum of `x` along `axis`, written over `x`: no second buffer.
+    pub fn cumsum_in_place<T: ScanElement>(
+        &self,
+        x: &mut DeviceArray<T>,
+        axis: usize,
+        kind: ScanKind,
+        reverse: bool,
+    ) -> Result<()> {
+        let x_ptr = x.buffer.as_device_ptr().as_raw();
+        self.scan(x, x_ptr, axis, kind, reverse)
+    }
+
+    /// [`Gpu::cumsum`] of a host array or view: uploads, scans in place, downloads.
+    pub fn cumsum_of<T: ScanElement, S: Data<Elem = T>, D: Dimension>(
+        &self,
+        x: &ArrayBase<S, D>,
+        axis: usize,
+        kind: ScanKind,
+        reverse: bool,
+    ) -> Result<ArrayD<T>> {
+        scan_problem(x.shape(), axis)?;
+        let mut device = self.upload(x)?;
+        self.cumsum_in_place(&mut device, axis, kind, reverse)?;
+        self.download(&device)
+    }
+
+    /// Scans `x` into the array at device address `y`, which is `x` itself or another
+    /// array of its shape.
+    fn scan<T: ScanElement>(
+        &self,
+        x: &DeviceArray<T>,
+        y: u64,
+        axis: usize,
+        kind: ScanKind,
+        reverse: bool,
+    ) -> Result<()> {
+        let problem = scan_problem(x.shape(), axis)?;
+        if x.is_empty() {
+            return Ok(());
+        }
+        let plan = policy::plan(&problem, size_of::<T>());
+        log::debug!("cumsum {:?} axis {axis}: {problem:?} -> {plan:?}", x.shape());
+        let tiles = plan.tiles();
+        if tiles >= u32::MAX as u64 {
+            return Err(Error::TooLarge {
+                shape: x.shape().to_vec(),
+                detail: format!("{tiles} scan tiles"),
+            });
+        }
+        // Scratch: [counter, flags] (zeroed), then aggregates and inclusives.
+        let flag_bytes = (4 * (tiles + 1)).next_multiple_of(256) as usize;
+        let values = (tiles * plan.status_width() as u64) as usize * size_of::<T>();
+        let (mut scratch, base) = self.scratch(flag_bytes + 2 * values.next_multiple_of(256))?;
+        scratch.zero(0, flag_bytes, self.stream())?;
+        let status = LaunchStatus::<T> {
+            counter_and_flags: base as *mut u32,
+            aggregates: (base + flag_bytes as u64) as *mut T,
+            inclusives: (base + (flag_bytes + values.next_multiple_of(256)) as u64) as *mut T,
+        };
+        let options =
+            if kind == ScanKind::Exclusive { EXCLUSIVE } else { 0 } | if reverse { REVERSE } else { 0 };
+        let x_ptr = x.buffer.as_device_ptr().as_raw();
+        let config = LaunchConfig {
+            shared_bytes: policy::SHARED_BYTES,
+            ..LaunchConfig::linear(tiles, policy::BLOCK_THREADS)
+        };
+        let name = policy::kernel_name(&plan, T::SCAN_DTYPE);
+        // The last parameter: the vector flag, or the column blocks.
+        let (vector, column_blocks) = match plan {
+            ScanPlan::Contiguous { vector, .. } => (vector as u32, 0),
+            ScanPlan::Strided { column_blocks, .. } => (0, column_blocks),
+        };
+        let mut args = if column_blocks == 0 {
+            kernel_args![x_ptr, y, problem, options, status, vector]
+        } else {
+            kernel_args![x_ptr, y, problem, options, status, column_blocks]
+        };
+        // SAFETY: matches contiguous/strided(x, y, problem, options, status, vector |
+        // column_blocks): x and y hold the problem's elements (the same array when in
+        // place, which the kernels allow), the plan sets vector only for aligned rows,
+        // the status lies in the scratch buffer (counter and flags zeroed above, values
+        // for every tile), and the grid is one block per tile. The scratch stays
+        // borrowed until the launch is queued; later users queue after it.
+        unsafe { self.launch(name, &config, &mut args) }
+    }
+}

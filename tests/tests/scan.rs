@@ -1,0 +1,259 @@
+//! `cumsum` on the GPU against the CPU reference: random ranks 1-4, awkward extents
+//! around tile sizes, one very long axis, every axis, both kinds, reversed or not, in
+//! place or not. Integers must match exactly (wrapping); floats within the recursive-
+//! summation bound `len * eps * sum(|x|)` of the f64 prefix.
+
+use host::{Error, Gpu, ScanElement, ScanKind, reference};
+use ndarray::{ArrayD, Axis, IxDyn, Zip};
+use proptest::prelude::*;
+use proptest::sample::select;
+use tests::{gpu_or_skip, runner};
+
+/// Extents around warp, vector and tile multiples (tiles hold 2048 or 4096 elements,
+/// strided tiles 32 or 64 rows), primes, and random ones.
+fn extent() -> impl Strategy<Value = usize> {
+    prop_oneof![
+        3 => select(vec![1, 2, 3, 4, 5, 7, 16, 17, 31, 32, 33, 63, 64, 65, 127, 128, 129, 255, 256, 257, 2047, 2049, 4095, 4097]),
+        1 => 1..300usize,
+    ]
+}
+
+/// Shapes of rank 1-4 up to 300k elements, or one very long axis.
+fn shape() -> impl Strategy<Value = Vec<usize>> {
+    let general = prop::collection::vec(extent(), 1..=4).prop_filter("at most 300k elements", |s| {
+        s.iter().product::<usize>() <= 300_000
+    });
+    let long =
+        (100_000..3_000_000usize, 1..4usize, any::<bool>(), any::<bool>()).prop_map(|(n, k, first, two)| {
+            match (two, first) {
+                (false, _) => vec![n],
+                (true, true) => vec![n, k],
+                (true, false) => vec![k, n],
+            }
+        });
+    prop_oneof![6 => general, 1 => long]
+}
+
+#[derive(Debug, Clone)]
+struct Case {
+    shape: Vec<usize>,
+    axis: usize,
+    kind: ScanKind,
+    reverse: bool,
+    in_place: bool,
+    seed: u64,
+}
+
+fn case() -> impl Strategy<Value = Case> {
+    shape().prop_flat_map(|shape| {
+        let rank = shape.len();
+        (
+            Just(shape),
+            0..rank,
+            any::<bool>(),
+            any::<bool>(),
+            any::<bool>(),
+            any::<u64>(),
+        )
+            .prop_map(|(shape, axis, exclusive, reverse, in_place, seed)| Case {
+                shape,
+                axis,
+                kind: if exclusive {
+                    ScanKind::Exclusive
+                } else {
+                    ScanKind::Inclusive
+                },
+                reverse,
+                in_place,
+                seed,
+            })
+    })
+}
+
+/// Random values: floats in [-1, 1), integers over their whole range (so sums wrap).
+trait TestValue: ScanElement {
+    fn draw(bits: u64) -> Self;
+    /// |self| as f64, and the unit roundoff bound per addition (0 for exact integers).
+    fn magnitude(self) -> f64;
+    const EPSILON: f64;
+    fn to_f64(self) -> f64;
+}
+
+impl TestValue for f32 {
+    fn draw(bits: u64) -> Self {
+        (bits >> 40) as f32 / (1u64 << 23) as f32 - 1.0
+    }
+    fn magnitude(self) -> f64 {
+        self.abs() as f64
+    }
+    const EPSILON: f64 = f32::EPSILON as f64;
+    fn to_f64(self) -> f64 {
+        self as f64
+    }
+}
+
+impl TestValue for f64 {
+    fn draw(bits: u64) -> Self {
+        (bits >> 11) as f64 / (1u64 << 52) as f64 - 1.0
+    }
+    fn magnitude(self) -> f64 {
+        self.abs()
+    }
+    const EPSILON: f64 = f64::EPSILON;
+    fn to_f64(self) -> f64 {
+        self
+    }
+}
+
+impl TestValue for i32 {
+    fn draw(bits: u64) -> Self {
+        bits as i32
+    }
+    fn magnitude(self) -> f64 {
+        0.0
+    }
+    const EPSILON: f64 = 0.0;
+    fn to_f64(self) -> f64 {
+        self as f64
+    }
+}
+
+impl TestValue for i64 {
+    fn draw(bits: u64) -> Self {
+        bits as i64
+    }
+    fn magnitude(self) -> f64 {
+        0.0
+    }
+    const EPSILON: f64 = 0.0;
+    fn to_f64(self) -> f64 {
+        self as f64
+    }
+}
+
+fn random<T: TestValue>(shape: &[usize], seed: u64) -> ArrayD<T> {
+    let mut state = seed | 1;
+    ArrayD::from_shape_fn(IxDyn(shape), |_| {
+        state ^= state >> 12;
+        state ^= state << 25;
+        state ^= state >> 27;
+        T::draw(state.wrapping_mul(0x2545_F491_4F6C_DD1D))
+    })
+}
+
+fn check_scan<T: TestValue>(gpu: &Gpu, c: Case) -> Result<(), TestCaseError> {
+    let x = random::<T>(&c.shape, c.seed);
+    let want = reference::scan::cumsum(&x, c.axis, c.kind, c.reverse).unwrap();
+    let device_x = gpu.upload(&x).unwrap();
+    let got = if c.in_place {
+        let mut y = gpu.upload(&x).unwrap();
+        gpu.cumsum_in_place(&mut y, c.axis, c.kind, c.reverse).unwrap();
+        gpu.download(&y).unwrap()
+    } else {
+        let mut y = gpu.alloc::<T>(&c.shape).unwrap();
+        gpu.poison(&mut y).unwrap();
+        gpu.cumsum_into(&device_x, &mut y, c.axis, c.kind, c.reverse)
+            .unwrap();
+        gpu.download(&y).unwrap()
+    };
+    // Bound per element: len * eps * (sum of |x| over the whole lane), from the f64
+    // prefix of magnitudes (zero for integers: exact).
+    let magnitudes = x.mapv(T::magnitude);
+    let scale = (c.shape[c.axis] as f64) * T::EPSILON;
+    let mut worst: Option<String> = None;
+    Zip::from(got.lanes(Axis(c.axis)))
+        .and(want.lanes(Axis(c.axis)))
+        .and(magnitudes.lanes(Axis(c.axis)))
+        .for_each(|g, w, m| {
+            let lane_abs: f64 = m.sum();
+            for i in 0..g.len() {
+                let (g, w) = (g[i], w[i]);
+                let ok = if T::EPSILON == 0.0 {
+                    g == w
+                } else {
+                    (g.to_f64() - w.to_f64()).abs() <= scale * lane_abs + 1e-30
+                };
+                if !ok && worst.is_none() {
+                    worst = Some(format!("at {i}: got {g:?}, want {w:?}"));
+                }
+            }
+        });
+    prop_assert!(worst.is_none(), "{:?}: {}", c, worst.unwrap());
+    Ok(())
+}
+
+#[test]
+fn cumsum_f32_matches_the_reference() {
+    let Some(gpu) = gpu_or_skip("cumsum_f32_matches_the_reference") else {
+        return;
+    };
+    runner().run(&case(), |c| check_scan::<f32>(&gpu, c)).unwrap();
+}
+
+#[test]
+fn cumsum_f64_matches_the_reference() {
+    let Some(gpu) = gpu_or_skip("cumsum_f64_matches_the_reference") else {
+        return;
+    };
+    runner().run(&case(), |c| check_scan::<f64>(&gpu, c)).unwrap();
+}
+
+#[test]
+fn cumsum_i32_matches_the_reference_exactly() {
+    let Some(gpu) = gpu_or_skip("cumsum_i32_matches_the_reference_exactly") else {
+        return;
+    };
+    runner().run(&case(), |c| check_scan::<i32>(&gpu, c)).unwrap();
+}
+
+#[test]
+fn cumsum_i64_matches_the_reference_exactly() {
+    let Some(gpu) = gpu_or_skip("cumsum_i64_matches_the_reference_exactly") else {
+        return;
+    };
+    runner().run(&case(), |c| check_scan::<i64>(&gpu, c)).unwrap();
+}
+
+#[test]
+fn cumsum_of_views_and_empty_arrays() {
+    let Some(gpu) = gpu_or_skip("cumsum_of_views_and_empty_arrays") else {
+        return;
+    };
+    let x = random::<i64>(&[33, 65], 3);
+    let view = x.t();
+    let got = gpu.cumsum_of(&view, 1, ScanKind::Exclusive, false).unwrap();
+    assert_eq!(
+        got,
+        reference::scan::cumsum(&view, 1, ScanKind::Exclusive, false).unwrap()
+    );
+    let empty = gpu.alloc::<f32>(&[3, 0, 2]).unwrap();
+    assert_eq!(
+        gpu.cumsum(&empty, 1, ScanKind::Inclusive, true).unwrap().shape(),
+        &[3, 0, 2]
+    );
+}
+
+#[test]
+fn invalid_scans_are_errors() {
+    let scalar = ndarray::arr0(1i32);
+    assert!(matches!(
+        reference::scan::cumsum(&scalar, 0, ScanKind::Exclusive, false),
+        Err(Error::ZeroRank { op: "cumsum" })
+    ));
+    let x = ArrayD::<f64>::zeros(IxDyn(&[2, 3]));
+    let err = reference::scan::cumsum(&x, 2, ScanKind::Inclusive, false).unwrap_err();
+    assert!(matches!(err, Error::InvalidAxis { axis: 2, rank: 2 }), "{err}");
+    let Some(gpu) = gpu_or_skip("invalid_scans_are_errors (GPU part)") else {
+        return;
+    };
+    let x = gpu.alloc::<f64>(&[2, 3]).unwrap();
+    assert!(matches!(
+        gpu.cumsum(&x, 3, ScanKind::Exclusive, false),
+        Err(Error::InvalidAxis { axis: 3, rank: 2 })
+    ));
+    let mut y = gpu.alloc::<f64>(&[3, 2]).unwrap();
+    let err = gpu
+        .cumsum_into(&x, &mut y, 0, ScanKind::Exclusive, false)
+        .unwrap_err();
+    assert!(matches!(err, Error::ShapeMismatch { .. }), "{err}");
+}
