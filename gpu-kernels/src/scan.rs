@@ -26,7 +26,7 @@ pub const VECTORS_PER_THREAD: usize = 4;
 /// Bytes of rows each strided thread holds in registers: 64 rows of 4-byte elements.
 pub const STRIDED_THREAD_BYTES: usize = 256;
 /// Dynamic shared memory of both kernels: the tile id, the look-back flag, the tile
-/// prefix and the warp totals of the block scan (head flag + value).
+/// prefix and the warp totals of the block scan (head flag + value), with padding.
 pub const SHARED_BYTES: u32 = 64 + (WARPS as u32) * 16;
 
 /// Option bit: exclusive (else inclusive).
@@ -133,13 +133,32 @@ pub enum ScanDType {
     I64,
 }
 
-/// Entry points, `[strided][dtype]`.
-const NAMES: [[&str; 4]; 2] = [
+/// Entry points, `[variant][dtype]`: contiguous scalar, reversed, vector, vector
+/// reversed (each its own entry so that each gets its own register budget), strided.
+const NAMES: [[&str; 4]; 5] = [
     [
         "scan_contiguous_f32",
         "scan_contiguous_f64",
         "scan_contiguous_i32",
         "scan_contiguous_i64",
+    ],
+    [
+        "scan_contiguous_reverse_f32",
+        "scan_contiguous_reverse_f64",
+        "scan_contiguous_reverse_i32",
+        "scan_contiguous_reverse_i64",
+    ],
+    [
+        "scan_contiguous_vector_f32",
+        "scan_contiguous_vector_f64",
+        "scan_contiguous_vector_i32",
+        "scan_contiguous_vector_i64",
+    ],
+    [
+        "scan_contiguous_vector_reverse_f32",
+        "scan_contiguous_vector_reverse_f64",
+        "scan_contiguous_vector_reverse_i32",
+        "scan_contiguous_vector_reverse_i64",
     ],
     [
         "scan_strided_f32",
@@ -149,16 +168,20 @@ const NAMES: [[&str; 4]; 2] = [
     ],
 ];
 
-/// The entry point for a plan and dtype.
-pub const fn kernel_name(plan: &ScanPlan, dtype: ScanDType) -> &'static str {
-    NAMES[matches!(plan, ScanPlan::Strided { .. }) as usize][dtype as usize]
+/// The entry point for a plan, dtype and direction.
+pub const fn kernel_name(plan: &ScanPlan, dtype: ScanDType, reverse: bool) -> &'static str {
+    let variant = match plan {
+        ScanPlan::Contiguous { vector, .. } => 2 * (*vector as usize) + reverse as usize,
+        ScanPlan::Strided { .. } => 4,
+    };
+    NAMES[variant][dtype as usize]
 }
 
 /// Every scan entry point.
-pub const KERNELS: [&str; 8] = {
-    let mut all = [""; 8];
+pub const KERNELS: [&str; 20] = {
+    let mut all = [""; 20];
     let mut i = 0;
-    while i < 8 {
+    while i < 20 {
         all[i] = NAMES[i / 4][i % 4];
         i += 1;
     }
@@ -561,34 +584,23 @@ mod kernel {
     }
 
     macro_rules! entry_points {
-        ($t:ty, $contiguous:ident, $strided:ident) => {
-            /// # Safety
-            /// See [`contiguous`]; `vector` selects `VECTOR`, the REVERSE option
-            /// `REVERSE_ORDER`.
-            #[unsafe(no_mangle)]
-            pub unsafe extern "ptx-kernel" fn $contiguous(
-                x: *const $t,
-                y: *mut $t,
-                problem: ScanProblem,
-                options: u32,
-                status: LaunchStatus<$t>,
-                vector: u32,
-            ) {
-                const ITEMS: usize = items_per_thread(size_of::<$t>());
-                // Both choices are compile-time, so the item permutation of a reversed
-                // scan costs no registers.
-                // SAFETY: forwarded from the launch's contract.
-                unsafe {
-                    match (vector != 0, options & REVERSE != 0) {
-                        (true, false) => contiguous::<$t, ITEMS, true, false>(x, y, problem, options, status),
-                        (true, true) => contiguous::<$t, ITEMS, true, true>(x, y, problem, options, status),
-                        (false, false) => {
-                            contiguous::<$t, ITEMS, false, false>(x, y, problem, options, status)
-                        }
-                        (false, true) => contiguous::<$t, ITEMS, false, true>(x, y, problem, options, status),
-                    }
+        ($t:ty, [$($contiguous:ident: $vector:literal, $reverse:literal;)*], $strided:ident) => {
+            $(
+                /// # Safety
+                /// See [`contiguous`].
+                #[unsafe(no_mangle)]
+                pub unsafe extern "ptx-kernel" fn $contiguous(
+                    x: *const $t,
+                    y: *mut $t,
+                    problem: ScanProblem,
+                    options: u32,
+                    status: LaunchStatus<$t>,
+                ) {
+                    const ITEMS: usize = items_per_thread(size_of::<$t>());
+                    // SAFETY: forwarded from the launch's contract.
+                    unsafe { contiguous::<$t, ITEMS, $vector, $reverse>(x, y, problem, options, status) }
                 }
-            }
+            )*
 
             /// # Safety
             /// See [`strided`].
@@ -608,8 +620,24 @@ mod kernel {
         };
     }
 
-    entry_points!(f32, scan_contiguous_f32, scan_strided_f32);
-    entry_points!(f64, scan_contiguous_f64, scan_strided_f64);
-    entry_points!(i32, scan_contiguous_i32, scan_strided_i32);
-    entry_points!(i64, scan_contiguous_i64, scan_strided_i64);
+    macro_rules! dtype_entry_points {
+        ($($t:ty: $plain:ident, $reverse:ident, $vector:ident, $vector_reverse:ident, $strided:ident;)*) => {$(
+            entry_points!(
+                $t,
+                [$plain: false, false; $reverse: false, true; $vector: true, false; $vector_reverse: true, true;],
+                $strided
+            );
+        )*};
+    }
+
+    dtype_entry_points! {
+        f32: scan_contiguous_f32, scan_contiguous_reverse_f32, scan_contiguous_vector_f32,
+            scan_contiguous_vector_reverse_f32, scan_strided_f32;
+        f64: scan_contiguous_f64, scan_contiguous_reverse_f64, scan_contiguous_vector_f64,
+            scan_contiguous_vector_reverse_f64, scan_strided_f64;
+        i32: scan_contiguous_i32, scan_contiguous_reverse_i32, scan_contiguous_vector_i32,
+            scan_contiguous_vector_reverse_i32, scan_strided_i32;
+        i64: scan_contiguous_i64, scan_contiguous_reverse_i64, scan_contiguous_vector_i64,
+            scan_contiguous_vector_reverse_i64, scan_strided_i64;
+    }
 }

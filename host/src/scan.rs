@@ -176,20 +176,20 @@ impl Gpu {
             shared_bytes: policy::SHARED_BYTES,
             ..LaunchConfig::linear(tiles, policy::BLOCK_THREADS)
         };
-        let name = policy::kernel_name(&plan, T::SCAN_DTYPE);
-        // The last parameter: the vector flag, or the column blocks.
-        let (vector, column_blocks) = match plan {
-            ScanPlan::Contiguous { vector, .. } => (vector as u32, 0),
-            ScanPlan::Strided { column_blocks, .. } => (0, column_blocks),
+        let name = policy::kernel_name(&plan, T::SCAN_DTYPE, reverse);
+        let column_blocks = match plan {
+            ScanPlan::Strided { column_blocks, .. } => column_blocks,
+            ScanPlan::Contiguous { .. } => 0,
         };
-        let mut args = if column_blocks == 0 {
-            kernel_args![x_ptr, y, problem, options, status, vector]
-        } else {
-            kernel_args![x_ptr, y, problem, options, status, column_blocks]
+        let mut args = match plan {
+            ScanPlan::Contiguous { .. } => kernel_args![x_ptr, y, problem, options, status].to_vec(),
+            ScanPlan::Strided { .. } => {
+                kernel_args![x_ptr, y, problem, options, status, column_blocks].to_vec()
+            }
         };
-        // SAFETY: matches contiguous/strided(x, y, problem, options, status, vector |
+        // SAFETY: matches contiguous(x, y, problem, options, status) and strided(...,
         // column_blocks): x and y hold the problem's elements (the same array when in
-        // place, which the kernels allow), the plan sets vector only for aligned rows,
+        // place, which the kernels allow), the plan picks vector entries only for aligned rows,
         // the status lies in the scratch buffer (counter and flags zeroed above, values
         // for every tile), and the grid is one block per tile. The scratch stays
         // borrowed until the launch is queued; later users queue after it.
