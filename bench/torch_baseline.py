@@ -53,6 +53,22 @@ def scans(reps):
     return results
 
 
+def matvecs(reps):
+    results = {}
+    for key, (m, k), transpose in (
+        ("matvec", (2048, 1 << 20), False),
+        ("matvec_t", (1 << 20, 2048), True),
+        ("matvec16", (16, 1 << 24), False),
+    ):
+        a = torch.rand(m, k, device="cuda") * 2 - 1
+        x = torch.rand(m if transpose else k, device="cuda") * 2 - 1
+        op = (lambda: torch.matmul(a.t(), x)) if transpose else (lambda: torch.matmul(a, x))
+        name = "A^T x" if transpose else "A x"
+        results[key] = {"ms": median_ms(op, reps), "op": f"torch.matmul, {name}, A {m}x{k} f32"}
+        del a, x
+    return results
+
+
 def min_reductions(reps):
     x = torch.rand(128, 4096, 4095, device="cuda")
     results = {}
@@ -71,7 +87,7 @@ def main():
     parser.add_argument("--json", required=True)
     args = parser.parse_args()
     results = {}
-    for workload in (copy, scans, min_reductions):
+    for workload in (copy, scans, matvecs, min_reductions):
         results.update(workload(args.reps))
         torch.cuda.empty_cache()
     doc = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "results": results}

@@ -1,4 +1,4 @@
-//! `bench [--only scan,min] [--reps N] [--baseline torch.json] [--json OUT]`
+//! `bench [--only scan,matvec,min] [--reps N] [--baseline torch.json] [--json OUT]`
 //!
 //! Runs each workload on its headline shape (../shared/WORKLOADS.md), checks the result,
 //! times it with CUDA events (warm-up, then the median of `--reps` runs) and prints one
@@ -260,6 +260,52 @@ fn scan_rows(gpu: &Gpu, reps: usize) -> Result<Vec<Row>> {
     Ok(rows)
 }
 
+/// One matvec row: `op(A) x` for A of `shape`, checked whole against the f64 reference.
+fn gemv_row(gpu: &Gpu, reps: usize, key: &'static str, shape: [usize; 2], op: host::Op) -> Result<Row> {
+    use ndarray::Ix2;
+    let host_a = random_f32(&shape, 4).into_dimensionality::<Ix2>()?;
+    let inner = if op == host::Op::N { shape[1] } else { shape[0] };
+    let host_x = random_f32(&[inner], 5).into_dimensionality::<ndarray::Ix1>()?;
+    let (a, x) = (gpu.upload(&host_a)?, gpu.upload(&host_x)?);
+    let (_, out_shape) = host::gemv_problem(&shape, &[inner], op)?;
+    let mut y = gpu.alloc::<f32>(&out_shape)?;
+    gpu.poison(&mut y)?;
+    gpu.gemv(1.0, op, &a, &x, 0.0, &mut y)?;
+    let got = gpu.download(&y)?;
+    let (want, scale) = host::reference::matvec::gemv(1.0, op, host_a.view(), host_x.view(), 0.0, None)?;
+    let bad = got
+        .iter()
+        .zip(want.iter().zip(&scale))
+        .filter(|&(&g, (&w, &s))| (g as f64 - w).abs() > (inner as f64 + 2.0) * f32::EPSILON as f64 * s)
+        .count();
+    if bad > 0 {
+        return Err(format!("{key}: {bad} outputs outside the error bound").into());
+    }
+    drop((host_a, got));
+    let times = time(gpu, reps, |g| g.gemv(1.0, op, &a, &x, 0.0, &mut y))?;
+    let what = format!(
+        "{} x, A {}x{} f32",
+        if op == host::Op::N { "A" } else { "A^T" },
+        shape[0],
+        shape[1]
+    );
+    Ok(Row {
+        key,
+        what,
+        times_ms: times,
+        bytes: (a.bytes() + x.bytes() + y.bytes()) as f64,
+    })
+}
+
+/// The matvec workloads: the headline A x, A^T x with A (2^20, 2048), and M = 16.
+fn matvec_rows(gpu: &Gpu, reps: usize) -> Result<Vec<Row>> {
+    Ok(vec![
+        gemv_row(gpu, reps, "matvec", [2048, 1 << 20], host::Op::N)?,
+        gemv_row(gpu, reps, "matvec_t", [1 << 20, 2048], host::Op::T)?,
+        gemv_row(gpu, reps, "matvec16", [16, 1 << 24], host::Op::N)?,
+    ])
+}
+
 fn main() -> Result {
     let opts = parse_args()?;
     let gpu = Gpu::new()?;
@@ -288,6 +334,11 @@ fn main() -> Result {
         let started = Instant::now();
         rows.extend(scan_rows(&gpu, opts.reps)?);
         eprintln!("scan: {:.1} s", started.elapsed().as_secs_f64());
+    }
+    if wanted("matvec") {
+        let started = Instant::now();
+        rows.extend(matvec_rows(&gpu, opts.reps)?);
+        eprintln!("matvec: {:.1} s", started.elapsed().as_secs_f64());
     }
     if wanted("min") {
         let started = Instant::now();

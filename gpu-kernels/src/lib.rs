@@ -10,9 +10,10 @@
 //!
 //! On the host this crate compiles to the policies alone.
 #![no_std]
+#![cfg_attr(target_arch = "nvptx64", allow(internal_features))]
 #![cfg_attr(
     target_arch = "nvptx64",
-    feature(abi_ptx, asm_experimental_arch, stdarch_nvptx)
+    feature(abi_ptx, asm_experimental_arch, stdarch_nvptx, core_intrinsics)
 )]
 
 #[cfg(target_arch = "nvptx64")]
@@ -23,6 +24,7 @@ pub mod device;
 pub mod warp;
 
 pub mod copy;
+pub mod matvec;
 pub mod min;
 pub mod scan;
 
@@ -32,6 +34,7 @@ pub fn kernel_entry_points() -> impl Iterator<Item = &'static str> {
     core::iter::once(copy::KERNEL)
         .chain(min::KERNELS)
         .chain(scan::KERNELS)
+        .chain(matvec::KERNELS)
 }
 
 /// A panic in device code (only reachable through a failed bounds check) stops the
@@ -40,4 +43,25 @@ pub fn kernel_entry_points() -> impl Iterator<Item = &'static str> {
 #[panic_handler]
 fn panic(_: &core::panic::PanicInfo) -> ! {
     device::trap()
+}
+
+#[cfg(test)]
+mod tests {
+    extern crate std;
+    use std::vec::Vec;
+
+    #[test]
+    fn every_family_kernel_is_an_entry_point_once() {
+        let all: Vec<&str> = super::kernel_entry_points().collect();
+        let families = [
+            &[super::copy::KERNEL][..],
+            &super::min::KERNELS,
+            &super::scan::KERNELS,
+            &super::matvec::KERNELS,
+        ];
+        for name in families.iter().flat_map(|f| f.iter()) {
+            assert_eq!(all.iter().filter(|n| *n == name).count(), 1, "{name}");
+        }
+        assert_eq!(all.len(), families.iter().map(|f| f.len()).sum::<usize>());
+    }
 }

@@ -64,6 +64,21 @@ impl<T: Element> DeviceArray<T> {
         self.len() == 0
     }
 
+    /// The same elements under another row-major shape with as many elements.
+    pub fn reshape(self, shape: &[usize]) -> crate::Result<Self> {
+        if shape.iter().try_fold(1usize, |n, &d| n.checked_mul(d)) != Some(self.len()) {
+            return Err(crate::Error::ShapeMismatch {
+                what: "reshaped array (element count)",
+                expected: self.shape.clone(),
+                actual: shape.to_vec(),
+            });
+        }
+        Ok(Self {
+            buffer: self.buffer,
+            shape: shape.to_vec(),
+        })
+    }
+
     /// The element type.
     pub fn dtype(&self) -> DType {
         T::DTYPE

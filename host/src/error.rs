@@ -43,6 +43,13 @@ pub enum Error {
     #[error("{op} needs an array of rank 1 or more; got a 0-dimensional array")]
     ZeroRank { op: &'static str },
 
+    #[error("{what} must have {expected}; got shape {shape:?}")]
+    WrongRank {
+        what: &'static str,
+        expected: &'static str,
+        shape: Vec<usize>,
+    },
+
     #[error("axis {axis} is out of range for an array of rank {rank} (valid axes: 0..{rank})")]
     InvalidAxis { axis: usize, rank: usize },
 

@@ -2,11 +2,13 @@
 //! memory access, each a thin `#[inline(always)]` wrapper over an NVPTX intrinsic or one
 //! PTX instruction. All inline assembly of the crate lives below this module.
 
+mod math;
 mod memory;
 mod shared;
 mod shuffle;
 mod thread;
 
+pub use math::{fma_f32, fma_f64};
 pub use memory::{
     Coherent, atomic_add_u32, fence_gpu, load_acquire_u32, load_global_nc_v4, load_global_v4,
     store_global_v4, store_release_u32,

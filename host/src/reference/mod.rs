@@ -2,5 +2,6 @@
 //! parallel over independent outputs with rayon, with the same validation and
 //! semantics as the GPU operation.
 
+pub mod matvec;
 pub mod min;
 pub mod scan;

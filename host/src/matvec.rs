@@ -1,0 +1,213 @@
+//! Matrix-vector products: `y = A x`, `y = A^T x` (without forming the transpose), and
+//! the general `y = alpha * op(A) x + beta * y`, deterministic from run to run.
+//!
+//! A is a row-major `[m, k]` [`DeviceArray`]; a strided or transposed `ndarray` view
+//! passed to [`Gpu::matvec_of`] is copied to row-major on upload, so it is never read
+//! wrongly. x is `[n]` or `[n, 1]`, and y takes the same form.
+
+use gpu_kernels::matvec::{self as policy, GemvDType, GemvKernel, GemvPlan, GemvProblem};
+use ndarray::{ArrayBase, ArrayD, Data, Dimension};
+
+use crate::array::{DeviceArray, Element};
+use crate::driver::{LaunchConfig, kernel_args};
+use crate::error::{Error, Result};
+use crate::gpu::Gpu;
+
+/// Which matrix multiplies x.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Op {
+    /// A.
+    N,
+    /// A^T.
+    T,
+}
+
+/// Element types the matvec kernels handle.
+pub trait GemvElement: Element + PartialEq + Into<f64> {
+    #[doc(hidden)]
+    const GEMV_DTYPE: GemvDType;
+    const ZERO: Self;
+    const ONE: Self;
+}
+
+impl GemvElement for f32 {
+    const GEMV_DTYPE: GemvDType = GemvDType::F32;
+    const ZERO: Self = 0.0;
+    const ONE: Self = 1.0;
+}
+
+impl GemvElement for f64 {
+    const GEMV_DTYPE: GemvDType = GemvDType::F64;
+    const ZERO: Self = 0.0;
+    const ONE: Self = 1.0;
+}
+
+/// Validates `op(A) x` for the shapes of A and x; returns the problem and y's shape
+/// (`[n]` or `[n, 1]`, following x).
+pub fn gemv_problem(a_shape: &[usize], x_shape: &[usize], op: Op) -> Result<(GemvProblem, Vec<usize>)> {
+    let &[rows, cols] = a_shape else {
+        return Err(Error::WrongRank {
+            what: "the matrix",
+            expected: "rank 2",
+            shape: a_shape.to_vec(),
+        });
+    };
+    let (inner, outer) = if op == Op::N { (cols, rows) } else { (rows, cols) };
+    let column = x_shape.len() == 2;
+    if !matches!(x_shape, [_] | [_, 1]) {
+        return Err(Error::WrongRank {
+            what: "the vector",
+            expected: "shape [n] or [n, 1]",
+            shape: x_shape.to_vec(),
+        });
+    }
+    if x_shape[0] != inner {
+        let expected = if column { vec![inner, 1] } else { vec![inner] };
+        return Err(Error::ShapeMismatch {
+            what: "the vector (against the matrix)",
+            expected,
+            actual: x_shape.to_vec(),
+        });
+    }
+    let problem = GemvProblem {
+        rows: rows as u64,
+        cols: cols as u64,
+        transpose: op == Op::T,
+    };
+    Ok((problem, if column { vec![outer, 1] } else { vec![outer] }))
+}
+
+impl Gpu {
+    /// `A x` for A `[m, k]` and x `[k]` or `[k, 1]`; y is `[m]` or `[m, 1]`.
+    pub fn matvec<T: GemvElement>(&self, a: &DeviceArray<T>, x: &DeviceArray<T>) -> Result<DeviceArray<T>> {
+        self.product(Op::N, a, x)
+    }
+
+    /// `A^T x` for A `[m, k]` and x `[m]` or `[m, 1]`; y is `[k]` or `[k, 1]`.
+    pub fn matvec_t<T: GemvElement>(&self, a: &DeviceArray<T>, x: &DeviceArray<T>) -> Result<DeviceArray<T>> {
+        self.product(Op::T, a, x)
+    }
+
+    /// [`Gpu::matvec`] of host arrays or views (any layout): uploads, multiplies,
+    /// downloads.
+    pub fn matvec_of<T: GemvElement, S1, S2, D1, D2>(
+        &self,
+        a: &ArrayBase<S1, D1>,
+        x: &ArrayBase<S2, D2>,
+    ) -> Result<ArrayD<T>>
+    where
+        S1: Data<Elem = T>,
+        S2: Data<Elem = T>,
+        D1: Dimension,
+        D2: Dimension,
+    {
+        gemv_problem(a.shape(), x.shape(), Op::N)?;
+        self.download(&self.matvec(&self.upload(a)?, &self.upload(x)?)?)
+    }
+
+    fn product<T: GemvElement>(
+        &self,
+        op: Op,
+        a: &DeviceArray<T>,
+        x: &DeviceArray<T>,
+    ) -> Result<DeviceArray<T>> {
+        let (_, shape) = gemv_problem(a.shape(), x.shape(), op)?;
+        let mut y = self.alloc(&shape)?;
+        self.gemv(T::ONE, op, a, x, T::ZERO, &mut y)?;
+        Ok(y)
+    }
+
+    /// `y = alpha * op(A) x + beta * y`. With `beta == 0`, y's contents are not read.
+    /// y may be `[n]` or `[n, 1]` whatever the form of x.
+    pub fn gemv<T: GemvElement>(
+        &self,
+        alpha: T,
+        op: Op,
+        a: &DeviceArray<T>,
+        x: &DeviceArray<T>,
+        beta: T,
+        y: &mut DeviceArray<T>,
+    ) -> Result<()> {
+        let (problem, shape) = gemv_problem(a.shape(), x.shape(), op)?;
+        let outputs = problem.outputs();
+        if y.shape() != [outputs as usize] && y.shape() != [outputs as usize, 1] {
+            return Err(Error::ShapeMismatch {
+                what: "gemv output y",
+                expected: shape,
+                actual: y.shape().to_vec(),
+            });
+        }
+        if outputs == 0 {
+            return Ok(());
+        }
+        let plan = policy::plan(&problem, size_of::<T>(), self.info().multiprocessors);
+        log::debug!("gemv {op:?} {:?} x {:?}: {plan:?}", a.shape(), x.shape());
+        let split = plan.split();
+        let (_scratch, partials) = self.scratch(if split > 1 {
+            (outputs * split) as usize * size_of::<T>()
+        } else {
+            0
+        })?;
+        let (a_ptr, x_ptr, y_ptr) = (
+            a.buffer.as_device_ptr().as_raw(),
+            x.buffer.as_device_ptr().as_raw(),
+            y.buffer.as_device_ptr().as_raw(),
+        );
+        let name = |kernel| policy::kernel_name(kernel, T::GEMV_DTYPE);
+        match plan {
+            GemvPlan::Rows {
+                group_lanes,
+                split,
+                blocks,
+                vector,
+            } => {
+                let vector = vector as u32;
+                let config = LaunchConfig::linear(blocks, policy::BLOCK_THREADS);
+                let mut args = kernel_args![
+                    a_ptr,
+                    x_ptr,
+                    partials,
+                    y_ptr,
+                    alpha,
+                    beta,
+                    problem,
+                    split,
+                    group_lanes,
+                    vector
+                ];
+                // SAFETY: matches rows(a, x, out, y, alpha, beta, problem, split,
+                // group_lanes, vector): a holds rows * cols elements and x cols (shapes
+                // checked), both 256-byte aligned allocations, vector only for aligned
+                // rows; the scratch holds outputs * split partials when split > 1; the
+                // plan's blocks cover every item's lanes.
+                unsafe { self.launch(name(GemvKernel::Rows), &config, &mut args)? };
+            }
+            GemvPlan::Columns { tiles, split, vector } => {
+                let vector = vector as u32;
+                let config = LaunchConfig {
+                    grid: [tiles, split, 1],
+                    block: [policy::BLOCK_THREADS, 1, 1],
+                    shared_bytes: policy::COLUMNS_SHARED_BYTES,
+                };
+                let mut args =
+                    kernel_args![a_ptr, x_ptr, partials, y_ptr, alpha, beta, problem, split, vector];
+                // SAFETY: matches columns(a, x, out, y, alpha, beta, problem, split,
+                // vector): a holds rows * cols elements and x rows, vector only when cols
+                // keeps rows aligned; partials as above; the block and shared memory are
+                // the policy's.
+                unsafe { self.launch(name(GemvKernel::Columns), &config, &mut args)? };
+            }
+        }
+        if split > 1 {
+            let config = LaunchConfig::linear(
+                outputs.div_ceil(policy::BLOCK_THREADS as u64),
+                policy::BLOCK_THREADS,
+            );
+            let mut args = kernel_args![partials, y_ptr, alpha, beta, outputs, split];
+            // SAFETY: matches combine(partials, y, alpha, beta, outputs, split): the
+            // scratch holds the first pass's outputs * split partials, y `outputs`.
+            unsafe { self.launch(name(GemvKernel::Combine), &config, &mut args)? };
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,210 @@
+//! `gemv` on the GPU against the f64 CPU reference: random shapes (1, primes, tails
+//! around the vector width, wide and tall), both orientations, alpha and beta (beta 0
+//! with y full of NaN, which must not be read), f32 and f64, x as `[k]` or `[k, 1]`.
+//! Each element within the recursive-summation bound `(k + 2) * eps * scale`; two runs
+//! bit-identical.
+
+use host::{Error, GemvElement, Gpu, Op, reference};
+use ndarray::{Array1, Array2, ArrayD, IxDyn};
+use proptest::prelude::*;
+use proptest::sample::select;
+use tests::{gpu_or_skip, runner};
+
+fn extent() -> impl Strategy<Value = usize> {
+    prop_oneof![
+        2 => select(vec![1, 2, 3, 4, 5, 7, 8, 9, 31, 32, 33, 127, 128, 129, 1023, 4097]),
+        1 => 1..2000usize,
+    ]
+}
+
+#[derive(Debug, Clone)]
+struct Case {
+    rows: usize,
+    cols: usize,
+    op: Op,
+    alpha: f64,
+    beta: f64,
+    column_vector: bool,
+    seed: u64,
+}
+
+fn case() -> impl Strategy<Value = Case> {
+    let shape = prop_oneof![
+        4 => (extent(), extent()),
+        1 => (1..8usize, 100_000..400_000usize),
+        1 => (100_000..400_000usize, 1..8usize),
+    ]
+    .prop_filter("at most 1M elements", |(r, c)| r * c <= 1 << 20);
+    (
+        shape,
+        any::<bool>(),
+        select(vec![1.0, -0.5, 2.0]),
+        select(vec![0.0, 1.0, -3.0]),
+        any::<bool>(),
+        any::<u64>(),
+    )
+        .prop_map(|((rows, cols), t, alpha, beta, column_vector, seed)| Case {
+            rows,
+            cols,
+            op: if t { Op::T } else { Op::N },
+            alpha,
+            beta,
+            column_vector,
+            seed,
+        })
+}
+
+trait TestValue: GemvElement {
+    fn from_f64(v: f64) -> Self;
+    const EPSILON: f64;
+}
+impl TestValue for f32 {
+    fn from_f64(v: f64) -> Self {
+        v as f32
+    }
+    const EPSILON: f64 = f32::EPSILON as f64;
+}
+impl TestValue for f64 {
+    fn from_f64(v: f64) -> Self {
+        v
+    }
+    const EPSILON: f64 = f64::EPSILON;
+}
+
+fn values<T: TestValue>(n: usize, seed: u64) -> Vec<T> {
+    let mut state = seed | 1;
+    (0..n)
+        .map(|_| {
+            state ^= state >> 12;
+            state ^= state << 25;
+            state ^= state >> 27;
+            T::from_f64((state.wrapping_mul(0x2545_F491_4F6C_DD1D) >> 11) as f64 / (1u64 << 52) as f64 - 1.0)
+        })
+        .collect()
+}
+
+fn check<T: TestValue>(gpu: &Gpu, c: Case) -> Result<(), TestCaseError> {
+    let a = Array2::from_shape_vec((c.rows, c.cols), values::<T>(c.rows * c.cols, c.seed)).unwrap();
+    let (n_in, n_out) = if c.op == Op::N {
+        (c.cols, c.rows)
+    } else {
+        (c.rows, c.cols)
+    };
+    let x = Array1::from(values::<T>(n_in, c.seed ^ 1));
+    let y0 = Array1::from(values::<T>(n_out, c.seed ^ 2));
+    let (want, scale) =
+        reference::matvec::gemv(c.alpha, c.op, a.view(), x.view(), c.beta, Some(y0.view())).unwrap();
+
+    let shape_of = |n: usize| if c.column_vector { vec![n, 1] } else { vec![n] };
+    let da = gpu.upload(&a).unwrap();
+    let dx = gpu
+        .upload(&x.clone().into_shape_with_order(IxDyn(&shape_of(n_in))).unwrap())
+        .unwrap();
+    let run = || {
+        let mut dy = gpu
+            .upload(&y0.clone().into_shape_with_order(IxDyn(&shape_of(n_out))).unwrap())
+            .unwrap();
+        if c.beta == 0.0 {
+            gpu.poison(&mut dy).unwrap(); // NaN: must not leak into y
+        }
+        gpu.gemv(T::from_f64(c.alpha), c.op, &da, &dx, T::from_f64(c.beta), &mut dy)
+            .unwrap();
+        gpu.download(&dy).unwrap()
+    };
+    let (first, second) = (run(), run());
+    prop_assert_eq!(first.shape(), &shape_of(n_out)[..]);
+    let bits = |v: &ArrayD<T>| v.iter().map(|&e| e.into().to_bits()).collect::<Vec<_>>();
+    prop_assert!(bits(&first) == bits(&second), "two runs differ: {:?}", c);
+    let k = n_in as f64;
+    for (i, (&got, (&w, &s))) in first.iter().zip(want.iter().zip(&scale)).enumerate() {
+        let err = (got.into() - w).abs();
+        let bound = (k + 2.0) * T::EPSILON * s + 1e-300;
+        prop_assert!(
+            err <= bound,
+            "{c:?}: y[{i}] = {}, want {w}, error {err:e} > {bound:e}",
+            got.into()
+        );
+    }
+    Ok(())
+}
+
+#[test]
+fn gemv_f32_matches_the_reference_and_is_deterministic() {
+    let Some(gpu) = gpu_or_skip("gemv_f32_matches_the_reference_and_is_deterministic") else {
+        return;
+    };
+    runner().run(&case(), |c| check::<f32>(&gpu, c)).unwrap();
+}
+
+#[test]
+fn gemv_f64_matches_the_reference_and_is_deterministic() {
+    let Some(gpu) = gpu_or_skip("gemv_f64_matches_the_reference_and_is_deterministic") else {
+        return;
+    };
+    runner().run(&case(), |c| check::<f64>(&gpu, c)).unwrap();
+}
+
+#[test]
+fn matvec_shapes_follow_x_and_views_are_read_logically() {
+    let Some(gpu) = gpu_or_skip("matvec_shapes_follow_x_and_views_are_read_logically") else {
+        return;
+    };
+    let a = Array2::from_shape_fn((6, 5), |(i, j)| (i * 5 + j) as f32);
+    let x = Array1::from(vec![1.0f32, -1.0, 2.0, 0.0, 1.0]);
+    let (da, dx) = (gpu.upload(&a).unwrap(), gpu.upload(&x).unwrap());
+    assert_eq!(gpu.matvec(&da, &dx).unwrap().shape(), &[6]);
+    let dx_col = gpu
+        .upload(&x.clone().into_shape_with_order((5, 1)).unwrap())
+        .unwrap();
+    let y = gpu.download(&gpu.matvec(&da, &dx_col).unwrap()).unwrap();
+    assert_eq!(y.shape(), &[6, 1]);
+    assert_eq!(y.iter().copied().collect::<Vec<_>>(), a.dot(&x).to_vec());
+    // A transposed view is read as the logical matrix, not as its memory.
+    let at = a.t();
+    let ones = Array1::from(vec![1.0f32; 6]);
+    assert_eq!(
+        gpu.matvec_of(&at, &ones)
+            .unwrap()
+            .iter()
+            .copied()
+            .collect::<Vec<_>>(),
+        at.dot(&ones).to_vec()
+    );
+    let y = gpu
+        .download(&gpu.matvec_t(&da, &gpu.upload(&ones).unwrap()).unwrap())
+        .unwrap();
+    assert_eq!(y.iter().copied().collect::<Vec<_>>(), at.dot(&ones).to_vec());
+}
+
+#[test]
+fn mismatched_gemv_shapes_are_errors() {
+    use host::gemv_problem;
+    let err = gemv_problem(&[3, 4], &[3], Op::N).unwrap_err();
+    assert!(matches!(err, Error::ShapeMismatch { .. }), "{err}");
+    assert!(
+        err.to_string().contains("[3]") && err.to_string().contains("[4]"),
+        "{err}"
+    );
+    assert!(gemv_problem(&[3, 4], &[3], Op::T).is_ok());
+    assert!(matches!(
+        gemv_problem(&[3, 4, 1], &[4], Op::N),
+        Err(Error::WrongRank { .. })
+    ));
+    assert!(matches!(
+        gemv_problem(&[3, 4], &[4, 2], Op::N),
+        Err(Error::WrongRank { .. })
+    ));
+    assert_eq!(gemv_problem(&[3, 4], &[4, 1], Op::N).unwrap().1, vec![3, 1]);
+    assert_eq!(gemv_problem(&[0, 4], &[4], Op::N).unwrap().1, vec![0]);
+    let Some(gpu) = gpu_or_skip("mismatched_gemv_shapes_are_errors (GPU part)") else {
+        return;
+    };
+    let a = gpu.alloc::<f64>(&[3, 4]).unwrap();
+    let x = gpu.upload(&Array1::from(vec![1.0f64; 4])).unwrap();
+    let mut y = gpu.alloc::<f64>(&[4]).unwrap();
+    assert!(matches!(
+        gpu.gemv(1.0, Op::N, &a, &x, 0.0, &mut y),
+        Err(Error::ShapeMismatch { .. })
+    ));
+    assert!(matches!(gpu.matvec_t(&a, &x), Err(Error::ShapeMismatch { .. })));
+}
