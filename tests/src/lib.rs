@@ -33,3 +33,15 @@ pub fn gpu_or_skip(test: &str) -> Option<MutexGuard<'static, Gpu>> {
 pub fn runner() -> TestRunner {
     TestRunner::new(Config::default())
 }
+
+/// A stream of pseudo-random 64-bit words (xorshift64*) from `seed`: distinct,
+/// non-constant test data, the same for the same seed.
+pub fn random_words(seed: u64) -> impl FnMut() -> u64 {
+    let mut state = seed | 1;
+    move || {
+        state ^= state >> 12;
+        state ^= state << 25;
+        state ^= state >> 27;
+        state.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+}

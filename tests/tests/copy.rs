@@ -3,7 +3,7 @@
 use host::{DeviceArray, Element, Gpu};
 use ndarray::{ArrayD, IxDyn};
 use proptest::prelude::*;
-use tests::{gpu_or_skip, runner};
+use tests::{gpu_or_skip, random_words, runner};
 
 /// Lengths that exercise every path: empty, single, not a multiple of the 4-word
 /// vector, around one block's tile (4096 words), and many tiles.
@@ -19,14 +19,8 @@ fn length() -> impl Strategy<Value = usize> {
 }
 
 fn random_array<T: Element>(len: usize, seed: u64, from_bits: impl Fn(u64) -> T) -> ArrayD<T> {
-    let mut state = seed | 1;
-    ArrayD::from_shape_fn(IxDyn(&[len]), |_| {
-        // xorshift64*: distinct, non-constant values
-        state ^= state >> 12;
-        state ^= state << 25;
-        state ^= state >> 27;
-        from_bits(state.wrapping_mul(0x2545_F491_4F6C_DD1D))
-    })
+    let mut next = random_words(seed);
+    ArrayD::from_shape_fn(IxDyn(&[len]), |_| from_bits(next()))
 }
 
 fn check_copy<T: Element + Bits>(gpu: &Gpu, host: &ArrayD<T>) -> Result<(), TestCaseError> {

@@ -8,7 +8,7 @@ use host::{Error, GemvElement, Gpu, Op, reference};
 use ndarray::{Array1, Array2, ArrayD, IxDyn};
 use proptest::prelude::*;
 use proptest::sample::select;
-use tests::{gpu_or_skip, runner};
+use tests::{gpu_or_skip, random_words, runner};
 
 fn extent() -> impl Strategy<Value = usize> {
     prop_oneof![
@@ -72,14 +72,9 @@ impl TestValue for f64 {
 }
 
 fn values<T: TestValue>(n: usize, seed: u64) -> Vec<T> {
-    let mut state = seed | 1;
+    let mut next = random_words(seed);
     (0..n)
-        .map(|_| {
-            state ^= state >> 12;
-            state ^= state << 25;
-            state ^= state >> 27;
-            T::from_f64((state.wrapping_mul(0x2545_F491_4F6C_DD1D) >> 11) as f64 / (1u64 << 52) as f64 - 1.0)
-        })
+        .map(|_| T::from_f64((next() >> 11) as f64 / (1u64 << 52) as f64 - 1.0))
         .collect()
 }
 

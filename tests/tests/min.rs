@@ -6,7 +6,7 @@ use host::{Error, Gpu, MinElement, reference};
 use ndarray::{ArrayD, IxDyn};
 use proptest::prelude::*;
 use proptest::sample::select;
-use tests::{gpu_or_skip, runner};
+use tests::{gpu_or_skip, random_words, runner};
 
 /// Extents around warp, vector and block multiples, primes, and random ones.
 fn extent() -> impl Strategy<Value = usize> {
@@ -81,13 +81,8 @@ impl TestValue for i32 {
 }
 
 fn random<T: TestValue>(shape: &[usize], seed: u64, nan_per_10k: u32) -> ArrayD<T> {
-    let mut state = seed | 1;
-    ArrayD::from_shape_fn(IxDyn(shape), |_| {
-        state ^= state >> 12;
-        state ^= state << 25;
-        state ^= state >> 27;
-        T::draw(state.wrapping_mul(0x2545_F491_4F6C_DD1D), nan_per_10k)
-    })
+    let mut next = random_words(seed);
+    ArrayD::from_shape_fn(IxDyn(shape), |_| T::draw(next(), nan_per_10k))
 }
 
 fn same_values<T: MinElement>(a: &ArrayD<T>, b: &ArrayD<T>) -> bool {

@@ -7,7 +7,7 @@ use host::{Error, Gpu, ScanElement, ScanKind, reference};
 use ndarray::{ArrayD, Axis, IxDyn, Zip};
 use proptest::prelude::*;
 use proptest::sample::select;
-use tests::{gpu_or_skip, runner};
+use tests::{gpu_or_skip, random_words, runner};
 
 /// Extents around warp, vector and tile multiples (tiles hold 2048 or 4096 elements,
 /// strided tiles 32 or 64 rows), primes, and random ones.
@@ -132,13 +132,8 @@ impl TestValue for i64 {
 }
 
 fn random<T: TestValue>(shape: &[usize], seed: u64) -> ArrayD<T> {
-    let mut state = seed | 1;
-    ArrayD::from_shape_fn(IxDyn(shape), |_| {
-        state ^= state >> 12;
-        state ^= state << 25;
-        state ^= state >> 27;
-        T::draw(state.wrapping_mul(0x2545_F491_4F6C_DD1D))
-    })
+    let mut next = random_words(seed);
+    ArrayD::from_shape_fn(IxDyn(shape), |_| T::draw(next()))
 }
 
 fn check_scan<T: TestValue>(gpu: &Gpu, c: Case) -> Result<(), TestCaseError> {
