@@ -33,7 +33,7 @@ pub const ROWS_PER_ITEM: usize = 4;
 /// Vectors of each row a `rows` lane loads before the first use.
 pub const ROWS_UNROLL: usize = 2;
 /// A split never makes an item shorter than this many elements.
-pub const MIN_SPLIT_CHUNK: u64 = 16384;
+pub const MIN_SPLIT_CHUNK: u64 = 65536;
 /// Dynamic shared memory of a `columns` block: one sum (at most 8 bytes) per slice and
 /// column, 16 bytes of columns per lane.
 pub const COLUMNS_SHARED_BYTES: u32 = COLUMNS_TY * COLUMNS_TX * 16;

@@ -29,6 +29,10 @@ pub const STRIDED_THREAD_BYTES: usize = 256;
 /// prefix and the warp totals of the block scan (head flag + value), with padding.
 pub const SHARED_BYTES: u32 = 64 + (WARPS as u32) * 16;
 
+/// Rows from which a block per row fills the GPU many times over (132 SMs, several
+/// blocks each), so that rows at least a tile long need no look-back.
+pub const ROWS_PLAN_MIN_ROWS: u64 = 2048;
+
 /// Option bit: exclusive (else inclusive).
 pub const EXCLUSIVE: u32 = 1;
 /// Option bit: scan from the end.
@@ -63,6 +67,9 @@ pub struct ScanProblem {
 /// How a problem is launched.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ScanPlan {
+    /// Many long aligned rows: a block per row, walking its tiles with a carry; no
+    /// look-back, no status.
+    Rows { rows: u64 },
     Contiguous {
         tiles: u64,
         /// Whether rows keep 16-byte alignment (128-bit loads and stores).
@@ -80,6 +87,7 @@ impl ScanPlan {
     /// Tiles, one block each.
     pub const fn tiles(&self) -> u64 {
         match *self {
+            ScanPlan::Rows { rows } => rows,
             ScanPlan::Contiguous { tiles, .. } => tiles,
             ScanPlan::Strided {
                 column_blocks,
@@ -91,6 +99,7 @@ impl ScanPlan {
     /// Values each tile publishes: one, or one per column.
     pub const fn status_width(&self) -> u32 {
         match self {
+            ScanPlan::Rows { .. } => 0,
             ScanPlan::Contiguous { .. } => 1,
             ScanPlan::Strided { .. } => BLOCK_THREADS,
         }
@@ -100,11 +109,18 @@ impl ScanPlan {
 /// The plan for a non-empty problem of `element_bytes`-byte elements.
 pub const fn plan(problem: &ScanProblem, element_bytes: usize) -> ScanPlan {
     let elements = problem.outer * problem.scan * problem.inner;
-    if problem.inner == 1 {
-        let per_vector = (16 / element_bytes) as u64;
+    let per_vector = (16 / element_bytes) as u64;
+    let aligned = problem.scan.is_multiple_of(per_vector);
+    let whole_runs = problem
+        .scan
+        .is_multiple_of(items_per_thread(element_bytes) as u64);
+    let long = problem.scan >= tile_items(element_bytes);
+    if problem.inner == 1 && whole_runs && long && problem.outer >= ROWS_PLAN_MIN_ROWS {
+        ScanPlan::Rows { rows: problem.outer }
+    } else if problem.inner == 1 {
         ScanPlan::Contiguous {
             tiles: elements.div_ceil(tile_items(element_bytes)),
-            vector: problem.scan.is_multiple_of(per_vector),
+            vector: aligned,
         }
     } else {
         ScanPlan::Strided {
@@ -134,8 +150,9 @@ pub enum ScanDType {
 }
 
 /// Entry points, `[variant][dtype]`: contiguous scalar, reversed, vector, vector
-/// reversed (each its own entry so that each gets its own register budget), strided.
-const NAMES: [[&str; 4]; 5] = [
+/// reversed (each its own entry so that each gets its own register budget), strided,
+/// rows, rows reversed.
+const NAMES: [[&str; 4]; 7] = [
     [
         "scan_contiguous_f32",
         "scan_contiguous_f64",
@@ -166,6 +183,13 @@ const NAMES: [[&str; 4]; 5] = [
         "scan_strided_i32",
         "scan_strided_i64",
     ],
+    ["scan_rows_f32", "scan_rows_f64", "scan_rows_i32", "scan_rows_i64"],
+    [
+        "scan_rows_reverse_f32",
+        "scan_rows_reverse_f64",
+        "scan_rows_reverse_i32",
+        "scan_rows_reverse_i64",
+    ],
 ];
 
 /// The entry point for a plan, dtype and direction.
@@ -173,15 +197,16 @@ pub const fn kernel_name(plan: &ScanPlan, dtype: ScanDType, reverse: bool) -> &'
     let variant = match plan {
         ScanPlan::Contiguous { vector, .. } => 2 * (*vector as usize) + reverse as usize,
         ScanPlan::Strided { .. } => 4,
+        ScanPlan::Rows { .. } => 5 + reverse as usize,
     };
     NAMES[variant][dtype as usize]
 }
 
 /// Every scan entry point.
-pub const KERNELS: [&str; 20] = {
-    let mut all = [""; 20];
+pub const KERNELS: [&str; 28] = {
+    let mut all = [""; 28];
     let mut i = 0;
-    while i < 20 {
+    while i < 28 {
         all[i] = NAMES[i / 4][i % 4];
         i += 1;
     }
@@ -193,8 +218,8 @@ mod kernel {
     use super::*;
     use crate::block::{AGGREGATE, INCLUSIVE, ScanOp, TileStatus, exclusive_scan};
     use crate::device::{
-        Coherent, SharedCarver, Shuffle, atomic_add_u32, block_dim_x, load_global_v4, store_global_v4,
-        sync_threads, thread_idx_x,
+        Coherent, SharedCarver, Shuffle, atomic_add_u32, block_dim_x, block_idx_x, load_global_v4,
+        store_global_v4, sync_threads, thread_idx_x,
     };
 
     /// An element type the scan kernels sum: wrapping for integers.
@@ -513,6 +538,95 @@ mod kernel {
         }
     }
 
+    /// Scans one row per block, tile by tile, carrying the row's running sum: each
+    /// tile is a block scan of `ITEMS` consecutive elements per thread (128-bit loads and
+    /// stores), then a barrier before the next tile reuses the warp totals.
+    ///
+    /// # Safety
+    /// `x` and `y` hold `outer * scan` elements, 16-byte aligned (they may be the same
+    /// array); `scan` is a multiple of `ITEMS`; one block of `BLOCK_THREADS` per row
+    /// with `SHARED_BYTES` of dynamic shared memory.
+    #[inline(always)]
+    pub unsafe fn rows<T: ScanValue, const ITEMS: usize, const REVERSE_ORDER: bool>(
+        x: *const T,
+        y: *mut T,
+        problem: ScanProblem,
+        options: u32,
+    ) {
+        let mut carver = SharedCarver::new();
+        // SAFETY: SHARED_BYTES covers WARPS values.
+        let warp_totals: *mut T = unsafe { carver.take(WARPS) };
+        let scan = problem.scan;
+        let base = block_idx_x() as u64 * scan;
+        let exclusive = options & EXCLUSIVE != 0;
+        let tile = ITEMS as u64 * block_dim_x() as u64;
+        // This thread's run of a tile: its physical start, aligned (ITEMS and scan are
+        // multiples of PER_VECTOR; logical `q` is physical `scan - 1 - q` reversed), or
+        // none past the row's end (rows hold whole runs: scan is a multiple of ITEMS).
+        let run = |tile_start: u64| {
+            let first = tile_start + thread_idx_x() as u64 * ITEMS as u64;
+            (first < scan).then(|| {
+                base + if REVERSE_ORDER {
+                    scan - first - ITEMS as u64
+                } else {
+                    first
+                }
+            })
+        };
+        let load = |start: Option<u64>| {
+            let mut items = [T::identity(); ITEMS];
+            if let Some(start) = start {
+                for v in 0..ITEMS / T::PER_VECTOR {
+                    // SAFETY: the run lies inside the row, 16-byte aligned.
+                    let words =
+                        unsafe { load_global_v4(x.add(start as usize + v * T::PER_VECTOR) as *const u32) };
+                    for i in 0..T::PER_VECTOR {
+                        let k = v * T::PER_VECTOR + i;
+                        items[if REVERSE_ORDER { ITEMS - 1 - k } else { k }] = T::from_words(words, i);
+                    }
+                }
+            }
+            items
+        };
+        let mut carry = T::identity();
+        let mut tile_start = 0;
+        let mut start = run(0);
+        let mut items = load(start);
+        while tile_start < scan {
+            // The next tile's loads go out before this tile's scan and stores.
+            let next_start = run(tile_start + tile);
+            let next_items = load(next_start);
+            let mut own = T::identity();
+            for &item in &items {
+                own = own.combine(item);
+            }
+            // SAFETY: every thread calls it; the warp totals are this block's.
+            let (before, total) = unsafe { exclusive_scan::<_, WARPS>(own, warp_totals) };
+            let mut running = carry.combine(before);
+            for item in items.iter_mut() {
+                let next = running.combine(*item);
+                *item = if exclusive { running } else { next };
+                running = next;
+            }
+            if let Some(start) = start {
+                for v in 0..ITEMS / T::PER_VECTOR {
+                    let mut words = [0u32; 4];
+                    for i in 0..T::PER_VECTOR {
+                        let k = v * T::PER_VECTOR + i;
+                        items[if REVERSE_ORDER { ITEMS - 1 - k } else { k }].into_words(&mut words, i);
+                    }
+                    // SAFETY: the run lies inside the row, 16-byte aligned.
+                    unsafe { store_global_v4(y.add(start as usize + v * T::PER_VECTOR) as *mut u32, words) };
+                }
+            }
+            carry = carry.combine(total);
+            (items, start) = (next_items, next_start);
+            tile_start += tile;
+            // SAFETY: every thread reaches it; the next tile rewrites the warp totals.
+            unsafe { sync_threads() };
+        }
+    }
+
     /// Scans `ROWS` rows of `BLOCK_THREADS` columns per tile; tile ids run over the
     /// column blocks first, so a tile's predecessor down its columns started earlier.
     ///
@@ -620,6 +734,35 @@ mod kernel {
         };
     }
 
+    macro_rules! rows_entry_points {
+        ($($t:ty: $forward:ident, $reverse:ident;)*) => {$(
+            /// # Safety
+            /// See [`rows`].
+            #[unsafe(no_mangle)]
+            pub unsafe extern "ptx-kernel" fn $forward(x: *const $t, y: *mut $t, problem: ScanProblem, options: u32) {
+                const ITEMS: usize = items_per_thread(size_of::<$t>());
+                // SAFETY: forwarded from the launch's contract.
+                unsafe { rows::<$t, ITEMS, false>(x, y, problem, options) }
+            }
+
+            /// # Safety
+            /// See [`rows`].
+            #[unsafe(no_mangle)]
+            pub unsafe extern "ptx-kernel" fn $reverse(x: *const $t, y: *mut $t, problem: ScanProblem, options: u32) {
+                const ITEMS: usize = items_per_thread(size_of::<$t>());
+                // SAFETY: forwarded from the launch's contract.
+                unsafe { rows::<$t, ITEMS, true>(x, y, problem, options) }
+            }
+        )*};
+    }
+
+    rows_entry_points! {
+        f32: scan_rows_f32, scan_rows_reverse_f32;
+        f64: scan_rows_f64, scan_rows_reverse_f64;
+        i32: scan_rows_i32, scan_rows_reverse_i32;
+        i64: scan_rows_i64, scan_rows_reverse_i64;
+    }
+
     macro_rules! dtype_entry_points {
         ($($t:ty: $plain:ident, $reverse:ident, $vector:ident, $vector_reverse:ident, $strided:ident;)*) => {$(
             entry_points!(
@@ -639,5 +782,51 @@ mod kernel {
             scan_contiguous_vector_reverse_i32, scan_strided_i32;
         i64: scan_contiguous_i64, scan_contiguous_reverse_i64, scan_contiguous_vector_i64,
             scan_contiguous_vector_reverse_i64, scan_strided_i64;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn problem(outer: u64, scan: u64, inner: u64) -> ScanProblem {
+        ScanProblem { outer, scan, inner }
+    }
+
+    #[test]
+    fn the_shape_picks_the_kernel() {
+        assert_eq!(plan(&problem(32768, 32768, 1), 4), ScanPlan::Rows { rows: 32768 });
+        assert_eq!(
+            plan(&problem(2048, 4100, 1), 4),
+            ScanPlan::Contiguous {
+                tiles: 2050,
+                vector: true
+            }
+        );
+        assert_eq!(
+            plan(&problem(1, 1 << 28, 1), 4),
+            ScanPlan::Contiguous {
+                tiles: 1 << 16,
+                vector: true
+            }
+        );
+        assert_eq!(
+            plan(&problem(3, 7, 1), 8),
+            ScanPlan::Contiguous {
+                tiles: 1,
+                vector: false
+            }
+        );
+        assert_eq!(
+            plan(&problem(1, 32768, 32768), 4),
+            ScanPlan::Strided {
+                column_blocks: 128,
+                chunks: 512
+            }
+        );
+        assert_eq!(
+            kernel_name(&plan(&problem(4096, 8192, 1), 8), ScanDType::I64, true),
+            "scan_rows_reverse_i64"
+        );
     }
 }

@@ -252,3 +252,29 @@ fn invalid_scans_are_errors() {
         .unwrap_err();
     assert!(matches!(err, Error::ShapeMismatch { .. }), "{err}");
 }
+
+/// Many long rows take the block-per-row kernel (at least 2048 rows of a whole tile);
+/// the random shapes above stay under its threshold.
+#[test]
+fn cumsum_of_many_long_rows() {
+    let Some(gpu) = gpu_or_skip("cumsum_of_many_long_rows") else {
+        return;
+    };
+    for (i, (kind, reverse)) in [(ScanKind::Exclusive, false), (ScanKind::Inclusive, true)]
+        .into_iter()
+        .enumerate()
+    {
+        let case = |shape: Vec<usize>| Case {
+            shape,
+            axis: 1,
+            kind,
+            reverse,
+            in_place: i == 1,
+            seed: 77 + i as u64,
+        };
+        check_scan::<f32>(&gpu, case(vec![2048, 4096 + 16])).unwrap();
+        check_scan::<i32>(&gpu, case(vec![2049, 8192])).unwrap();
+        check_scan::<f64>(&gpu, case(vec![2048, 2048 + 8])).unwrap();
+        check_scan::<i64>(&gpu, case(vec![2050, 4096])).unwrap();
+    }
+}
