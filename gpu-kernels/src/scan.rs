@@ -2,9 +2,14 @@
 //! or inclusive, forward or reversed, in one pass that reads the input once and writes
 //! the output once (in place allowed).
 //!
-//! The array is seen as `[outer, scan, inner]`. Both kernels cut the work into tiles
-//! that take their ids from a counter in launch order and chain their prefixes by
-//! decoupled look-back (`block::TileStatus`), so any shape fills the GPU:
+//! The array is seen as `[outer, scan, inner]`. Three kernels, chosen by the shape:
+//! - `rows` (`inner == 1`, at least `ROWS_PLAN_MIN_ROWS` rows of whole 128-bit runs, a
+//!   tile or longer): a block per row walks the row tile by tile with a carry, the next
+//!   tile's loads in flight during the current one's scan; no look-back.
+//!
+//! The other two cut the work into tiles that take their ids from a counter in launch
+//! order and chain their prefixes by decoupled look-back (`block::TileStatus`), so any
+//! shape fills the GPU:
 //! - `contiguous` (`inner == 1`): the rows laid end to end as one flat sequence of
 //!   `TILE_ITEMS`-element tiles; each thread holds `ITEMS` consecutive elements
 //!   (128-bit loads when rows keep 16-byte alignment); a new row starts a new segment,
@@ -17,7 +22,7 @@
 //! Reversal maps logical position `q` to `len - 1 - q` (flat for contiguous, per
 //! column for strided).
 
-/// Threads per block of both scan kernels.
+/// Threads per block of every scan kernel.
 pub const BLOCK_THREADS: u32 = 256;
 /// Warps per block.
 pub const WARPS: usize = (BLOCK_THREADS / 32) as usize;
@@ -25,7 +30,7 @@ pub const WARPS: usize = (BLOCK_THREADS / 32) as usize;
 pub const VECTORS_PER_THREAD: usize = 4;
 /// Bytes of rows each strided thread holds in registers: 64 rows of 4-byte elements.
 pub const STRIDED_THREAD_BYTES: usize = 256;
-/// Dynamic shared memory of both kernels: the tile id, the look-back flag, the tile
+/// Dynamic shared memory of every scan kernel: the tile id, the look-back flag, the tile
 /// prefix and the warp totals of the block scan (head flag + value), with padding.
 pub const SHARED_BYTES: u32 = 64 + (WARPS as u32) * 16;
 
