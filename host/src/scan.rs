@@ -159,15 +159,30 @@ impl Gpu {
                 detail: format!("{tiles} scan tiles"),
             });
         }
-        // Scratch: [counter, flags] (zeroed), then aggregates and inclusives.
-        let flag_bytes = (4 * (tiles + 1)).next_multiple_of(256) as usize;
-        let values = (tiles * plan.status_width() as u64) as usize * size_of::<T>();
-        let (mut scratch, base) = self.scratch(flag_bytes + 2 * values.next_multiple_of(256))?;
-        scratch.zero(0, flag_bytes, self.stream())?;
-        let status = LaunchStatus::<T> {
-            counter_and_flags: base as *mut u32,
-            aggregates: (base + flag_bytes as u64) as *mut T,
-            inclusives: (base + (flag_bytes + values.next_multiple_of(256)) as u64) as *mut T,
+        // The look-back kernels' status, in the scratch buffer: [counter, flags]
+        // (zeroed), then aggregates and inclusives. The rows kernel needs none.
+        let (_scratch, status) = if plan.status_width() == 0 {
+            let none = std::ptr::null_mut();
+            (
+                None,
+                LaunchStatus::<T> {
+                    counter_and_flags: none,
+                    aggregates: none.cast(),
+                    inclusives: none.cast(),
+                },
+            )
+        } else {
+            let flag_bytes = (4 * (tiles + 1)).next_multiple_of(256) as usize;
+            let values =
+                ((tiles * plan.status_width() as u64) as usize * size_of::<T>()).next_multiple_of(256);
+            let (mut scratch, base) = self.scratch(flag_bytes + 2 * values)?;
+            scratch.zero(0, flag_bytes, self.stream())?;
+            let status = LaunchStatus::<T> {
+                counter_and_flags: base as *mut u32,
+                aggregates: (base + flag_bytes as u64) as *mut T,
+                inclusives: (base + (flag_bytes + values) as u64) as *mut T,
+            };
+            (Some(scratch), status)
         };
         let options =
             if kind == ScanKind::Exclusive { EXCLUSIVE } else { 0 } | if reverse { REVERSE } else { 0 };
