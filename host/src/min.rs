@@ -2,7 +2,6 @@
 //! `torch.min(x, dim)`) and `amin` (values, as `torch.amin`). NaN propagates: a lane
 //! holding NaN gives NaN and the index of its first NaN.
 
-use cust::memory::DevicePointer;
 use gpu_kernels::min::{self as policy, MinDType, MinKernel, MinPlan, MinProblem};
 use ndarray::{ArrayBase, ArrayD, Data, Dimension};
 
@@ -183,21 +182,33 @@ impl Gpu {
         let plan = policy::plan(&problem, size_of::<T>(), self.info().multiprocessors);
         log::debug!("{op} {:?} axis {axis}: {problem:?} -> {plan:?}", x.shape());
         let split = plan.split();
-        let index_ptr =
-            |a: Option<&DeviceArray<i64>>| a.map_or(DevicePointer::null(), |a| a.buffer.as_device_ptr());
+        let address = |a: Option<&DeviceArray<i64>>| a.map_or(0, |a| a.buffer.as_device_ptr().as_raw());
+        let (values_ptr, indices_ptr) = (
+            values.buffer.as_device_ptr().as_raw(),
+            address(indices.as_deref()),
+        );
 
-        // With a split, the first pass writes [output][split] partials.
-        let partial_values = (split > 1)
-            .then(|| self.alloc::<T>(&[(outputs * split) as usize]))
-            .transpose()?;
-        let partial_indices = (split > 1 && with_index)
-            .then(|| self.alloc::<i64>(&[(outputs * split) as usize]))
-            .transpose()?;
-        let (first_values, first_indices) = match &partial_values {
-            Some(p) => (p.buffer.as_device_ptr(), index_ptr(partial_indices.as_ref())),
-            None => (values.buffer.as_device_ptr(), index_ptr(indices.as_deref())),
+        // With a split, the first pass writes [output][split] partials (values, then
+        // indices) to the scratch buffer, which stays reserved until both passes are queued.
+        let slots = (outputs * split) as usize;
+        let partial_values_bytes = (slots * size_of::<T>()).next_multiple_of(256);
+        let scratch_bytes = if split > 1 {
+            partial_values_bytes + slots * size_of::<i64>()
+        } else {
+            0
         };
-        let x_ptr = x.buffer.as_device_ptr();
+        let (_scratch, partials) = self.scratch(scratch_bytes)?;
+        let partial_indices = if with_index {
+            partials + partial_values_bytes as u64
+        } else {
+            0
+        };
+        let (first_values, first_indices) = if split > 1 {
+            (partials, partial_indices)
+        } else {
+            (values_ptr, indices_ptr)
+        };
+        let x_ptr = x.buffer.as_device_ptr().as_raw();
         let name = |kernel| policy::kernel_name(kernel, T::MIN_DTYPE, with_index);
         match plan {
             MinPlan::Rows {
@@ -217,7 +228,8 @@ impl Gpu {
                     group_lanes
                 ];
                 // SAFETY: matches rows(x, values, indices, reduce, items, split, group_lanes):
-                // x holds outer * reduce elements, the first-pass outputs hold
+                // x holds outer * reduce elements (indices 0 = null when not wanted), the
+                // first-pass outputs hold
                 // outer * split slots, and the plan's blocks cover items * group_lanes threads.
                 unsafe { self.launch(name(MinKernel::Rows), &config, &mut args)? };
             }
@@ -248,23 +260,16 @@ impl Gpu {
                 unsafe { self.launch(name(MinKernel::Strided), &config, &mut args)? };
             }
         }
-        if let Some(partials) = partial_values {
-            let (pv, pi) = (
-                partials.buffer.as_device_ptr(),
-                index_ptr(partial_indices.as_ref()),
-            );
-            let (v, i) = (values.buffer.as_device_ptr(), index_ptr(indices.as_deref()));
+        if split > 1 {
             let config = LaunchConfig::linear(
                 outputs.div_ceil(policy::BLOCK_THREADS as u64),
                 policy::BLOCK_THREADS,
             );
-            let mut args = kernel_args![pv, pi, v, i, outputs, split];
+            let mut args = kernel_args![partials, partial_indices, values_ptr, indices_ptr, outputs, split];
             // SAFETY: matches combine(partial_values, partial_indices, values, indices,
-            // outputs, split): the partials hold outputs * split slots, the outputs
-            // `outputs`; one thread per output.
+            // outputs, split): the scratch holds the first pass's outputs * split slots
+            // of each, the outputs `outputs`; one thread per output.
             unsafe { self.launch(name(MinKernel::Combine), &config, &mut args)? };
-            // The partials are freed only after the queued passes have read them.
-            self.synchronize()?;
         }
         Ok(())
     }
