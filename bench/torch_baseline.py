@@ -81,13 +81,45 @@ def min_reductions(reps):
     return results
 
 
+def convs(reps):
+    """The conv headline in exact FP32 (no TF32), cuDNN choosing its fastest algorithm."""
+    torch.backends.cudnn.allow_tf32 = False
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.benchmark = True
+    x = torch.rand(8, 64, 512, 1024, device="cuda") * 2 - 1
+    w = torch.rand(128, 64, 3, 3, device="cuda") * 2 - 1
+    y = torch.nn.functional.conv2d(x, w)
+    dy = torch.rand_like(y) * 2 - 1
+    del y
+    forward = median_ms(lambda: torch.nn.functional.conv2d(x, w), reps)
+    # What autograd's backward of conv2d runs, for the input and weight gradients.
+    backward = median_ms(
+        lambda: torch.ops.aten.convolution_backward(
+            dy, x, w, None, [1, 1], [0, 0], [1, 1], False, [0, 0], 1, [True, True, False]
+        ),
+        reps,
+    )
+    del x, w, dy
+    return {
+        "conv_fwd": {"ms": forward, "op": "F.conv2d, x 8x64x512x1024, w 128x64x3x3, FP32 cuDNN"},
+        "conv_bwd": {"ms": backward, "op": "convolution_backward, input + weight grads, FP32 cuDNN"},
+    }
+
+
+WORKLOADS = {"copy": copy, "scan": scans, "matvec": matvecs, "min": min_reductions, "conv": convs}
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--reps", type=int, default=30)
     parser.add_argument("--json", required=True)
+    parser.add_argument("--only", default="", help="comma-separated families (default: all)")
     args = parser.parse_args()
+    only = [f for f in args.only.split(",") if f]
     results = {}
-    for workload in (copy, scans, matvecs, min_reductions):
+    for family, workload in WORKLOADS.items():
+        if only and family not in only:
+            continue
         results.update(workload(args.reps))
         torch.cuda.empty_cache()
     doc = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "results": results}

@@ -1,4 +1,4 @@
-//! `bench [--only scan,matvec,min] [--reps N] [--baseline torch.json] [--json OUT]`
+//! `bench [--only scan,matvec,min,conv] [--reps N] [--baseline torch.json] [--json OUT]`
 //!
 //! Runs each workload on its headline shape (../shared/WORKLOADS.md), checks the result,
 //! times it with CUDA events (warm-up, then the median of `--reps` runs) and prints one
@@ -25,6 +25,8 @@ struct Row {
     times_ms: Vec<f32>,
     /// Bytes that must move (read + written), for GB/s.
     bytes: f64,
+    /// Floating-point operations, for TFLOP/s (0 for memory-bound workloads).
+    flops: f64,
 }
 
 impl Row {
@@ -119,12 +121,14 @@ fn copy_rows(gpu: &Gpu, reps: usize) -> Result<Vec<Row>> {
             what: "copy kernel, 8 GiB f32".into(),
             times_ms: kernel,
             bytes,
+            flops: 0.0,
         },
         Row {
             key: "memcpy",
             what: "cuMemcpyDtoD, 8 GiB f32".into(),
             times_ms: driver,
             bytes,
+            flops: 0.0,
         },
     ])
 }
@@ -190,6 +194,7 @@ fn min_rows(gpu: &Gpu, reps: usize) -> Result<Vec<Row>> {
             what: format!("min (values+indices), dim {axis}"),
             times_ms: times,
             bytes: bytes + 3.0 * out_bytes,
+            flops: 0.0,
         });
         let times = time(gpu, reps, |g| g.amin_into(&x, axis, &mut amin_values))?;
         rows.push(Row {
@@ -197,6 +202,7 @@ fn min_rows(gpu: &Gpu, reps: usize) -> Result<Vec<Row>> {
             what: format!("amin, dim {axis}"),
             times_ms: times,
             bytes: bytes + out_bytes,
+            flops: 0.0,
         });
     }
     Ok(rows)
@@ -255,6 +261,7 @@ fn scan_rows(gpu: &Gpu, reps: usize) -> Result<Vec<Row>> {
             what: what.into(),
             times_ms: times,
             bytes: 2.0 * x.bytes() as f64,
+            flops: 0.0,
         });
     }
     Ok(rows)
@@ -294,6 +301,7 @@ fn gemv_row(gpu: &Gpu, reps: usize, key: &'static str, shape: [usize; 2], op: ho
         what,
         times_ms: times,
         bytes: (a.bytes() + x.bytes() + y.bytes()) as f64,
+        flops: 0.0,
     })
 }
 
@@ -303,6 +311,142 @@ fn matvec_rows(gpu: &Gpu, reps: usize) -> Result<Vec<Row>> {
         gemv_row(gpu, reps, "matvec", [2048, 1 << 20], host::Op::N)?,
         gemv_row(gpu, reps, "matvec_t", [1 << 20, 2048], host::Op::T)?,
         gemv_row(gpu, reps, "matvec16", [16, 1 << 24], host::Op::N)?,
+    ])
+}
+
+/// `||got - want|| / ||want||` over sampled elements.
+fn sampled_error(samples: &[(f32, f64)]) -> f64 {
+    let diff: f64 = samples.iter().map(|&(g, w)| (g as f64 - w).powi(2)).sum();
+    let norm: f64 = samples.iter().map(|&(_, w)| w * w).sum();
+    if samples.iter().any(|(g, _)| g.is_nan()) {
+        return f64::INFINITY;
+    }
+    (diff / norm).sqrt()
+}
+
+/// Spread sample indices in `0..count`: a multiplicative hash, plus both ends.
+fn sample_indices(count: usize, samples: usize) -> Vec<usize> {
+    (0..samples as u64)
+        .map(|s| (s.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 11) as usize % count)
+        .chain([0, count - 1])
+        .collect()
+}
+
+/// The conv headline: x 8x64x512x1024, w 128x64x3x3, stride 1, no padding, no bias:
+/// the forward pass, and the backward pass (input and weight gradients), each checked
+/// against f64 sums at sampled outputs (relative norm error at most 1e-5).
+fn conv_rows(gpu: &Gpu, reps: usize) -> Result<Vec<Row>> {
+    use ndarray::Ix4;
+    const TOLERANCE: f64 = 1e-5;
+    let params = host::Conv2dParams::default();
+    let (x_shape, w_shape) = ([8, 64, 512, 1024], [128, 64, 3, 3]);
+    let (_, y_shape) = host::conv2d_problem(&x_shape, &w_shape, &params)?;
+    let hx = random_f32(&x_shape, 6).into_dimensionality::<Ix4>()?;
+    let hw = random_f32(&w_shape, 7).into_dimensionality::<Ix4>()?;
+    let hdy = random_f32(&y_shape, 8).into_dimensionality::<Ix4>()?;
+    let (x, w, dy) = (gpu.upload(&hx)?, gpu.upload(&hw)?, gpu.upload(&hdy)?);
+    let [_, _, oh, ow] = y_shape[..] else {
+        unreachable!()
+    };
+    let flops = 2.0 * (8 * 128 * oh * ow) as f64 * (64 * 9) as f64;
+    let check = |what: &str, samples: Vec<(f32, f64)>| {
+        let error = sampled_error(&samples);
+        eprintln!(
+            "conv {what}: relative error {error:.2e} over {} sampled outputs",
+            samples.len()
+        );
+        if error > TOLERANCE {
+            return Err(format!(
+                "conv {what}: relative error {error:e} over {TOLERANCE:e}"
+            ));
+        }
+        Ok(())
+    };
+
+    let mut y = gpu.alloc::<f32>(&y_shape)?;
+    gpu.poison(&mut y)?;
+    gpu.conv2d_into(&x, &w, None, &params, &mut y)?;
+    let got = gpu.download(&y)?.into_dimensionality::<Ix4>()?;
+    let samples = sample_indices(got.len(), 10_000)
+        .into_par_iter()
+        .map(|e| {
+            let (n, o, r) = (e / (128 * oh * ow), e / (oh * ow) % 128, e % (oh * ow));
+            let (i, j) = (r / ow, r % ow);
+            let mut sum = 0.0f64;
+            for c in 0..64 {
+                for (a, b) in (0..3).flat_map(|a| (0..3).map(move |b| (a, b))) {
+                    sum += hx[[n, c, i + a, j + b]] as f64 * hw[[o, c, a, b]] as f64;
+                }
+            }
+            (got.as_slice().unwrap()[e], sum)
+        })
+        .collect();
+    check("forward", samples)?;
+    drop(got);
+    let forward = time(gpu, reps, |g| g.conv2d_into(&x, &w, None, &params, &mut y))?;
+    drop(y);
+
+    let (mut dx, mut dw) = (gpu.alloc::<f32>(&x_shape)?, gpu.alloc::<f32>(&w_shape)?);
+    gpu.poison(&mut dx)?;
+    gpu.poison(&mut dw)?;
+    gpu.conv2d_backward_into(&x, &w, &dy, &params, (Some(&mut dx), Some(&mut dw), None))?;
+    let got = gpu.download(&dx)?;
+    let samples = sample_indices(got.len(), 10_000)
+        .into_par_iter()
+        .map(|e| {
+            let (n, c, r) = (e / (64 * 512 * 1024), e / (512 * 1024) % 64, e % (512 * 1024));
+            let (iy, ix) = (r / 1024, r % 1024);
+            let mut sum = 0.0f64;
+            for o in 0..128 {
+                for (a, b) in (0..3).flat_map(|a| (0..3).map(move |b| (a, b))) {
+                    let (Some(i), Some(j)) = (iy.checked_sub(a), ix.checked_sub(b)) else {
+                        continue;
+                    };
+                    if i < oh && j < ow {
+                        sum += hdy[[n, o, i, j]] as f64 * hw[[o, c, a, b]] as f64;
+                    }
+                }
+            }
+            (got.as_slice().unwrap()[e], sum)
+        })
+        .collect();
+    check("input gradient", samples)?;
+    let got = gpu.download(&dw)?;
+    let samples = sample_indices(got.len(), 62)
+        .into_par_iter()
+        .map(|e| {
+            let (o, c, a, b) = (e / 576, e / 9 % 64, e / 3 % 3, e % 3);
+            let sum: f64 = (0..8)
+                .flat_map(|n| (0..oh).map(move |i| (n, i)))
+                .map(|(n, i)| {
+                    (0..ow)
+                        .map(|j| hdy[[n, o, i, j]] as f64 * hx[[n, c, i + a, j + b]] as f64)
+                        .sum::<f64>()
+                })
+                .sum();
+            (got.as_slice().unwrap()[e], sum)
+        })
+        .collect();
+    check("weight gradient", samples)?;
+    let backward = time(gpu, reps, |g| {
+        g.conv2d_backward_into(&x, &w, &dy, &params, (Some(&mut dx), Some(&mut dw), None))
+    })?;
+    let bytes = (x.bytes() + w.bytes() + dy.bytes()) as f64;
+    Ok(vec![
+        Row {
+            key: "conv_fwd",
+            what: "conv2d forward 8x64x512x1024, 3x3".into(),
+            times_ms: forward,
+            bytes,
+            flops,
+        },
+        Row {
+            key: "conv_bwd",
+            what: "conv2d backward (input + weight)".into(),
+            times_ms: backward,
+            bytes: bytes + x.bytes() as f64,
+            flops: 2.0 * flops,
+        },
     ])
 }
 
@@ -345,6 +489,11 @@ fn main() -> Result {
         rows.extend(min_rows(&gpu, opts.reps)?);
         eprintln!("min: {:.1} s", started.elapsed().as_secs_f64());
     }
+    if wanted("conv") {
+        let started = Instant::now();
+        rows.extend(conv_rows(&gpu, opts.reps)?);
+        eprintln!("conv: {:.1} s", started.elapsed().as_secs_f64());
+    }
 
     let copy_bw = rows
         .iter()
@@ -381,8 +530,17 @@ fn main() -> Result {
         records.push(json!({
             "key": r.key, "workload": r.what, "median_ms": ms, "gbps": gbps,
             "percent_of_copy": 100.0 * gbps / copy_bw, "torch_ms": torch,
-            "times_ms": r.times_ms,
+            "tflops": r.flops / (ms * 1e-3) / 1e12, "times_ms": r.times_ms,
         }));
+    }
+    for r in rows.iter().filter(|r| r.flops > 0.0) {
+        let rate = |ms: f64| r.flops / (ms * 1e-3) / 1e12;
+        println!(
+            "{}: {:.1} TFLOP/s{}",
+            r.what,
+            rate(r.median_ms()),
+            torch_ms(r.key).map_or(String::new(), |t| format!(" (torch {:.1} TFLOP/s)", rate(t)))
+        );
     }
     for r in &rows {
         let model_key = format!("{}_model", r.key);

@@ -23,6 +23,7 @@ pub mod device;
 #[cfg(target_arch = "nvptx64")]
 pub mod warp;
 
+pub mod conv;
 pub mod copy;
 pub mod matvec;
 pub mod min;
@@ -35,6 +36,7 @@ pub fn kernel_entry_points() -> impl Iterator<Item = &'static str> {
         .chain(min::KERNELS)
         .chain(scan::KERNELS)
         .chain(matvec::KERNELS)
+        .chain(conv::KERNELS)
 }
 
 /// A panic in device code (only reachable through a failed bounds check) stops the
@@ -58,6 +60,7 @@ mod tests {
             &super::min::KERNELS,
             &super::scan::KERNELS,
             &super::matvec::KERNELS,
+            &super::conv::KERNELS,
         ];
         for name in families.iter().flat_map(|f| f.iter()) {
             assert_eq!(all.iter().filter(|n| *n == name).count(), 1, "{name}");

@@ -60,6 +60,9 @@ pub enum Error {
         shape: Vec<usize>,
     },
 
+    #[error("invalid {parameter}: {detail}")]
+    InvalidParameter { parameter: &'static str, detail: String },
+
     #[error("array of shape {shape:?} is too large: {detail}")]
     TooLarge { shape: Vec<usize>, detail: String },
 

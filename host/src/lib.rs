@@ -21,6 +21,7 @@
 //! [`Error`] on bad input, a missing device or a failing driver.
 
 mod array;
+mod conv;
 mod copy;
 mod driver;
 mod error;
@@ -32,6 +33,7 @@ pub mod reference;
 mod scan;
 
 pub use array::{DType, DeviceArray, Element};
+pub use conv::{Conv2dParams, ConvGradientArrays, ConvGradients, conv2d_problem};
 pub use error::{Error, Result};
 pub use gpu::{DeviceInfo, Gpu};
 pub use matvec::{GemvElement, Op, gemv_problem};

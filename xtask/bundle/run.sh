@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs on a GPU machine that has no Rust toolchain: `run.sh [all|tests|bench]`.
 # tests: every GPU test binary; bench: PyTorch's baseline, then the benchmark beside it.
-# Logs and JSON go to $OUT (default ./results). Exits non-zero if anything failed.
+# Logs and JSON go to $OUT (default ./results); ONLY=scan,conv limits the benchmark to
+# those families. Exits non-zero if anything failed.
 set -uo pipefail
 cd "$(dirname "$0")"
 mode=${1:-all}
@@ -25,8 +26,10 @@ if [ "$mode" = all ] || [ "$mode" = tests ]; then
 fi
 
 if [ "$mode" = all ] || [ "$mode" = bench ]; then
-  python3 torch_baseline.py --json "$out/torch.json" || status=1
-  bin/bench --baseline "$out/torch.json" --json "$out/bench.json" | tee "$out/bench.txt"
+  only=()
+  if [ -n "${ONLY:-}" ]; then only=(--only "$ONLY"); fi
+  python3 torch_baseline.py "${only[@]}" --json "$out/torch.json" || status=1
+  bin/bench "${only[@]}" --baseline "$out/torch.json" --json "$out/bench.json" | tee "$out/bench.txt"
   [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
 fi
 exit $status

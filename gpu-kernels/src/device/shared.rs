@@ -43,3 +43,66 @@ impl Default for SharedCarver {
         Self::new()
     }
 }
+
+/// The `.shared`-window address (32 bits) of the start of the dynamic shared memory.
+/// Addresses from it are used with [`load_shared_v4_f32`] and [`store_shared_f32`],
+/// which the hardware resolves without the generic-to-shared check.
+#[inline(always)]
+pub fn shared_base() -> u32 {
+    let base: u32;
+    // SAFETY: reads the address of the module's shared symbol; nothing is accessed.
+    unsafe { asm!("mov.u32 {0}, DYN_SMEM;", out(reg32) base, options(pure, nomem, nostack)) };
+    base
+}
+
+/// Loads four `f32` from shared memory: `ld.shared.v4.f32`.
+///
+/// # Safety
+/// `address` is 16-byte aligned and inside the launch's dynamic shared memory, and the
+/// caller orders the read after the writes it depends on with a barrier.
+#[inline(always)]
+pub unsafe fn load_shared_v4_f32(address: u32) -> [f32; 4] {
+    let (a, b, c, d): (f32, f32, f32, f32);
+    // SAFETY: the caller guarantees an aligned address inside the shared allocation.
+    unsafe {
+        asm!(
+            "ld.shared.v4.f32 {{{a}, {b}, {c}, {d}}}, [{p}];",
+            p = in(reg32) address,
+            a = out(reg32) a, b = out(reg32) b, c = out(reg32) c, d = out(reg32) d,
+            options(pure, readonly, nostack),
+        )
+    };
+    [a, b, c, d]
+}
+
+/// Loads one `f32` from shared memory: `ld.shared.f32`.
+///
+/// # Safety
+/// As [`load_shared_v4_f32`], with 4-byte alignment.
+#[inline(always)]
+pub unsafe fn load_shared_f32(address: u32) -> f32 {
+    let value: f32;
+    // SAFETY: the caller guarantees an aligned address inside the shared allocation.
+    unsafe {
+        asm!(
+            "ld.shared.f32 {v}, [{p}];",
+            p = in(reg32) address,
+            v = out(reg32) value,
+            options(pure, readonly, nostack),
+        )
+    };
+    value
+}
+
+/// Stores one `f32` to shared memory: `st.shared.f32`.
+///
+/// # Safety
+/// `address` is 4-byte aligned and inside the launch's dynamic shared memory, and no
+/// other thread accesses it before the next barrier.
+#[inline(always)]
+pub unsafe fn store_shared_f32(address: u32, value: f32) {
+    // SAFETY: the caller guarantees an aligned address inside the shared allocation.
+    unsafe {
+        asm!("st.shared.f32 [{p}], {v};", p = in(reg32) address, v = in(reg32) value, options(nostack))
+    };
+}

@@ -1,0 +1,382 @@
+//! 2-D convolution in FP32 (NCHW), forward and backward, as in
+//! `torch.nn.functional.conv2d`: stride, padding, dilation and groups.
+//!
+//! Every pass is an implicit GEMM per group, whose operands are gathered from the
+//! tensors as the tiles are loaded (no im2col buffer):
+//!
+//! | pass | M | N | K | A (M x K) | B (K x N) |
+//! |---|---|---|---|---|---|
+//! | forward | batch * out pixels | out channels | in channels * taps | x patches | w |
+//! | input gradient | batch * in pixels | in channels | out channels * taps | dy, scattered back | w |
+//! | weight gradient | in channels * taps | out channels | batch * out pixels | x patches | dy |
+//!
+//! (channels per group; a tap is one (r, s) of the kernel window). The weight
+//! gradient splits K over blocks into per-split partials that a second pass adds in a
+//! fixed order, so results are deterministic. The bias gradient is a per-channel sum.
+//! The GEMM mainloop is shared: block tiles of `TILE_M x TILE_N x TILE_K`, staged in
+//! shared memory (two stages), 8 x 8 outputs per thread.
+
+#[cfg(target_arch = "nvptx64")]
+mod gemm;
+
+/// Threads of an implicit-GEMM block.
+pub const GEMM_THREADS: u32 = 256;
+/// Rows of C (along M) per block.
+pub const TILE_M: u32 = 128;
+/// Columns of C (along N) per block.
+pub const TILE_N: u32 = 128;
+/// Depth of one staged slice of K.
+pub const TILE_K: u32 = 8;
+/// Floats per staged k-row of a tile: 4 more than the tile's width, so that the
+/// k-contiguous operands' stores fall on distinct banks.
+pub const TILE_PITCH: u32 = TILE_M + 4;
+/// Shared memory of an implicit-GEMM block: two stages of both operands.
+pub const GEMM_SHARED_BYTES: u32 = 2 * 2 * TILE_K * TILE_PITCH * 4;
+/// Threads of the bias-gradient and split-sum kernels.
+pub const REDUCE_THREADS: u32 = 256;
+/// The weight gradient sums at most this many products per split in FP32 before the
+/// splits are added in FP64, which bounds its rounding error on long reductions.
+pub const WGRAD_MAX_CHUNK: u32 = 16384;
+/// Blocks per SM that the weight gradient's split aims at (two blocks fit per SM).
+pub const WGRAD_BLOCKS_PER_SM: u32 = 2;
+
+const _: () = assert!(TILE_M == 128 && TILE_N == 128 && TILE_K == 8 && GEMM_THREADS == 256);
+
+/// Division by a run-time divisor as a multiply-high and a shift (round-up method);
+/// exact for every 32-bit dividend below 2^31.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FastDiv {
+    pub divisor: u32,
+    multiplier: u32,
+    shift: u32,
+}
+
+impl FastDiv {
+    /// Prepares division by `divisor` (at least 1).
+    pub const fn new(divisor: u32) -> Self {
+        assert!(divisor >= 1);
+        let shift = 32 - (divisor - 1).leading_zeros();
+        let multiplier = ((1u64 << 32) * ((1u64 << shift) - divisor as u64) / divisor as u64 + 1) as u32;
+        Self {
+            divisor,
+            multiplier,
+            shift,
+        }
+    }
+
+    /// `(n / divisor, n % divisor)` for `n < 2^31`.
+    #[inline(always)]
+    pub const fn divmod(self, n: u32) -> (u32, u32) {
+        let high = ((n as u64 * self.multiplier as u64) >> 32) as u32;
+        let quotient = ((high as u64 + n as u64) >> self.shift) as u32;
+        (quotient, n - quotient * self.divisor)
+    }
+}
+
+/// One convolution, its derived sizes and the divisors the gathers use; the same on
+/// host and device.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ConvProblem {
+    pub batch: u32,
+    pub in_channels: u32,
+    pub height: u32,
+    pub width: u32,
+    pub out_channels: u32,
+    pub kernel_h: u32,
+    pub kernel_w: u32,
+    pub stride_h: u32,
+    pub stride_w: u32,
+    pub pad_h: u32,
+    pub pad_w: u32,
+    pub dilation_h: u32,
+    pub dilation_w: u32,
+    pub groups: u32,
+    pub out_h: u32,
+    pub out_w: u32,
+    pub div_out_w: FastDiv,
+    pub div_out_pixels: FastDiv,
+    pub div_width: FastDiv,
+    pub div_pixels: FastDiv,
+    pub div_taps: FastDiv,
+    pub div_kernel_w: FastDiv,
+    pub div_stride_h: FastDiv,
+    pub div_stride_w: FastDiv,
+}
+
+/// The size of a convolution, as the user states it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ConvShape {
+    /// x: `[batch, in_channels, height, width]`.
+    pub input: [u32; 4],
+    /// w: `[out_channels, in_channels / groups, kernel_h, kernel_w]`.
+    pub weight: [u32; 4],
+    pub stride: [u32; 2],
+    pub padding: [u32; 2],
+    pub dilation: [u32; 2],
+    pub groups: u32,
+}
+
+impl ConvShape {
+    /// Whether the kernels' 32-bit index arithmetic covers this (checked) shape: every
+    /// GEMM extent below 2^31, and image extents (padded, with the window) below 2^29
+    /// so that coordinates never approach the gathers' out-of-range markers.
+    pub const fn fits_index_limits(&self) -> bool {
+        let [batch, cin, h, w] = self.input;
+        let [cout, _, kh, kw] = self.weight;
+        let (Some(oh), Some(ow)) = (
+            output_extent(h, kh, self.stride[0], self.padding[0], self.dilation[0]),
+            output_extent(w, kw, self.stride[1], self.padding[1], self.dilation[1]),
+        ) else {
+            return false;
+        };
+        let (batch, cin, cout, taps) = (batch as u64, cin as u64, cout as u64, kh as u64 * kw as u64);
+        let gemm_extents = [
+            batch * h as u64 * w as u64,
+            batch * oh as u64 * ow as u64 + TILE_K as u64,
+            cin * taps + TILE_K as u64,
+            cout * taps + TILE_K as u64,
+        ];
+        let image_extents = [
+            h as u64 + 2 * self.padding[0] as u64 + self.dilation[0] as u64 * kh as u64,
+            w as u64 + 2 * self.padding[1] as u64 + self.dilation[1] as u64 * kw as u64,
+        ];
+        let mut i = 0;
+        while i < gemm_extents.len() {
+            if gemm_extents[i] >= 1 << 31 {
+                return false;
+            }
+            i += 1;
+        }
+        image_extents[0] < 1 << 29 && image_extents[1] < 1 << 29
+    }
+}
+
+/// Torch's output extent along one axis, or `None` when the window does not fit.
+pub const fn output_extent(input: u32, kernel: u32, stride: u32, padding: u32, dilation: u32) -> Option<u32> {
+    let padded = input as u64 + 2 * padding as u64;
+    let window = dilation as u64 * (kernel as u64 - 1) + 1;
+    if kernel == 0 || stride == 0 || dilation == 0 || window > padded {
+        return None;
+    }
+    Some(((padded - window) / stride as u64 + 1) as u32)
+}
+
+impl ConvProblem {
+    /// The problem of a checked shape: stride, dilation and kernel at least 1, the
+    /// window inside the padded input, channels divisible by groups.
+    pub const fn new(shape: &ConvShape) -> Self {
+        let [batch, in_channels, height, width] = shape.input;
+        let [out_channels, _, kernel_h, kernel_w] = shape.weight;
+        let (Some(out_h), Some(out_w)) = (
+            output_extent(
+                height,
+                kernel_h,
+                shape.stride[0],
+                shape.padding[0],
+                shape.dilation[0],
+            ),
+            output_extent(
+                width,
+                kernel_w,
+                shape.stride[1],
+                shape.padding[1],
+                shape.dilation[1],
+            ),
+        ) else {
+            panic!("the window does not fit the padded input");
+        };
+        Self {
+            batch,
+            in_channels,
+            height,
+            width,
+            out_channels,
+            kernel_h,
+            kernel_w,
+            stride_h: shape.stride[0],
+            stride_w: shape.stride[1],
+            pad_h: shape.padding[0],
+            pad_w: shape.padding[1],
+            dilation_h: shape.dilation[0],
+            dilation_w: shape.dilation[1],
+            groups: shape.groups,
+            out_h,
+            out_w,
+            div_out_w: FastDiv::new(max1(out_w)),
+            div_out_pixels: FastDiv::new(max1(out_h * out_w)),
+            div_width: FastDiv::new(max1(width)),
+            div_pixels: FastDiv::new(max1(height * width)),
+            div_taps: FastDiv::new(kernel_h * kernel_w),
+            div_kernel_w: FastDiv::new(kernel_w),
+            div_stride_h: FastDiv::new(shape.stride[0]),
+            div_stride_w: FastDiv::new(shape.stride[1]),
+        }
+    }
+
+    pub const fn in_per_group(&self) -> u32 {
+        self.in_channels / self.groups
+    }
+    pub const fn out_per_group(&self) -> u32 {
+        self.out_channels / self.groups
+    }
+    pub const fn taps(&self) -> u32 {
+        self.kernel_h * self.kernel_w
+    }
+    pub const fn pixels(&self) -> u32 {
+        self.height * self.width
+    }
+    pub const fn out_pixels(&self) -> u32 {
+        self.out_h * self.out_w
+    }
+
+    /// (M, N, K) of a pass's GEMM, per group.
+    pub const fn gemm(&self, pass: ConvPass) -> (u64, u64, u64) {
+        let (b, ci, co, taps) = (
+            self.batch as u64,
+            self.in_per_group() as u64,
+            self.out_per_group() as u64,
+            self.taps() as u64,
+        );
+        match pass {
+            ConvPass::Forward => (b * self.out_pixels() as u64, co, ci * taps),
+            ConvPass::InputGrad => (b * self.pixels() as u64, ci, co * taps),
+            ConvPass::WeightGrad => (ci * taps, co, b * self.out_pixels() as u64),
+        }
+    }
+}
+
+const fn max1(v: u32) -> u32 {
+    if v == 0 { 1 } else { v }
+}
+
+/// A pass of the convolution.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ConvPass {
+    Forward,
+    InputGrad,
+    WeightGrad,
+}
+
+/// How one GEMM pass is launched: blocks along x are tiles (N fastest, then M, then
+/// the split), grid y is the group.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GemmPlan {
+    pub m_tiles: u32,
+    pub n_tiles: u32,
+    /// Parts of K summed separately (weight gradient only; 1 elsewhere).
+    pub split: u32,
+    /// K per split, a multiple of `TILE_K`.
+    pub k_chunk: u32,
+    pub groups: u32,
+}
+
+impl GemmPlan {
+    pub const fn blocks(&self) -> u64 {
+        self.m_tiles as u64 * self.n_tiles as u64 * self.split as u64
+    }
+}
+
+/// The implicit-GEMM plan of `pass` on `multiprocessors` SMs. Call only on problems
+/// that fit the index limits and have no empty GEMM extent.
+pub fn gemm_plan(problem: &ConvProblem, pass: ConvPass, multiprocessors: u32) -> GemmPlan {
+    let (m, n, k) = problem.gemm(pass);
+    let m_tiles = m.div_ceil(TILE_M as u64) as u32;
+    let n_tiles = n.div_ceil(TILE_N as u64) as u32;
+    let tiles = m_tiles as u64 * n_tiles as u64 * problem.groups as u64;
+    let split = if pass == ConvPass::WeightGrad {
+        let fill = (multiprocessors as u64 * WGRAD_BLOCKS_PER_SM as u64).div_ceil(tiles);
+        let accuracy = k.div_ceil(WGRAD_MAX_CHUNK as u64);
+        fill.max(accuracy).min(k.div_ceil(TILE_K as u64)).max(1)
+    } else {
+        1
+    };
+    let k_chunk = k.div_ceil(split).next_multiple_of(TILE_K as u64);
+    GemmPlan {
+        m_tiles,
+        n_tiles,
+        split: k.div_ceil(k_chunk).max(1) as u32,
+        k_chunk: k_chunk as u32,
+        groups: problem.groups,
+    }
+}
+
+/// Which kernel.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ConvKernel {
+    Forward,
+    InputGrad,
+    WeightGrad,
+    SplitSum,
+    BiasGrad,
+}
+
+/// The entry point of a kernel.
+pub const fn kernel_name(kernel: ConvKernel) -> &'static str {
+    KERNELS[kernel as usize]
+}
+
+/// Every conv entry point.
+pub const KERNELS: [&str; 5] = [
+    "conv_forward_f32",
+    "conv_input_grad_f32",
+    "conv_weight_grad_f32",
+    "conv_split_sum_f32",
+    "conv_bias_grad_f32",
+];
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fast_division_is_exact() {
+        let mut state = 0x9E37_79B9_7F4A_7C15u64;
+        let mut next = || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state
+        };
+        let divisors = (1..300).chain([510, 1022, 521_220, 65_535, 65_536, (1 << 31) - 1]);
+        for d in divisors {
+            let div = FastDiv::new(d);
+            let edges = [0, 1, d - 1, d, d + 1, (1 << 31) - 1, (1 << 31) - 2];
+            for n in edges.into_iter().chain((0..2000).map(|_| (next() as u32) >> 1)) {
+                assert_eq!(div.divmod(n), (n / d, n % d), "{n} / {d}");
+            }
+        }
+    }
+
+    #[test]
+    fn output_extent_follows_torch() {
+        // floor((in + 2p - d(k - 1) - 1) / s) + 1
+        assert_eq!(output_extent(1024, 3, 1, 0, 1), Some(1022));
+        assert_eq!(output_extent(7, 3, 2, 1, 1), Some(4));
+        assert_eq!(output_extent(7, 3, 3, 2, 2), Some(3));
+        assert_eq!(output_extent(2, 3, 1, 0, 1), None);
+        assert_eq!(output_extent(2, 3, 1, 1, 1), Some(2));
+        assert_eq!(output_extent(5, 3, 0, 0, 1), None);
+    }
+
+    #[test]
+    fn weight_gradient_splits_long_reductions() {
+        let problem = ConvProblem::new(&ConvShape {
+            input: [8, 64, 512, 1024],
+            weight: [128, 64, 3, 3],
+            stride: [1, 1],
+            padding: [0, 0],
+            dilation: [1, 1],
+            groups: 1,
+        });
+        let plan = gemm_plan(&problem, ConvPass::WeightGrad, 132);
+        let (_, _, k) = problem.gemm(ConvPass::WeightGrad);
+        assert!(plan.k_chunk <= WGRAD_MAX_CHUNK && plan.k_chunk.is_multiple_of(TILE_K));
+        assert!(plan.split as u64 * plan.k_chunk as u64 >= k);
+        assert!((plan.split as u64 - 1) * (plan.k_chunk as u64) < k);
+        let forward = gemm_plan(&problem, ConvPass::Forward, 132);
+        assert_eq!((forward.n_tiles, forward.split), (1, 1));
+    }
+}

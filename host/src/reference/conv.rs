@@ -1,0 +1,207 @@
+//! Convolution and its three gradients on the CPU, in f64, straight from the
+//! definition `y[n, o, i, j] = b[o] + sum over c, r, s of x[n, g*C + c, i*sh - ph + r*dh,
+//! j*sw - pw + s*dw] * w[o, c, r, s]` (zero outside x), parallel over output planes.
+
+use ndarray::{Array1, Array4, ArrayView1, ArrayView4, Axis};
+use rayon::prelude::*;
+
+use crate::conv::{Conv2dParams, conv2d_problem};
+use crate::error::Result;
+
+/// The geometry shared by the four functions.
+#[derive(Clone, Copy)]
+struct Geometry {
+    in_per_group: usize,
+    out_per_group: usize,
+    kernel: [usize; 2],
+    input: [usize; 2],
+    output: [usize; 2],
+    params: Conv2dParams,
+}
+
+impl Geometry {
+    fn new(x_shape: &[usize], w_shape: &[usize], params: &Conv2dParams) -> Result<(Self, Vec<usize>)> {
+        let (_, y_shape) = conv2d_problem(x_shape, w_shape, params)?;
+        Ok((
+            Self {
+                in_per_group: x_shape[1] / params.groups,
+                out_per_group: w_shape[0] / params.groups,
+                kernel: [w_shape[2], w_shape[3]],
+                input: [x_shape[2], x_shape[3]],
+                output: [y_shape[2], y_shape[3]],
+                params: *params,
+            },
+            y_shape,
+        ))
+    }
+
+    /// Calls `f(out_y, out_x, in_y, in_x)` for every output pixel whose window puts tap
+    /// (r, s) inside the input.
+    fn for_each_pair(&self, r: usize, s: usize, mut f: impl FnMut(usize, usize, usize, usize)) {
+        let p = &self.params;
+        for oy in 0..self.output[0] {
+            let iy = (oy * p.stride[0] + r * p.dilation[0]).wrapping_sub(p.padding[0]);
+            if iy >= self.input[0] {
+                continue;
+            }
+            for ox in 0..self.output[1] {
+                let ix = (ox * p.stride[1] + s * p.dilation[1]).wrapping_sub(p.padding[1]);
+                if ix < self.input[1] {
+                    f(oy, ox, iy, ix);
+                }
+            }
+        }
+    }
+}
+
+/// `conv2d(x, w) + bias` in f64.
+pub fn conv2d(
+    x: ArrayView4<f32>,
+    w: ArrayView4<f32>,
+    bias: Option<ArrayView1<f32>>,
+    params: &Conv2dParams,
+) -> Result<Array4<f64>> {
+    let (g, y_shape) = Geometry::new(x.shape(), w.shape(), params)?;
+    let mut y = Array4::<f64>::zeros([y_shape[0], y_shape[1], y_shape[2], y_shape[3]]);
+    y.axis_iter_mut(Axis(0))
+        .into_par_iter()
+        .enumerate()
+        .for_each(|(n, mut image)| {
+            for (o, mut plane) in image.axis_iter_mut(Axis(0)).enumerate() {
+                plane.fill(bias.map_or(0.0, |b| b[o] as f64));
+                let first = o / g.out_per_group * g.in_per_group;
+                for c in 0..g.in_per_group {
+                    for r in 0..g.kernel[0] {
+                        for s in 0..g.kernel[1] {
+                            let weight = w[[o, c, r, s]] as f64;
+                            g.for_each_pair(r, s, |oy, ox, iy, ix| {
+                                plane[[oy, ox]] += weight * x[[n, first + c, iy, ix]] as f64;
+                            });
+                        }
+                    }
+                }
+            }
+        });
+    Ok(y)
+}
+
+/// The gradient of `conv2d(x, w)` with respect to x, for x of shape `x_shape`.
+pub fn conv2d_grad_input(
+    grad_y: ArrayView4<f32>,
+    w: ArrayView4<f32>,
+    x_shape: &[usize],
+    params: &Conv2dParams,
+) -> Result<Array4<f64>> {
+    let (g, _) = Geometry::new(x_shape, w.shape(), params)?;
+    let mut dx = Array4::<f64>::zeros([x_shape[0], x_shape[1], x_shape[2], x_shape[3]]);
+    dx.axis_iter_mut(Axis(0))
+        .into_par_iter()
+        .enumerate()
+        .for_each(|(n, mut image)| {
+            for (channel, mut plane) in image.axis_iter_mut(Axis(0)).enumerate() {
+                let (group, c) = (channel / g.in_per_group, channel % g.in_per_group);
+                for o in group * g.out_per_group..(group + 1) * g.out_per_group {
+                    for r in 0..g.kernel[0] {
+                        for s in 0..g.kernel[1] {
+                            let weight = w[[o, c, r, s]] as f64;
+                            g.for_each_pair(r, s, |oy, ox, iy, ix| {
+                                plane[[iy, ix]] += weight * grad_y[[n, o, oy, ox]] as f64;
+                            });
+                        }
+                    }
+                }
+            }
+        });
+    Ok(dx)
+}
+
+/// The gradient of `conv2d(x, w)` with respect to w, for w of shape `w_shape`.
+pub fn conv2d_grad_weight(
+    x: ArrayView4<f32>,
+    grad_y: ArrayView4<f32>,
+    w_shape: &[usize],
+    params: &Conv2dParams,
+) -> Result<Array4<f64>> {
+    let (g, _) = Geometry::new(x.shape(), w_shape, params)?;
+    let mut dw = Array4::<f64>::zeros([w_shape[0], w_shape[1], w_shape[2], w_shape[3]]);
+    dw.axis_iter_mut(Axis(0))
+        .into_par_iter()
+        .enumerate()
+        .for_each(|(o, mut filter)| {
+            let first = o / g.out_per_group * g.in_per_group;
+            for n in 0..x.shape()[0] {
+                for c in 0..g.in_per_group {
+                    for r in 0..g.kernel[0] {
+                        for s in 0..g.kernel[1] {
+                            let mut sum = 0.0;
+                            g.for_each_pair(r, s, |oy, ox, iy, ix| {
+                                sum += grad_y[[n, o, oy, ox]] as f64 * x[[n, first + c, iy, ix]] as f64;
+                            });
+                            filter[[c, r, s]] += sum;
+                        }
+                    }
+                }
+            }
+        });
+    Ok(dw)
+}
+
+/// The gradient of `conv2d(x, w) + bias` with respect to the bias.
+pub fn conv2d_grad_bias(grad_y: ArrayView4<f32>) -> Array1<f64> {
+    let channels: Vec<f64> = (0..grad_y.shape()[1])
+        .into_par_iter()
+        .map(|o| grad_y.index_axis(Axis(1), o).iter().map(|&v| v as f64).sum())
+        .collect();
+    Array1::from(channels)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ndarray::{Array, array};
+
+    #[test]
+    fn a_small_case_by_hand() {
+        // x 1x1x3x3 = 1..9, w 1x1x2x2 = [[1, 0], [0, -1]], stride 1, padding 0.
+        let x = Array::from_shape_vec((1, 1, 3, 3), (1..=9).map(|v| v as f32).collect()).unwrap();
+        let w = Array::from_shape_vec((1, 1, 2, 2), vec![1.0f32, 0.0, 0.0, -1.0]).unwrap();
+        let b = array![0.5f32];
+        let y = conv2d(x.view(), w.view(), Some(b.view()), &Conv2dParams::default()).unwrap();
+        assert_eq!(y.into_raw_vec_and_offset().0, vec![-3.5, -3.5, -3.5, -3.5]);
+
+        let dy = Array::from_shape_vec((1, 1, 2, 2), vec![1.0f32, 2.0, 3.0, 4.0]).unwrap();
+        let dx = conv2d_grad_input(dy.view(), w.view(), &[1, 1, 3, 3], &Conv2dParams::default()).unwrap();
+        assert_eq!(
+            dx.into_raw_vec_and_offset().0,
+            vec![1.0, 2.0, 0.0, 3.0, 3.0, -2.0, 0.0, -3.0, -4.0]
+        );
+        let dw = conv2d_grad_weight(x.view(), dy.view(), &[1, 1, 2, 2], &Conv2dParams::default()).unwrap();
+        // dw[r][s] = sum dy[i][j] * x[i + r][j + s]
+        assert_eq!(dw.into_raw_vec_and_offset().0, vec![37.0, 47.0, 67.0, 77.0]);
+        assert_eq!(conv2d_grad_bias(dy.view()), array![10.0]);
+    }
+
+    #[test]
+    fn stride_padding_dilation_and_groups_follow_the_definition() {
+        // Two groups, stride 2, padding 1, dilation 2 on a 1x2x5x5 input of ones, with
+        // 2x2 weights of ones: each output counts the taps that land inside x.
+        let params = Conv2dParams {
+            stride: [2, 2],
+            padding: [1, 1],
+            dilation: [2, 2],
+            groups: 2,
+        };
+        let x = Array4::<f32>::ones((1, 2, 5, 5));
+        let w = Array4::<f32>::ones((4, 1, 2, 2));
+        let y = conv2d(x.view(), w.view(), None, &params).unwrap();
+        // out = (5 + 2 - 2 - 1) / 2 + 1 = 3; output o's taps sit at rows 2o - 1 and
+        // 2o + 1, both inside x only for o = 1.
+        assert_eq!(y.shape(), &[1, 4, 3, 3]);
+        let inside = |o: usize| if o == 1 { 2.0 } else { 1.0 };
+        for o in 0..3 {
+            for p in 0..3 {
+                assert_eq!(y[[0, 3, o, p]], inside(o) * inside(p));
+            }
+        }
+    }
+}

@@ -1,0 +1,337 @@
+//! conv2d and its gradients on the GPU against the f64 CPU reference: random batch,
+//! channels, groups, kernels (square or not), stride, padding, dilation, bias and odd
+//! spatial sizes, with outputs poisoned (NaN) before each run. Each result within a
+//! relative norm error of 1e-5; two runs of the backward pass bit-identical.
+
+use host::{Conv2dParams, ConvGradients, Error, Gpu, conv2d_problem, reference};
+use ndarray::{Array1, Array4, ArrayD};
+use proptest::prelude::*;
+use tests::{gpu_or_skip, random_words, runner};
+
+/// Relative norm error that every FP32 pass must stay under.
+const TOLERANCE: f64 = 1e-5;
+
+#[derive(Debug, Clone)]
+struct Case {
+    batch: usize,
+    in_channels: usize,
+    out_channels: usize,
+    kernel: [usize; 2],
+    size: [usize; 2],
+    params: Conv2dParams,
+    bias: bool,
+    seed: u64,
+}
+
+fn case() -> impl Strategy<Value = Case> {
+    let channels = prop_oneof![
+        4 => (1..=3usize, 1..=6usize, 1..=6usize),
+        1 => (1..=2usize, 20..=70usize, 60..=140usize),
+    ];
+    let geometry = (
+        [1..=5usize, 1..=5usize],
+        [1..=3usize, 1..=3usize],
+        [0..=2usize, 0..=2usize],
+        [1..=2usize, 1..=2usize],
+        [0..=12usize, 0..=12usize],
+    );
+    (1..=3usize, channels, geometry, any::<bool>(), any::<u64>()).prop_map(
+        |(
+            batch,
+            (groups, cin_per_group, cout_per_group),
+            (kernel, stride, padding, dilation, extra),
+            bias,
+            seed,
+        )| {
+            // The smallest input the dilated window fits, plus some.
+            let size = [0, 1].map(|a| {
+                (dilation[a] * (kernel[a] - 1) + 1)
+                    .saturating_sub(2 * padding[a])
+                    .max(1)
+                    + extra[a]
+            });
+            Case {
+                batch,
+                in_channels: groups * cin_per_group,
+                out_channels: groups * cout_per_group,
+                kernel,
+                size,
+                params: Conv2dParams {
+                    stride,
+                    padding,
+                    dilation,
+                    groups,
+                },
+                bias,
+                seed,
+            }
+        },
+    )
+}
+
+fn values(shape: [usize; 4], seed: u64) -> Array4<f32> {
+    let mut next = random_words(seed);
+    Array4::from_shape_simple_fn(shape, || {
+        ((next() >> 11) as f64 / (1u64 << 52) as f64 - 1.0) as f32
+    })
+}
+
+/// `||got - want|| / ||want||` over all elements (`want` nonzero somewhere).
+fn relative_error(got: &ArrayD<f32>, want: &[f64]) -> f64 {
+    let (mut diff, mut norm) = (0.0, 0.0);
+    for (&g, &w) in got.iter().zip(want) {
+        diff += (g as f64 - w).powi(2);
+        norm += w * w;
+    }
+    if got.iter().any(|v| v.is_nan()) {
+        return f64::INFINITY;
+    }
+    (diff / norm.max(f64::MIN_POSITIVE)).sqrt()
+}
+
+struct Tensors {
+    x: Array4<f32>,
+    w: Array4<f32>,
+    b: Array1<f32>,
+}
+
+fn tensors(c: &Case) -> Tensors {
+    let w_shape = [
+        c.out_channels,
+        c.in_channels / c.params.groups,
+        c.kernel[0],
+        c.kernel[1],
+    ];
+    Tensors {
+        x: values([c.batch, c.in_channels, c.size[0], c.size[1]], c.seed),
+        w: values(w_shape, c.seed ^ 1),
+        b: values([1, 1, 1, c.out_channels], c.seed ^ 2)
+            .into_shape_with_order(c.out_channels)
+            .unwrap(),
+    }
+}
+
+fn check_forward(gpu: &Gpu, c: Case) -> Result<(), TestCaseError> {
+    let t = tensors(&c);
+    let bias = c.bias.then_some(t.b.view());
+    let want = reference::conv::conv2d(t.x.view(), t.w.view(), bias, &c.params).unwrap();
+    let (x, w, b) = (
+        gpu.upload(&t.x).unwrap(),
+        gpu.upload(&t.w).unwrap(),
+        gpu.upload(&t.b).unwrap(),
+    );
+    let mut y = gpu.alloc::<f32>(want.shape()).unwrap();
+    gpu.poison(&mut y).unwrap();
+    gpu.conv2d_into(&x, &w, c.bias.then_some(&b), &c.params, &mut y)
+        .unwrap();
+    let got = gpu.download(&y).unwrap();
+    let error = relative_error(&got, want.as_slice().unwrap());
+    prop_assert!(error <= TOLERANCE, "{c:?}: forward relative error {error:e}");
+    Ok(())
+}
+
+fn check_backward(gpu: &Gpu, c: Case) -> Result<(), TestCaseError> {
+    let t = tensors(&c);
+    let (_, y_shape) = conv2d_problem(t.x.shape(), t.w.shape(), &c.params).unwrap();
+    let dy = values([y_shape[0], y_shape[1], y_shape[2], y_shape[3]], c.seed ^ 3);
+    let p = &c.params;
+    let want_dx = reference::conv::conv2d_grad_input(dy.view(), t.w.view(), t.x.shape(), p).unwrap();
+    let want_dw = reference::conv::conv2d_grad_weight(t.x.view(), dy.view(), t.w.shape(), p).unwrap();
+    let want_db = reference::conv::conv2d_grad_bias(dy.view());
+
+    let (x, w, gy) = (
+        gpu.upload(&t.x).unwrap(),
+        gpu.upload(&t.w).unwrap(),
+        gpu.upload(&dy).unwrap(),
+    );
+    let run = || {
+        let mut dx = gpu.alloc::<f32>(t.x.shape()).unwrap();
+        let mut dw = gpu.alloc::<f32>(t.w.shape()).unwrap();
+        let mut db = gpu.alloc::<f32>(&[c.out_channels]).unwrap();
+        for g in [&mut dx, &mut dw, &mut db] {
+            gpu.poison(g).unwrap();
+        }
+        gpu.conv2d_backward_into(&x, &w, &gy, p, (Some(&mut dx), Some(&mut dw), Some(&mut db)))
+            .unwrap();
+        [dx, dw, db].map(|g| gpu.download(&g).unwrap())
+    };
+    let first = run();
+    let names = ["input", "weight", "bias"];
+    let wants = [
+        want_dx.as_slice().unwrap(),
+        want_dw.as_slice().unwrap(),
+        want_db.as_slice().unwrap(),
+    ];
+    for ((got, want), name) in first.iter().zip(wants).zip(names) {
+        let error = relative_error(got, want);
+        prop_assert!(
+            error <= TOLERANCE,
+            "{c:?}: {name} gradient relative error {error:e}"
+        );
+    }
+    let second = run();
+    let bits = |a: &ArrayD<f32>| a.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+    for ((a, b), name) in first.iter().zip(&second).zip(names) {
+        prop_assert!(
+            bits(a) == bits(b),
+            "{c:?}: two runs of the {name} gradient differ"
+        );
+    }
+    Ok(())
+}
+
+#[test]
+fn conv2d_forward_matches_the_reference() {
+    let Some(gpu) = gpu_or_skip("conv2d_forward_matches_the_reference") else {
+        return;
+    };
+    runner().run(&case(), |c| check_forward(&gpu, c)).unwrap();
+}
+
+#[test]
+fn conv2d_backward_matches_the_reference_and_is_deterministic() {
+    let Some(gpu) = gpu_or_skip("conv2d_backward_matches_the_reference_and_is_deterministic") else {
+        return;
+    };
+    runner().run(&case(), |c| check_backward(&gpu, c)).unwrap();
+}
+
+#[test]
+fn conv2d_backward_computes_only_what_is_asked() {
+    let Some(gpu) = gpu_or_skip("conv2d_backward_computes_only_what_is_asked") else {
+        return;
+    };
+    let x = gpu.upload(&values([2, 3, 9, 7], 1)).unwrap();
+    let w = gpu.upload(&values([4, 3, 3, 3], 2)).unwrap();
+    let dy = gpu.upload(&values([2, 4, 7, 5], 3)).unwrap();
+    let p = Conv2dParams::default();
+    let only_weight = ConvGradients {
+        input: false,
+        weight: true,
+        bias: false,
+    };
+    let (dx, dw, db) = gpu.conv2d_backward(&x, &w, &dy, &p, only_weight).unwrap();
+    assert!(dx.is_none() && db.is_none());
+    assert_eq!(dw.unwrap().shape(), &[4, 3, 3, 3]);
+    let (dx, dw, db) = gpu.conv2d_backward(&x, &w, &dy, &p, ConvGradients::ALL).unwrap();
+    assert_eq!(
+        (dx.unwrap().shape(), dw.unwrap().shape(), db.unwrap().shape()),
+        (&[2, 3, 9, 7][..], &[4, 3, 3, 3][..], &[4][..])
+    );
+    // An empty batch gives empty outputs and a zero weight gradient.
+    let x0 = gpu.upload(&values([0, 3, 9, 7], 4)).unwrap();
+    let dy0 = gpu.upload(&values([0, 4, 7, 5], 5)).unwrap();
+    assert_eq!(gpu.conv2d(&x0, &w, None, &p).unwrap().shape(), &[0, 4, 7, 5]);
+    let (_, dw, db) = gpu
+        .conv2d_backward(&x0, &w, &dy0, &p, ConvGradients::ALL)
+        .unwrap();
+    assert!(gpu.download(&dw.unwrap()).unwrap().iter().all(|&v| v == 0.0));
+    assert!(gpu.download(&db.unwrap()).unwrap().iter().all(|&v| v == 0.0));
+}
+
+#[test]
+fn invalid_conv2d_parameters_are_errors_that_name_them() {
+    let p = Conv2dParams::default();
+    let parameter = |x: &[usize], w: &[usize], p: Conv2dParams| match conv2d_problem(x, w, &p) {
+        Err(Error::InvalidParameter { parameter, .. }) => parameter,
+        other => panic!("expected InvalidParameter for x {x:?} w {w:?} {p:?}, got {other:?}"),
+    };
+    let groups = |g| Conv2dParams { groups: g, ..p };
+    assert_eq!(parameter(&[1, 6, 8, 8], &[4, 2, 3, 3], groups(4)), "groups");
+    assert_eq!(parameter(&[1, 6, 8, 8], &[5, 2, 3, 3], groups(3)), "groups");
+    assert_eq!(parameter(&[1, 6, 8, 8], &[6, 6, 3, 3], groups(0)), "groups");
+    let stride = Conv2dParams { stride: [1, 0], ..p };
+    assert_eq!(parameter(&[1, 1, 8, 8], &[1, 1, 3, 3], stride), "stride");
+    let dilation = Conv2dParams {
+        dilation: [0, 1],
+        ..p
+    };
+    assert_eq!(parameter(&[1, 1, 8, 8], &[1, 1, 3, 3], dilation), "dilation");
+    assert_eq!(parameter(&[1, 1, 2, 8], &[1, 1, 3, 3], p), "kernel");
+    // A dilated 3x3 window spans 5: over a 4x4 input, fits once padded by 1.
+    let dilated = Conv2dParams {
+        dilation: [2, 2],
+        ..p
+    };
+    assert_eq!(parameter(&[1, 1, 4, 4], &[1, 1, 3, 3], dilated), "kernel");
+    let padded = Conv2dParams {
+        padding: [1, 1],
+        ..dilated
+    };
+    assert_eq!(
+        conv2d_problem(&[1, 1, 4, 4], &[1, 1, 3, 3], &padded).unwrap().1,
+        vec![1, 1, 2, 2]
+    );
+    assert_eq!(parameter(&[1, 0, 8, 8], &[1, 0, 3, 3], p), "channels");
+    assert_eq!(
+        parameter(
+            &[1, 1, 0, 8],
+            &[1, 1, 1, 1],
+            Conv2dParams { padding: [1, 1], ..p }
+        ),
+        "x"
+    );
+    let message = conv2d_problem(&[1, 6, 8, 8], &[4, 2, 3, 3], &groups(4))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        message.contains("groups") && message.contains('6') && message.contains('4'),
+        "{message}"
+    );
+
+    assert!(matches!(
+        conv2d_problem(&[1, 6, 8], &[4, 6, 3, 3], &p),
+        Err(Error::WrongRank { .. })
+    ));
+    assert!(matches!(
+        conv2d_problem(&[1, 6, 8, 8], &[4, 6, 3], &p),
+        Err(Error::WrongRank { .. })
+    ));
+    let mismatch = conv2d_problem(&[1, 6, 8, 8], &[4, 3, 3, 3], &p).unwrap_err();
+    assert!(matches!(mismatch, Error::ShapeMismatch { .. }), "{mismatch}");
+    assert!(mismatch.to_string().contains("[4, 6, 3, 3]"), "{mismatch}");
+    assert!(matches!(
+        conv2d_problem(&[1, 1, 8, 8], &[1, 1, 0, 3], &p),
+        Err(Error::ShapeMismatch { .. })
+    ));
+    assert!(matches!(
+        conv2d_problem(&[40_000, 1, 256, 256], &[1, 1, 1, 1], &p),
+        Err(Error::TooLarge { .. })
+    ));
+    assert!(matches!(
+        conv2d_problem(&[1, 1, 1 << 30, 1], &[1, 1, 1, 1], &p),
+        Err(Error::TooLarge { .. })
+    ));
+    assert_eq!(
+        conv2d_problem(&[8, 64, 512, 1024], &[128, 64, 3, 3], &p)
+            .unwrap()
+            .1,
+        vec![8, 128, 510, 1022]
+    );
+    let strided = Conv2dParams {
+        stride: [2, 3],
+        padding: [1, 2],
+        dilation: [2, 1],
+        groups: 2,
+    };
+    assert_eq!(
+        conv2d_problem(&[2, 4, 9, 10], &[6, 2, 3, 4], &strided).unwrap().1,
+        vec![2, 6, 4, 4]
+    );
+
+    let Some(gpu) = gpu_or_skip("invalid_conv2d_parameters_are_errors_that_name_them (GPU part)") else {
+        return;
+    };
+    let x = gpu.upload(&values([1, 2, 5, 5], 1)).unwrap();
+    let w = gpu.upload(&values([3, 2, 3, 3], 2)).unwrap();
+    let b = gpu.upload(&Array1::<f32>::zeros(2)).unwrap();
+    assert!(matches!(
+        gpu.conv2d(&x, &w, Some(&b), &p),
+        Err(Error::ShapeMismatch { .. })
+    ));
+    let dy = gpu.upload(&values([1, 3, 3, 4], 3)).unwrap();
+    assert!(matches!(
+        gpu.conv2d_backward(&x, &w, &dy, &p, ConvGradients::ALL),
+        Err(Error::ShapeMismatch { .. })
+    ));
+}
