@@ -431,6 +431,12 @@ fn conv_rows(gpu: &Gpu, reps: usize) -> Result<Vec<Row>> {
     let backward = time(gpu, reps, |g| {
         g.conv2d_backward_into(&x, &w, &dy, &params, (Some(&mut dx), Some(&mut dw), None))
     })?;
+    let input_only = time(gpu, reps, |g| {
+        g.conv2d_backward_into(&x, &w, &dy, &params, (Some(&mut dx), None, None))
+    })?;
+    let weight_only = time(gpu, reps, |g| {
+        g.conv2d_backward_into(&x, &w, &dy, &params, (None, Some(&mut dw), None))
+    })?;
     let bytes = (x.bytes() + w.bytes() + dy.bytes()) as f64;
     Ok(vec![
         Row {
@@ -446,6 +452,20 @@ fn conv_rows(gpu: &Gpu, reps: usize) -> Result<Vec<Row>> {
             times_ms: backward,
             bytes: bytes + x.bytes() as f64,
             flops: 2.0 * flops,
+        },
+        Row {
+            key: "conv_bwd_input",
+            what: "  of which the input gradient".into(),
+            times_ms: input_only,
+            bytes,
+            flops,
+        },
+        Row {
+            key: "conv_bwd_weight",
+            what: "  of which the weight gradient".into(),
+            times_ms: weight_only,
+            bytes,
+            flops,
         },
     ])
 }

@@ -39,6 +39,20 @@ pub fn kernel_entry_points() -> impl Iterator<Item = &'static str> {
         .chain(conv::KERNELS)
 }
 
+/// Launch bounds (`__launch_bounds__`) that the PTX build adds to entry points: the
+/// block size every launch uses, and the blocks that must fit on one SM at once, which
+/// caps the registers ptxas may give each thread.
+pub struct LaunchBounds {
+    pub kernel: &'static str,
+    pub threads: u32,
+    pub blocks_per_sm: u32,
+}
+
+/// Every entry point's launch bounds, where a family sets them.
+pub fn launch_bounds() -> impl Iterator<Item = &'static LaunchBounds> {
+    conv::LAUNCH_BOUNDS.iter()
+}
+
 /// A panic in device code (only reachable through a failed bounds check) stops the
 /// kernel: the launch then reports an illegal-instruction error to the host.
 #[cfg(target_arch = "nvptx64")]

@@ -9,8 +9,9 @@
 //! [`Gpu::conv2d_backward_of`], which upload them row-major.
 
 use gpu_kernels::conv::{
-    self as policy, ConvKernel, ConvPass, ConvProblem, ConvShape, GEMM_SHARED_BYTES, GEMM_THREADS, GemmPlan,
-    REDUCE_THREADS,
+    self as policy, ConvAlgorithm, ConvKernel, ConvPass, ConvProblem, ConvShape, FILTER_THREADS,
+    GEMM_SHARED_BYTES, GEMM_THREADS, GemmPlan, REDUCE_THREADS, WINOGRAD_SHARED_BYTES, WINOGRAD_THREADS,
+    WinogradProblem,
 };
 use ndarray::{ArrayBase, ArrayD, Data, Dimension};
 
@@ -224,19 +225,23 @@ impl Gpu {
         if y.is_empty() {
             return Ok(());
         }
-        let plan = self.gemm_plan(&problem, ConvPass::Forward);
         let bias_ptr = bias.map_or(0, address);
         let (x_ptr, w_ptr, y_ptr) = (address(x), address(w), address(y));
-        let mut args = kernel_args![x_ptr, w_ptr, bias_ptr, y_ptr, problem, plan];
-        // SAFETY: matches conv_forward_f32(x, w, bias, y, problem, plan): x, w, bias and
-        // y have the shapes the problem was validated from (bias null when absent); the
-        // grid is the plan's.
-        unsafe {
-            self.launch(
-                policy::kernel_name(ConvKernel::Forward),
-                &gemm_config(&plan),
-                &mut args,
-            )
+        match self.algorithm(&problem, ConvPass::Forward) {
+            ConvAlgorithm::Winograd(winograd) => self.winograd(&winograd, x_ptr, w_ptr, bias_ptr, y_ptr),
+            ConvAlgorithm::ImplicitGemm(plan) => {
+                let mut args = kernel_args![x_ptr, w_ptr, bias_ptr, y_ptr, problem, plan];
+                // SAFETY: matches conv_forward_f32(x, w, bias, y, problem, plan): x, w,
+                // bias and y have the shapes the problem was validated from (bias null
+                // when absent); the grid is the plan's.
+                unsafe {
+                    self.launch(
+                        policy::kernel_name(ConvKernel::Forward),
+                        &gemm_config(&plan),
+                        &mut args,
+                    )
+                }
+            }
         }
     }
 
@@ -350,10 +355,37 @@ impl Gpu {
         Ok((download(gx)?, download(gw)?, download(gb)?))
     }
 
-    fn gemm_plan(&self, problem: &ConvProblem, pass: ConvPass) -> GemmPlan {
-        let plan = policy::gemm_plan(problem, pass, self.info().multiprocessors);
-        log::debug!("conv2d {pass:?} {problem:?}: implicit GEMM {plan:?}");
-        plan
+    fn algorithm(&self, problem: &ConvProblem, pass: ConvPass) -> ConvAlgorithm {
+        let algorithm = policy::algorithm(problem, pass, self.info().multiprocessors);
+        log::debug!("conv2d {pass:?} {problem:?}: {algorithm:?}");
+        algorithm
+    }
+
+    /// Transforms the weights into the scratch buffer, then runs the Winograd pass.
+    fn winograd(&self, problem: &WinogradProblem, input: u64, w: u64, bias: u64, output: u64) -> Result<()> {
+        let (_scratch, u) = self.scratch(problem.filter_len() as usize * size_of::<f32>())?;
+        let threads = problem.filter_len() / 16;
+        let config = LaunchConfig::linear(threads.div_ceil(FILTER_THREADS as u64), FILTER_THREADS);
+        let mut args = kernel_args![w, u, *problem];
+        // SAFETY: matches conv_winograd_filter_f32(w, u, problem): w holds the validated
+        // weights, the scratch filter_len floats; the grid covers filter_len / 16.
+        unsafe {
+            self.launch(
+                policy::kernel_name(ConvKernel::WinogradFilter),
+                &config,
+                &mut args,
+            )?
+        };
+        let config = LaunchConfig {
+            grid: [problem.blocks(), problem.groups as u64, 1],
+            block: [WINOGRAD_THREADS, 1, 1],
+            shared_bytes: WINOGRAD_SHARED_BYTES,
+        };
+        let mut args = kernel_args![input, u, bias, output, *problem];
+        // SAFETY: matches conv_winograd_f32(input, u, bias, output, problem): the
+        // tensors have the problem's shapes (bias null or out_channels floats), U was
+        // written just before in stream order; the grid is the problem's blocks.
+        unsafe { self.launch(policy::kernel_name(ConvKernel::Winograd), &config, &mut args) }
     }
 
     fn input_grad(
@@ -366,17 +398,21 @@ impl Gpu {
         if dx.is_empty() {
             return Ok(());
         }
-        let plan = self.gemm_plan(problem, ConvPass::InputGrad);
         let (dy_ptr, w_ptr, dx_ptr) = (address(grad_y), address(w), address(dx));
-        let mut args = kernel_args![dy_ptr, w_ptr, dx_ptr, *problem, plan];
-        // SAFETY: matches conv_input_grad_f32(dy, w, dx, problem, plan): the shapes are
-        // the validated problem's; the grid is the plan's.
-        unsafe {
-            self.launch(
-                policy::kernel_name(ConvKernel::InputGrad),
-                &gemm_config(&plan),
-                &mut args,
-            )
+        match self.algorithm(problem, ConvPass::InputGrad) {
+            ConvAlgorithm::Winograd(winograd) => self.winograd(&winograd, dy_ptr, w_ptr, 0, dx_ptr),
+            ConvAlgorithm::ImplicitGemm(plan) => {
+                let mut args = kernel_args![dy_ptr, w_ptr, dx_ptr, *problem, plan];
+                // SAFETY: matches conv_input_grad_f32(dy, w, dx, problem, plan): the
+                // shapes are the validated problem's; the grid is the plan's.
+                unsafe {
+                    self.launch(
+                        policy::kernel_name(ConvKernel::InputGrad),
+                        &gemm_config(&plan),
+                        &mut args,
+                    )
+                }
+            }
         }
     }
 
@@ -391,7 +427,9 @@ impl Gpu {
             self.bind()?;
             return crate::driver::memset_bytes(dw, 0, self.stream());
         }
-        let plan = self.gemm_plan(problem, ConvPass::WeightGrad);
+        let ConvAlgorithm::ImplicitGemm(plan) = self.algorithm(problem, ConvPass::WeightGrad) else {
+            unreachable!("the weight gradient is always an implicit GEMM")
+        };
         let count = dw.len() as u64;
         let (_scratch, partials) = self.scratch(if plan.split > 1 {
             plan.split as usize * dw.len() * size_of::<f32>()

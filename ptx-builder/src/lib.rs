@@ -161,7 +161,14 @@ fn build_arch(cfg: &PtxBuild, tools: &Path, arch: &str) -> Result<Artifact, Buil
     let built = target_dir.join(TARGET).join(PROFILE).join("gpu_kernels.ptx");
     let ptx = cfg.out_dir.join(format!("gpu_kernels.{arch}.ptx"));
     let cubin = cfg.out_dir.join(format!("gpu_kernels.{arch}.cubin"));
-    fs::copy(&built, &ptx).map_err(|error| io(&built, error))?;
+    let text = fs::read_to_string(&built).map_err(|error| io(&built, error))?;
+    let text = add_launch_bounds(&text, gpu_kernels::launch_bounds()).map_err(|kernel| {
+        BuildError::MissingKernel {
+            arch: arch.into(),
+            kernel: kernel.to_string(),
+        }
+    })?;
+    fs::write(&ptx, text).map_err(|error| io(&ptx, error))?;
 
     let mut ptxas = Command::new(tools.join("ptxas"));
     ptxas
@@ -186,6 +193,26 @@ fn build_arch(cfg: &PtxBuild, tools: &Path, arch: &str) -> Result<Artifact, Buil
         cubin,
         kernels,
     })
+}
+
+/// Inserts `.maxntid` and `.minnctapersm` after the parameter list of each bounded
+/// entry point (rustc has no attribute for them); the name of a missing one is the
+/// error.
+pub fn add_launch_bounds<'a>(
+    ptx: &str,
+    bounds: impl Iterator<Item = &'a gpu_kernels::LaunchBounds>,
+) -> Result<String, &'a str> {
+    let mut text = ptx.to_string();
+    for b in bounds {
+        let start = text.find(&format!(".entry {}(", b.kernel)).ok_or(b.kernel)?;
+        let body = start + text[start..].find("\n{").ok_or(b.kernel)?;
+        let directives = format!(
+            "\n.maxntid {}, 1, 1\n.minnctapersm {}",
+            b.threads, b.blocks_per_sm
+        );
+        text.insert_str(body, &directives);
+    }
+    Ok(text)
 }
 
 fn prepend_path(dir: &Path) -> OsString {
@@ -231,6 +258,11 @@ pub fn parse_ptxas_report(report: &str) -> BTreeMap<String, KernelResources> {
             current = Some(name);
             continue;
         }
+        // Callees (panic paths) get their own properties block after an entry's.
+        if let Some(name) = line.split("Function properties for ").nth(1) {
+            current = kernels.contains_key(name.trim()).then(|| name.trim().to_string());
+            continue;
+        }
         let Some(entry) = current.as_ref().and_then(|n| kernels.get_mut(n)) else {
             continue;
         };
@@ -261,6 +293,26 @@ mod tests {
     use super::*;
 
     #[test]
+    fn launch_bounds_go_between_the_parameters_and_the_body() {
+        let ptx = ".visible .entry k(\n\t.param .u64 k_param_0\n)   // @k\n{\n\tret;\n}\n";
+        let bounds = gpu_kernels::LaunchBounds {
+            kernel: "k",
+            threads: 256,
+            blocks_per_sm: 2,
+        };
+        let out = add_launch_bounds(ptx, [&bounds].into_iter()).unwrap();
+        assert_eq!(
+            out,
+            ".visible .entry k(\n\t.param .u64 k_param_0\n)   // @k\n.maxntid 256, 1, 1\n.minnctapersm 2\n{\n\tret;\n}\n"
+        );
+        let missing = gpu_kernels::LaunchBounds {
+            kernel: "other",
+            ..bounds
+        };
+        assert_eq!(add_launch_bounds(ptx, [&missing].into_iter()), Err("other"));
+    }
+
+    #[test]
     fn parses_ptxas_verbose_output() {
         let report = "\
 ptxas info    : 0 bytes gmem
@@ -268,6 +320,8 @@ ptxas info    : Compiling entry function 'copy_words' for 'sm_90'
 ptxas info    : Function properties for copy_words
     8 bytes stack frame, 4 bytes spill stores, 12 bytes spill loads
 ptxas info    : Used 26 registers, used 1 barriers, 4096 bytes smem, 372 bytes cmem[0]
+ptxas info    : Function properties for _RNvNtCs4HRfK4WwqXL_4core9panicking9panic_fmt
+    0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
 ptxas info    : Compiling entry function 'other' for 'sm_90'
 ptxas info    : Function properties for other
     0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads

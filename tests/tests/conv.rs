@@ -1,6 +1,7 @@
 //! conv2d and its gradients on the GPU against the f64 CPU reference: random batch,
 //! channels, groups, kernels (square or not), stride, padding, dilation, bias and odd
-//! spatial sizes, with outputs poisoned (NaN) before each run. Each result within a
+//! spatial sizes (half the cases on the Winograd path: 3x3, stride 1, no dilation),
+//! with outputs poisoned (NaN) before each run. Each result within a
 //! relative norm error of 1e-5; two runs of the backward pass bit-identical.
 
 use host::{Conv2dParams, ConvGradients, Error, Gpu, conv2d_problem, reference};
@@ -28,13 +29,23 @@ fn case() -> impl Strategy<Value = Case> {
         4 => (1..=3usize, 1..=6usize, 1..=6usize),
         1 => (1..=2usize, 20..=70usize, 60..=140usize),
     ];
-    let geometry = (
+    let general = (
         [1..=5usize, 1..=5usize],
         [1..=3usize, 1..=3usize],
         [0..=2usize, 0..=2usize],
         [1..=2usize, 1..=2usize],
         [0..=12usize, 0..=12usize],
     );
+    // The Winograd path (3x3, stride 1, no dilation), with tiles around its block
+    // width; padding 3 takes the implicit GEMM for the input gradient.
+    let winograd = (
+        Just([3usize, 3]),
+        Just([1usize, 1]),
+        [0..=3usize, 0..=3usize],
+        Just([1usize, 1]),
+        [0..=12usize, 50..=80usize],
+    );
+    let geometry = prop_oneof![general, winograd];
     (1..=3usize, channels, geometry, any::<bool>(), any::<u64>()).prop_map(
         |(
             batch,

@@ -15,9 +15,20 @@
 //! fixed order, so results are deterministic. The bias gradient is a per-channel sum.
 //! The GEMM mainloop is shared: block tiles of `TILE_M x TILE_N x TILE_K`, staged in
 //! shared memory (two stages), 8 x 8 outputs per thread.
+//!
+//! 3x3 windows at stride 1 without dilation take Winograd's F(2x2, 3x3) instead, in the
+//! forward pass and in the input gradient (a 3x3 convolution of dy by the flipped,
+//! transposed weights, padded by `2 - padding`): 16 multiplies per 2x2 outputs and
+//! input channel instead of 36. A first kernel transforms the weights (`U = G g G^T`,
+//! in FP64, rounded once); the main kernel transforms 4x4 input tiles (`V = B^T d B`)
+//! into shared memory, multiplies `U` and `V` per tile position as 16 small GEMMs
+//! over the input channels, and transforms the products back (`Y = A^T M A`), all in
+//! one pass over the input. All transform coefficients are 0, 1, -1 or 1/2.
 
 #[cfg(target_arch = "nvptx64")]
 mod gemm;
+#[cfg(target_arch = "nvptx64")]
+mod winograd;
 
 /// Threads of an implicit-GEMM block.
 pub const GEMM_THREADS: u32 = 256;
@@ -303,6 +314,170 @@ pub fn gemm_plan(problem: &ConvProblem, pass: ConvPass, multiprocessors: u32) ->
     }
 }
 
+/// Output tiles (2x2 pixels each, along a row) of a Winograd block.
+pub const WINOGRAD_TILES: u32 = 32;
+/// Output channels of a Winograd block.
+pub const WINOGRAD_OUT: u32 = 32;
+/// Input channels per staged chunk of a Winograd block.
+pub const WINOGRAD_CHUNK: u32 = 8;
+/// Threads of a Winograd block: one per (tile, channel) of a chunk for the input
+/// transform; 16 per tile position for the products, 8 x 8 each.
+pub const WINOGRAD_THREADS: u32 = 256;
+/// Shared memory of a Winograd block: two stages of transformed inputs and weights,
+/// reused at the end for the 16 products of every (tile, out channel).
+pub const WINOGRAD_SHARED_BYTES: u32 = 16 * WINOGRAD_TILES * WINOGRAD_OUT * 4;
+/// Threads of the weight-transform kernel.
+pub const FILTER_THREADS: u32 = 256;
+
+const _: () = assert!(
+    WINOGRAD_THREADS == WINOGRAD_TILES * WINOGRAD_CHUNK
+        && WINOGRAD_THREADS == 16 * (WINOGRAD_TILES / 8) * (WINOGRAD_OUT / 8)
+        && WINOGRAD_SHARED_BYTES >= 2 * 2 * 16 * WINOGRAD_CHUNK * WINOGRAD_TILES * 4
+        && WINOGRAD_TILES == WINOGRAD_OUT
+);
+
+/// A 3x3, stride-1 convolution as the Winograd kernels see it: `input` `[batch,
+/// channels, height, width]` to `output` `[batch, out_channels, out_h, out_w]`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WinogradProblem {
+    pub batch: u32,
+    pub channels: u32,
+    pub height: u32,
+    pub width: u32,
+    pub out_channels: u32,
+    pub out_h: u32,
+    pub out_w: u32,
+    pub pad_h: u32,
+    pub pad_w: u32,
+    pub groups: u32,
+    /// Input channels per group, padded to a multiple of `WINOGRAD_CHUNK` in U.
+    pub channels_padded: u32,
+    /// Output channels per group, padded to a multiple of `WINOGRAD_OUT` in U.
+    pub out_padded: u32,
+    /// Whether U comes from the flipped, transposed weights (the input gradient).
+    pub flip: u32,
+}
+
+impl WinogradProblem {
+    /// The Winograd form of `pass` (forward or input gradient) of `problem`, or `None`
+    /// when the pass does not qualify: a 3x3 window at stride 1 without dilation (and
+    /// for the input gradient, padding at most 2).
+    pub const fn of(problem: &ConvProblem, pass: ConvPass) -> Option<Self> {
+        let p = problem;
+        if p.kernel_h != 3 || p.kernel_w != 3 || p.stride_h != 1 || p.stride_w != 1 {
+            return None;
+        }
+        if p.dilation_h != 1 || p.dilation_w != 1 {
+            return None;
+        }
+        let (ci, co) = (p.in_per_group(), p.out_per_group());
+        let (channels, out_channels, height, width, out_h, out_w, pad_h, pad_w, flip) = match pass {
+            ConvPass::Forward => (
+                p.in_channels,
+                p.out_channels,
+                p.height,
+                p.width,
+                p.out_h,
+                p.out_w,
+                p.pad_h,
+                p.pad_w,
+                0,
+            ),
+            ConvPass::InputGrad if p.pad_h <= 2 && p.pad_w <= 2 => (
+                p.out_channels,
+                p.in_channels,
+                p.out_h,
+                p.out_w,
+                p.height,
+                p.width,
+                2 - p.pad_h,
+                2 - p.pad_w,
+                1,
+            ),
+            _ => return None,
+        };
+        let (group_in, group_out) = if flip == 0 { (ci, co) } else { (co, ci) };
+        Some(Self {
+            batch: p.batch,
+            channels,
+            height,
+            width,
+            out_channels,
+            out_h,
+            out_w,
+            pad_h,
+            pad_w,
+            groups: p.groups,
+            channels_padded: group_in.next_multiple_of(WINOGRAD_CHUNK),
+            out_padded: group_out.next_multiple_of(WINOGRAD_OUT),
+            flip,
+        })
+    }
+
+    pub const fn in_per_group(&self) -> u32 {
+        self.channels / self.groups
+    }
+    pub const fn out_per_group(&self) -> u32 {
+        self.out_channels / self.groups
+    }
+    /// Output tiles along a row and along a column.
+    pub const fn tiles(&self) -> (u32, u32) {
+        (self.out_w.div_ceil(2), self.out_h.div_ceil(2))
+    }
+    /// Blocks along a tile row.
+    pub const fn segments(&self) -> u32 {
+        self.tiles().0.div_ceil(WINOGRAD_TILES)
+    }
+    /// Blocks along the output channels of a group.
+    pub const fn out_blocks(&self) -> u32 {
+        self.out_padded / WINOGRAD_OUT
+    }
+    /// Blocks per group (grid x): out-channel blocks fastest, then segments, tile
+    /// rows, images.
+    pub const fn blocks(&self) -> u64 {
+        self.out_blocks() as u64 * self.segments() as u64 * self.tiles().1 as u64 * self.batch as u64
+    }
+    /// Floats of the transformed weights, `[groups][16][channels_padded][out_padded]`.
+    pub const fn filter_len(&self) -> u64 {
+        self.groups as u64 * 16 * self.channels_padded as u64 * self.out_padded as u64
+    }
+}
+
+/// How a pass runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ConvAlgorithm {
+    ImplicitGemm(GemmPlan),
+    Winograd(WinogradProblem),
+}
+
+/// The one place that picks a pass's algorithm: Winograd F(2x2, 3x3) for the forward
+/// pass and input gradient of 3x3, stride-1, undilated windows, the implicit GEMM
+/// otherwise. Call only on problems that fit the index limits, with no empty extent.
+pub fn algorithm(problem: &ConvProblem, pass: ConvPass, multiprocessors: u32) -> ConvAlgorithm {
+    match WinogradProblem::of(problem, pass) {
+        Some(winograd) => ConvAlgorithm::Winograd(winograd),
+        None => ConvAlgorithm::ImplicitGemm(gemm_plan(problem, pass, multiprocessors)),
+    }
+}
+
+/// Two blocks per SM for the main kernels: a block's prologue and epilogue then
+/// overlap the other's products.
+pub const LAUNCH_BOUNDS: [crate::LaunchBounds; 4] = [
+    bounds("conv_forward_f32", GEMM_THREADS),
+    bounds("conv_input_grad_f32", GEMM_THREADS),
+    bounds("conv_weight_grad_f32", GEMM_THREADS),
+    bounds("conv_winograd_f32", WINOGRAD_THREADS),
+];
+
+const fn bounds(kernel: &'static str, threads: u32) -> crate::LaunchBounds {
+    crate::LaunchBounds {
+        kernel,
+        threads,
+        blocks_per_sm: 2,
+    }
+}
+
 /// Which kernel.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ConvKernel {
@@ -311,6 +486,8 @@ pub enum ConvKernel {
     WeightGrad,
     SplitSum,
     BiasGrad,
+    WinogradFilter,
+    Winograd,
 }
 
 /// The entry point of a kernel.
@@ -319,12 +496,14 @@ pub const fn kernel_name(kernel: ConvKernel) -> &'static str {
 }
 
 /// Every conv entry point.
-pub const KERNELS: [&str; 5] = [
+pub const KERNELS: [&str; 7] = [
     "conv_forward_f32",
     "conv_input_grad_f32",
     "conv_weight_grad_f32",
     "conv_split_sum_f32",
     "conv_bias_grad_f32",
+    "conv_winograd_filter_f32",
+    "conv_winograd_f32",
 ];
 
 #[cfg(test)]

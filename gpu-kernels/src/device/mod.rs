@@ -13,7 +13,9 @@ pub use memory::{
     Coherent, atomic_add_u32, fence_gpu, load_acquire_u32, load_global_nc_v4, load_global_v4,
     store_global_v4, store_release_u32,
 };
-pub use shared::{SharedCarver, load_shared_f32, load_shared_v4_f32, shared_base, store_shared_f32};
+pub use shared::{
+    SharedCarver, load_shared_f32, load_shared_v4_f32, shared_base, store_shared_f32, store_shared_v4_f32,
+};
 pub use shuffle::{Shuffle, WARP_SIZE, ballot};
 pub use thread::{
     block_dim_x, block_idx_x, block_idx_y, grid_dim_x, lane_id, sync_threads, thread_idx_x, trap,

@@ -106,3 +106,20 @@ pub unsafe fn store_shared_f32(address: u32, value: f32) {
         asm!("st.shared.f32 [{p}], {v};", p = in(reg32) address, v = in(reg32) value, options(nostack))
     };
 }
+
+/// Stores four `f32` to shared memory: `st.shared.v4.f32`.
+///
+/// # Safety
+/// As [`store_shared_f32`], with 16-byte alignment.
+#[inline(always)]
+pub unsafe fn store_shared_v4_f32(address: u32, v: [f32; 4]) {
+    // SAFETY: the caller guarantees an aligned address inside the shared allocation.
+    unsafe {
+        asm!(
+            "st.shared.v4.f32 [{p}], {{{a}, {b}, {c}, {d}}};",
+            p = in(reg32) address,
+            a = in(reg32) v[0], b = in(reg32) v[1], c = in(reg32) v[2], d = in(reg32) v[3],
+            options(nostack),
+        )
+    };
+}
