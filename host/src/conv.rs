@@ -11,7 +11,7 @@
 use gpu_kernels::conv::{
     self as policy, ConvAlgorithm, ConvKernel, ConvPass, ConvProblem, ConvShape, FILTER_THREADS,
     GEMM_SHARED_BYTES, GEMM_THREADS, GemmPlan, REDUCE_THREADS, WINOGRAD_SHARED_BYTES, WINOGRAD_THREADS,
-    WinogradProblem,
+    WinogradProblem, WinogradSplit,
 };
 use ndarray::{ArrayBase, ArrayD, Data, Dimension};
 
@@ -229,6 +229,7 @@ impl Gpu {
         let (x_ptr, w_ptr, y_ptr) = (address(x), address(w), address(y));
         match self.algorithm(&problem, ConvPass::Forward) {
             ConvAlgorithm::Winograd(winograd) => self.winograd(&winograd, x_ptr, w_ptr, bias_ptr, y_ptr),
+            ConvAlgorithm::WinogradWeightGrad(..) => unreachable!("only the weight gradient splits"),
             ConvAlgorithm::ImplicitGemm(plan) => {
                 let mut args = kernel_args![x_ptr, w_ptr, bias_ptr, y_ptr, problem, plan];
                 // SAFETY: matches conv_forward_f32(x, w, bias, y, problem, plan): x, w,
@@ -401,6 +402,7 @@ impl Gpu {
         let (dy_ptr, w_ptr, dx_ptr) = (address(grad_y), address(w), address(dx));
         match self.algorithm(problem, ConvPass::InputGrad) {
             ConvAlgorithm::Winograd(winograd) => self.winograd(&winograd, dy_ptr, w_ptr, 0, dx_ptr),
+            ConvAlgorithm::WinogradWeightGrad(..) => unreachable!("only the weight gradient splits"),
             ConvAlgorithm::ImplicitGemm(plan) => {
                 let mut args = kernel_args![dy_ptr, w_ptr, dx_ptr, *problem, plan];
                 // SAFETY: matches conv_input_grad_f32(dy, w, dx, problem, plan): the
@@ -427,19 +429,33 @@ impl Gpu {
             self.bind()?;
             return crate::driver::memset_bytes(dw, 0, self.stream());
         }
-        let ConvAlgorithm::ImplicitGemm(plan) = self.algorithm(problem, ConvPass::WeightGrad) else {
-            unreachable!("the weight gradient is always an implicit GEMM")
-        };
-        let count = dw.len() as u64;
+        let (x_ptr, dy_ptr, dw_ptr) = (address(x), address(grad_y), address(dw));
+        match self.algorithm(problem, ConvPass::WeightGrad) {
+            ConvAlgorithm::WinogradWeightGrad(winograd, split) => {
+                self.winograd_weight_grad(&winograd, split, x_ptr, dy_ptr, dw_ptr)
+            }
+            ConvAlgorithm::ImplicitGemm(plan) => self.gemm_weight_grad(problem, plan, x_ptr, dy_ptr, dw_ptr),
+            ConvAlgorithm::Winograd(_) => unreachable!("the weight gradient has its own Winograd form"),
+        }
+    }
+
+    fn gemm_weight_grad(
+        &self,
+        problem: &ConvProblem,
+        plan: GemmPlan,
+        x: u64,
+        dy: u64,
+        dw: u64,
+    ) -> Result<()> {
+        let (m, n, _) = problem.gemm(ConvPass::WeightGrad);
+        let count = m * n * problem.groups as u64;
         let (_scratch, partials) = self.scratch(if plan.split > 1 {
-            plan.split as usize * dw.len() * size_of::<f32>()
+            plan.split as usize * count as usize * size_of::<f32>()
         } else {
             0
         })?;
-        let dw_ptr = address(dw);
-        let (x_ptr, dy_ptr) = (address(x), address(grad_y));
-        let out = if plan.split > 1 { partials } else { dw_ptr };
-        let mut args = kernel_args![x_ptr, dy_ptr, out, *problem, plan];
+        let out = if plan.split > 1 { partials } else { dw };
+        let mut args = kernel_args![x, dy, out, *problem, plan];
         // SAFETY: matches conv_weight_grad_f32(x, dy, out, problem, plan): shapes as
         // validated; `out` holds split * |dw| floats (the scratch when split > 1).
         unsafe {
@@ -451,12 +467,53 @@ impl Gpu {
         };
         if plan.split > 1 {
             let config = LaunchConfig::linear(count.div_ceil(REDUCE_THREADS as u64), REDUCE_THREADS);
-            let mut args = kernel_args![partials, dw_ptr, count, plan.split];
+            let mut args = kernel_args![partials, dw, count, plan.split];
             // SAFETY: matches conv_split_sum_f32(partials, out, count, split): the
             // scratch holds split * count partials, dw count floats.
             unsafe { self.launch(policy::kernel_name(ConvKernel::SplitSum), &config, &mut args)? };
         }
         Ok(())
+    }
+
+    fn winograd_weight_grad(
+        &self,
+        problem: &WinogradProblem,
+        split: WinogradSplit,
+        x: u64,
+        dy: u64,
+        dw: u64,
+    ) -> Result<()> {
+        let (_scratch, partials) =
+            self.scratch(split.split as usize * problem.filter_len() as usize * size_of::<f32>())?;
+        let config = LaunchConfig {
+            grid: [split.blocks(problem), problem.groups as u64, 1],
+            block: [WINOGRAD_THREADS, 1, 1],
+            shared_bytes: WINOGRAD_SHARED_BYTES,
+        };
+        let mut args = kernel_args![x, dy, partials, *problem, split];
+        // SAFETY: matches conv_winograd_weight_grad_f32(x, dy, partials, problem, split):
+        // x and dy have the problem's shapes, the scratch holds split * filter_len
+        // floats; the grid is the split's blocks by groups.
+        unsafe {
+            self.launch(
+                policy::kernel_name(ConvKernel::WinogradWeightGrad),
+                &config,
+                &mut args,
+            )?
+        };
+        let threads = problem.out_channels as u64 * problem.in_per_group() as u64;
+        let config = LaunchConfig::linear(threads.div_ceil(FILTER_THREADS as u64), FILTER_THREADS);
+        let mut args = kernel_args![partials, dw, *problem, split.split];
+        // SAFETY: matches conv_winograd_weight_grad_finish_f32(partials, dw, problem,
+        // split): the scratch holds what the launch above wrote, dw the weight gradient;
+        // the grid covers one thread per (out channel, in channel).
+        unsafe {
+            self.launch(
+                policy::kernel_name(ConvKernel::WinogradWeightGradFinish),
+                &config,
+                &mut args,
+            )
+        }
     }
 
     fn bias_grad(

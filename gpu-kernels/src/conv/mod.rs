@@ -16,14 +16,17 @@
 //! The GEMM mainloop is shared: block tiles of `TILE_M x TILE_N x TILE_K`, staged in
 //! shared memory (two stages), 8 x 8 outputs per thread.
 //!
-//! 3x3 windows at stride 1 without dilation take Winograd's F(2x2, 3x3) instead, in the
-//! forward pass and in the input gradient (a 3x3 convolution of dy by the flipped,
-//! transposed weights, padded by `2 - padding`): 16 multiplies per 2x2 outputs and
-//! input channel instead of 36. A first kernel transforms the weights (`U = G g G^T`,
-//! in FP64, rounded once); the main kernel transforms 4x4 input tiles (`V = B^T d B`)
+//! 3x3 windows at stride 1 without dilation take Winograd's F(2x2, 3x3) instead: 16
+//! multiplies per 2x2 outputs and channel pair instead of 36. In the forward pass and
+//! the input gradient (a 3x3 convolution of dy by the flipped, transposed weights,
+//! padded by `2 - padding`), a first kernel transforms the weights (`U = G g G^T`, in
+//! FP64, rounded once); the main kernel transforms 4x4 input tiles (`V = B^T d B`)
 //! into shared memory, multiplies `U` and `V` per tile position as 16 small GEMMs
 //! over the input channels, and transforms the products back (`Y = A^T M A`), all in
-//! one pass over the input. All transform coefficients are 0, 1, -1 or 1/2.
+//! one pass over the input. The weight gradient is the same algorithm's adjoint:
+//! `dw = G^T (sum over tiles of (A dy A^T) * (B^T d B)) G`, the sum split over blocks
+//! (16 GEMMs over the tiles) and finished by a kernel that adds the splits in FP64 and
+//! transforms once. All transform coefficients are 0, 1, -1 or 1/2.
 
 #[cfg(target_arch = "nvptx64")]
 mod gemm;
@@ -314,30 +317,41 @@ pub fn gemm_plan(problem: &ConvProblem, pass: ConvPass, multiprocessors: u32) ->
     }
 }
 
-/// Output tiles (2x2 pixels each, along a row) of a Winograd block.
-pub const WINOGRAD_TILES: u32 = 32;
+/// Rows of the GEMM tile of a Winograd block: output tiles (2x2 pixels each, along a
+/// row) in the data passes, input channels in the weight gradient.
+pub const WINOGRAD_ROWS: u32 = 32;
 /// Output channels of a Winograd block.
 pub const WINOGRAD_OUT: u32 = 32;
-/// Input channels per staged chunk of a Winograd block.
+/// Depth of one staged chunk of a Winograd block's reduction: input channels in the
+/// data passes, output tiles in the weight gradient.
 pub const WINOGRAD_CHUNK: u32 = 8;
-/// Threads of a Winograd block: one per (tile, channel) of a chunk for the input
-/// transform; 16 per tile position for the products, 8 x 8 each.
+/// Threads of a Winograd block: one per (row, k) of a chunk for the transforms, 16 per
+/// tile position for the products, 8 x 8 each.
 pub const WINOGRAD_THREADS: u32 = 256;
-/// Shared memory of a Winograd block: two stages of transformed inputs and weights,
-/// reused at the end for the 16 products of every (tile, out channel).
-pub const WINOGRAD_SHARED_BYTES: u32 = 16 * WINOGRAD_TILES * WINOGRAD_OUT * 4;
-/// Threads of the weight-transform kernel.
+/// Floats per staged row of a Winograd operand, `[16][CHUNK][PITCH]`: 4 more than the
+/// tile's width, so that threads writing one column of a chunk hit distinct banks.
+pub const WINOGRAD_PITCH: u32 = WINOGRAD_ROWS + 4;
+/// Bytes of one staged operand.
+pub const WINOGRAD_PART: u32 = 16 * WINOGRAD_CHUNK * WINOGRAD_PITCH * 4;
+/// Shared memory of a Winograd block: two stages of both operands, reused at the end
+/// of the data passes for the 16 products of every (tile, out channel).
+pub const WINOGRAD_SHARED_BYTES: u32 = 4 * WINOGRAD_PART;
+/// Output tiles one split of the Winograd weight gradient sums in FP32, before the
+/// splits are added in FP64 (as `WGRAD_MAX_CHUNK` for the implicit GEMM).
+pub const WINOGRAD_WGRAD_MAX_TILES: u32 = WGRAD_MAX_CHUNK;
+/// Threads of the weight-transform and weight-gradient finishing kernels.
 pub const FILTER_THREADS: u32 = 256;
 
 const _: () = assert!(
-    WINOGRAD_THREADS == WINOGRAD_TILES * WINOGRAD_CHUNK
-        && WINOGRAD_THREADS == 16 * (WINOGRAD_TILES / 8) * (WINOGRAD_OUT / 8)
-        && WINOGRAD_SHARED_BYTES >= 2 * 2 * 16 * WINOGRAD_CHUNK * WINOGRAD_TILES * 4
-        && WINOGRAD_TILES == WINOGRAD_OUT
+    WINOGRAD_THREADS == WINOGRAD_ROWS * WINOGRAD_CHUNK
+        && WINOGRAD_THREADS == 16 * (WINOGRAD_ROWS / 8) * (WINOGRAD_OUT / 8)
+        && WINOGRAD_SHARED_BYTES >= 16 * WINOGRAD_ROWS * WINOGRAD_OUT * 4
+        && WINOGRAD_ROWS == WINOGRAD_OUT
 );
 
 /// A 3x3, stride-1 convolution as the Winograd kernels see it: `input` `[batch,
-/// channels, height, width]` to `output` `[batch, out_channels, out_h, out_w]`.
+/// channels, height, width]` to `output` `[batch, out_channels, out_h, out_w]` (in the
+/// weight gradient, x and dy).
 #[repr(C)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct WinogradProblem {
@@ -351,18 +365,19 @@ pub struct WinogradProblem {
     pub pad_h: u32,
     pub pad_w: u32,
     pub groups: u32,
-    /// Input channels per group, padded to a multiple of `WINOGRAD_CHUNK` in U.
+    /// Input channels per group, padded: to a multiple of `WINOGRAD_CHUNK` in U, of
+    /// `WINOGRAD_ROWS` in the weight gradient.
     pub channels_padded: u32,
-    /// Output channels per group, padded to a multiple of `WINOGRAD_OUT` in U.
+    /// Output channels per group, padded to a multiple of `WINOGRAD_OUT`.
     pub out_padded: u32,
     /// Whether U comes from the flipped, transposed weights (the input gradient).
     pub flip: u32,
 }
 
 impl WinogradProblem {
-    /// The Winograd form of `pass` (forward or input gradient) of `problem`, or `None`
-    /// when the pass does not qualify: a 3x3 window at stride 1 without dilation (and
-    /// for the input gradient, padding at most 2).
+    /// The Winograd form of `pass` of `problem`, or `None` when it does not qualify: a
+    /// 3x3 window at stride 1 without dilation (and for the input gradient, padding at
+    /// most 2).
     pub const fn of(problem: &ConvProblem, pass: ConvPass) -> Option<Self> {
         let p = problem;
         if p.kernel_h != 3 || p.kernel_w != 3 || p.stride_h != 1 || p.stride_w != 1 {
@@ -372,47 +387,43 @@ impl WinogradProblem {
             return None;
         }
         let (ci, co) = (p.in_per_group(), p.out_per_group());
-        let (channels, out_channels, height, width, out_h, out_w, pad_h, pad_w, flip) = match pass {
-            ConvPass::Forward => (
-                p.in_channels,
-                p.out_channels,
-                p.height,
-                p.width,
-                p.out_h,
-                p.out_w,
-                p.pad_h,
-                p.pad_w,
-                0,
-            ),
-            ConvPass::InputGrad if p.pad_h <= 2 && p.pad_w <= 2 => (
-                p.out_channels,
-                p.in_channels,
-                p.out_h,
-                p.out_w,
-                p.height,
-                p.width,
-                2 - p.pad_h,
-                2 - p.pad_w,
-                1,
-            ),
-            _ => return None,
-        };
-        let (group_in, group_out) = if flip == 0 { (ci, co) } else { (co, ci) };
-        Some(Self {
+        let forward = Self {
             batch: p.batch,
-            channels,
-            height,
-            width,
-            out_channels,
-            out_h,
-            out_w,
-            pad_h,
-            pad_w,
+            channels: p.in_channels,
+            height: p.height,
+            width: p.width,
+            out_channels: p.out_channels,
+            out_h: p.out_h,
+            out_w: p.out_w,
+            pad_h: p.pad_h,
+            pad_w: p.pad_w,
             groups: p.groups,
-            channels_padded: group_in.next_multiple_of(WINOGRAD_CHUNK),
-            out_padded: group_out.next_multiple_of(WINOGRAD_OUT),
-            flip,
-        })
+            channels_padded: ci.next_multiple_of(WINOGRAD_CHUNK),
+            out_padded: co.next_multiple_of(WINOGRAD_OUT),
+            flip: 0,
+        };
+        match pass {
+            ConvPass::Forward => Some(forward),
+            ConvPass::WeightGrad => Some(Self {
+                channels_padded: ci.next_multiple_of(WINOGRAD_ROWS),
+                ..forward
+            }),
+            ConvPass::InputGrad if p.pad_h <= 2 && p.pad_w <= 2 => Some(Self {
+                channels: p.out_channels,
+                height: p.out_h,
+                width: p.out_w,
+                out_channels: p.in_channels,
+                out_h: p.height,
+                out_w: p.width,
+                pad_h: 2 - p.pad_h,
+                pad_w: 2 - p.pad_w,
+                channels_padded: co.next_multiple_of(WINOGRAD_CHUNK),
+                out_padded: ci.next_multiple_of(WINOGRAD_OUT),
+                flip: 1,
+                ..forward
+            }),
+            ConvPass::InputGrad => None,
+        }
     }
 
     pub const fn in_per_group(&self) -> u32 {
@@ -425,22 +436,62 @@ impl WinogradProblem {
     pub const fn tiles(&self) -> (u32, u32) {
         (self.out_w.div_ceil(2), self.out_h.div_ceil(2))
     }
-    /// Blocks along a tile row.
+    /// Blocks along a tile row in the data passes.
     pub const fn segments(&self) -> u32 {
-        self.tiles().0.div_ceil(WINOGRAD_TILES)
+        self.tiles().0.div_ceil(WINOGRAD_ROWS)
     }
     /// Blocks along the output channels of a group.
     pub const fn out_blocks(&self) -> u32 {
         self.out_padded / WINOGRAD_OUT
     }
-    /// Blocks per group (grid x): out-channel blocks fastest, then segments, tile
-    /// rows, images.
+    /// Blocks per group of the data passes (grid x): out-channel blocks fastest, then
+    /// segments, tile rows, images.
     pub const fn blocks(&self) -> u64 {
         self.out_blocks() as u64 * self.segments() as u64 * self.tiles().1 as u64 * self.batch as u64
     }
-    /// Floats of the transformed weights, `[groups][16][channels_padded][out_padded]`.
+    /// Floats of the transformed weights, `[groups][16][channels_padded][out_padded]`
+    /// (in the weight gradient: of one split's products).
     pub const fn filter_len(&self) -> u64 {
         self.groups as u64 * 16 * self.channels_padded as u64 * self.out_padded as u64
+    }
+    /// Chunks of the weight gradient's reduction: `WINOGRAD_CHUNK` consecutive tiles
+    /// of a tile row each.
+    pub const fn tile_chunks(&self) -> u64 {
+        let (along, rows) = self.tiles();
+        along.div_ceil(WINOGRAD_CHUNK) as u64 * rows as u64 * self.batch as u64
+    }
+}
+
+/// How the Winograd weight gradient splits its chunks over blocks.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WinogradSplit {
+    /// Chunks per split.
+    pub chunks: u32,
+    pub split: u32,
+}
+
+impl WinogradSplit {
+    /// Enough splits to give every SM `WGRAD_BLOCKS_PER_SM` blocks, and no split over
+    /// `WINOGRAD_WGRAD_MAX_TILES` tiles.
+    pub fn new(problem: &WinogradProblem, multiprocessors: u32) -> Self {
+        let total = problem.tile_chunks();
+        let blocks = (problem.channels_padded / WINOGRAD_ROWS) as u64
+            * problem.out_blocks() as u64
+            * problem.groups as u64;
+        let fill = (multiprocessors as u64 * WGRAD_BLOCKS_PER_SM as u64).div_ceil(blocks);
+        let accuracy = total.div_ceil((WINOGRAD_WGRAD_MAX_TILES / WINOGRAD_CHUNK) as u64);
+        let chunks = total.div_ceil(fill.max(accuracy).clamp(1, total.max(1)));
+        Self {
+            chunks: chunks as u32,
+            split: total.div_ceil(chunks) as u32,
+        }
+    }
+
+    /// Blocks per group (grid x): out-channel blocks fastest, then channel blocks, then
+    /// splits.
+    pub const fn blocks(&self, problem: &WinogradProblem) -> u64 {
+        (problem.channels_padded / WINOGRAD_ROWS) as u64 * problem.out_blocks() as u64 * self.split as u64
     }
 }
 
@@ -449,25 +500,30 @@ impl WinogradProblem {
 pub enum ConvAlgorithm {
     ImplicitGemm(GemmPlan),
     Winograd(WinogradProblem),
+    WinogradWeightGrad(WinogradProblem, WinogradSplit),
 }
 
-/// The one place that picks a pass's algorithm: Winograd F(2x2, 3x3) for the forward
-/// pass and input gradient of 3x3, stride-1, undilated windows, the implicit GEMM
-/// otherwise. Call only on problems that fit the index limits, with no empty extent.
+/// The one place that picks a pass's algorithm: Winograd for 3x3, stride-1,
+/// undilated windows, the implicit GEMM otherwise. Call only on problems that fit the
+/// index limits, with no empty extent.
 pub fn algorithm(problem: &ConvProblem, pass: ConvPass, multiprocessors: u32) -> ConvAlgorithm {
-    match WinogradProblem::of(problem, pass) {
-        Some(winograd) => ConvAlgorithm::Winograd(winograd),
-        None => ConvAlgorithm::ImplicitGemm(gemm_plan(problem, pass, multiprocessors)),
+    match (WinogradProblem::of(problem, pass), pass) {
+        (Some(winograd), ConvPass::WeightGrad) => {
+            ConvAlgorithm::WinogradWeightGrad(winograd, WinogradSplit::new(&winograd, multiprocessors))
+        }
+        (Some(winograd), _) => ConvAlgorithm::Winograd(winograd),
+        (None, _) => ConvAlgorithm::ImplicitGemm(gemm_plan(problem, pass, multiprocessors)),
     }
 }
 
 /// Two blocks per SM for the main kernels: a block's prologue and epilogue then
 /// overlap the other's products.
-pub const LAUNCH_BOUNDS: [crate::LaunchBounds; 4] = [
+pub const LAUNCH_BOUNDS: [crate::LaunchBounds; 5] = [
     bounds("conv_forward_f32", GEMM_THREADS),
     bounds("conv_input_grad_f32", GEMM_THREADS),
     bounds("conv_weight_grad_f32", GEMM_THREADS),
     bounds("conv_winograd_f32", WINOGRAD_THREADS),
+    bounds("conv_winograd_weight_grad_f32", WINOGRAD_THREADS),
 ];
 
 const fn bounds(kernel: &'static str, threads: u32) -> crate::LaunchBounds {
@@ -488,6 +544,8 @@ pub enum ConvKernel {
     BiasGrad,
     WinogradFilter,
     Winograd,
+    WinogradWeightGrad,
+    WinogradWeightGradFinish,
 }
 
 /// The entry point of a kernel.
@@ -496,7 +554,7 @@ pub const fn kernel_name(kernel: ConvKernel) -> &'static str {
 }
 
 /// Every conv entry point.
-pub const KERNELS: [&str; 7] = [
+pub const KERNELS: [&str; 9] = [
     "conv_forward_f32",
     "conv_input_grad_f32",
     "conv_weight_grad_f32",
@@ -504,6 +562,8 @@ pub const KERNELS: [&str; 7] = [
     "conv_bias_grad_f32",
     "conv_winograd_filter_f32",
     "conv_winograd_f32",
+    "conv_winograd_weight_grad_f32",
+    "conv_winograd_weight_grad_finish_f32",
 ];
 
 #[cfg(test)]
