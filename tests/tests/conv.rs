@@ -207,6 +207,66 @@ fn conv2d_backward_matches_the_reference_and_is_deterministic() {
     runner().run(&case(), |c| check_backward(&gpu, c)).unwrap();
 }
 
+/// One case per kernel path, so that every kernel runs even with few random cases
+/// (the sanitizer runs use few).
+#[test]
+fn every_conv_kernel_matches_the_reference_on_fixed_cases() {
+    let Some(gpu) = gpu_or_skip("every_conv_kernel_matches_the_reference_on_fixed_cases") else {
+        return;
+    };
+    let case = |batch, channels: [usize; 2], kernel, size, params, bias| Case {
+        batch,
+        in_channels: channels[0],
+        out_channels: channels[1],
+        kernel,
+        size,
+        params,
+        bias,
+        seed: 7,
+    };
+    let p = Conv2dParams::default();
+    let cases = [
+        // Winograd in all three passes, with a bias.
+        case(
+            2,
+            [5, 40],
+            [3, 3],
+            [9, 70],
+            Conv2dParams { padding: [1, 1], ..p },
+            true,
+        ),
+        // Winograd forward and weight gradient; padding 3 sends dx to the implicit GEMM.
+        case(
+            1,
+            [3, 4],
+            [3, 3],
+            [6, 7],
+            Conv2dParams { padding: [3, 3], ..p },
+            false,
+        ),
+        // The implicit GEMM everywhere, split weight gradient.
+        case(
+            2,
+            [4, 6],
+            [2, 3],
+            [11, 9],
+            Conv2dParams {
+                stride: [2, 1],
+                padding: [1, 2],
+                dilation: [2, 1],
+                groups: 2,
+            },
+            true,
+        ),
+        // A weight gradient short enough for one split (no partials).
+        case(1, [2, 3], [1, 1], [2, 2], p, false),
+    ];
+    for c in cases {
+        check_forward(&gpu, c.clone()).unwrap();
+        check_backward(&gpu, c).unwrap();
+    }
+}
+
 #[test]
 fn conv2d_backward_computes_only_what_is_asked() {
     let Some(gpu) = gpu_or_skip("conv2d_backward_computes_only_what_is_asked") else {
