@@ -22,10 +22,16 @@
 //! Reversal maps logical position `q` to `len - 1 - q` (flat for contiguous, per
 //! column for strided).
 
-/// Threads per block of every scan kernel.
+/// Threads per block of the look-back kernels.
 pub const BLOCK_THREADS: u32 = 256;
-/// Warps per block.
+/// Warps per look-back block.
 pub const WARPS: usize = (BLOCK_THREADS / 32) as usize;
+/// Threads per block of the rows kernel: twice the look-back kernels', so each row
+/// takes half the steps (the dim-1 headline ran at 94% of the copy bandwidth with 512,
+/// 76% with 256, on the H100).
+pub const ROWS_THREADS: u32 = 512;
+/// Warps per rows block.
+pub const ROWS_WARPS: usize = (ROWS_THREADS / 32) as usize;
 /// 128-bit vectors each contiguous thread holds.
 pub const VECTORS_PER_THREAD: usize = 4;
 /// Bytes of rows each strided thread holds in registers: 64 rows of 4-byte elements.
@@ -33,6 +39,10 @@ pub const STRIDED_THREAD_BYTES: usize = 256;
 /// Dynamic shared memory of every scan kernel: the tile id, the look-back flag, the tile
 /// prefix and the warp totals of the block scan (head flag + value), with padding.
 pub const SHARED_BYTES: u32 = 64 + (WARPS as u32) * 16;
+
+/// Predecessors each lane of the contiguous look-back examines per step (a window of
+/// 32 times as many tiles).
+pub const LOOK_BACK_WINDOW: usize = 4;
 
 /// Rows from which a block per row fills the GPU many times over (132 SMs, several
 /// blocks each), so that rows at least a tile long need no look-back.
@@ -43,7 +53,9 @@ pub const EXCLUSIVE: u32 = 1;
 /// Option bit: scan from the end.
 pub const REVERSE: u32 = 2;
 
-const _: () = assert!(BLOCK_THREADS.is_multiple_of(32));
+const _: () = assert!(
+    BLOCK_THREADS.is_multiple_of(32) && ROWS_THREADS.is_multiple_of(32) && ROWS_WARPS * 8 <= WARPS * 16
+);
 
 /// Elements each contiguous thread holds for `element_bytes`-byte elements.
 pub const fn items_per_thread(element_bytes: usize) -> usize {
@@ -101,6 +113,14 @@ impl ScanPlan {
         }
     }
 
+    /// Threads per block.
+    pub const fn threads(&self) -> u32 {
+        match self {
+            ScanPlan::Rows { .. } => ROWS_THREADS,
+            ScanPlan::Contiguous { .. } | ScanPlan::Strided { .. } => BLOCK_THREADS,
+        }
+    }
+
     /// Values each tile publishes: one, or one per column.
     pub const fn status_width(&self) -> u32 {
         match self {
@@ -133,6 +153,13 @@ pub const fn plan(problem: &ScanProblem, element_bytes: usize) -> ScanPlan {
             chunks: problem.scan.div_ceil(strided_rows(element_bytes)),
         }
     }
+}
+
+/// Whether the contiguous kernel's status packs each tile's flag and value into one
+/// 64-bit word (4-byte values): then the status is the counter, 4 bytes of padding and
+/// one zeroed word per tile, with no value arrays.
+pub const fn packed_status(element_bytes: usize) -> bool {
+    element_bytes == 4
 }
 
 /// The look-back status of a launch, as the host passes it (device addresses).
@@ -221,7 +248,7 @@ pub const KERNELS: [&str; 28] = {
 #[cfg(target_arch = "nvptx64")]
 mod kernel {
     use super::*;
-    use crate::block::{AGGREGATE, INCLUSIVE, ScanOp, TileStatus, exclusive_scan};
+    use crate::block::{AGGREGATE, INCLUSIVE, PackedStatus, ScanOp, TileChain, TileStatus, exclusive_scan};
     use crate::device::{
         Coherent, SharedCarver, Shuffle, atomic_add_u32, block_dim_x, block_idx_x, load_global_v4,
         store_global_v4, sync_threads, thread_idx_x,
@@ -235,10 +262,23 @@ mod kernel {
         fn from_words(words: [u32; 4], i: usize) -> Self;
         /// Writes the element into its place `i` of a vector.
         fn into_words(self, words: &mut [u32; 4], i: usize);
+        /// The contiguous kernel's chain of tiles, in the layout `packed_status` gives
+        /// the host.
+        type Chain: TileChain<Self>;
+        fn chain(status: &LaunchStatus<Self>) -> Self::Chain;
+    }
+
+    /// The packed chain, for 4-byte values: words right after the counter, 8-byte
+    /// aligned.
+    fn packed<T>(status: &LaunchStatus<T>) -> PackedStatus<T> {
+        PackedStatus {
+            words: status.counter_and_flags.wrapping_add(2) as *mut u64,
+            value: core::marker::PhantomData,
+        }
     }
 
     macro_rules! scan_value {
-        ($($t:ty, $per:literal, $add:expr, $from:expr, $into:expr;)*) => {$(
+        ($($t:ty, $per:literal, $add:expr, $from:expr, $into:expr, $chain:ty, $make:expr;)*) => {$(
             impl ScanOp for $t {
                 #[inline(always)]
                 fn identity() -> Self {
@@ -259,6 +299,12 @@ mod kernel {
                 fn into_words(self, words: &mut [u32; 4], i: usize) {
                     $into(self, words, i)
                 }
+                type Chain = $chain;
+                #[inline(always)]
+                fn chain(status: &LaunchStatus<Self>) -> Self::Chain {
+                    const { assert!(packed_status(size_of::<$t>()) == ($per == 4)) };
+                    $make(status)
+                }
             }
         )*};
     }
@@ -272,10 +318,14 @@ mod kernel {
     }
 
     scan_value! {
-        f32, 4, |a: f32, b| a + b, |w: [u32; 4], i| f32::from_bits(w[i]), |v: f32, w: &mut [u32; 4], i| w[i] = v.to_bits();
-        i32, 4, i32::wrapping_add, |w: [u32; 4], i| w[i] as i32, |v: i32, w: &mut [u32; 4], i| w[i] = v as u32;
-        f64, 2, |a: f64, b| a + b, |w, i| f64::from_bits(word64(w, i)), |v: f64, w: &mut [u32; 4], i| put64(v.to_bits(), w, i);
-        i64, 2, i64::wrapping_add, |w, i| word64(w, i) as i64, |v: i64, w: &mut [u32; 4], i| put64(v as u64, w, i);
+        f32, 4, |a: f32, b| a + b, |w: [u32; 4], i| f32::from_bits(w[i]), |v: f32, w: &mut [u32; 4], i| w[i] = v.to_bits(),
+            PackedStatus<f32>, packed;
+        i32, 4, i32::wrapping_add, |w: [u32; 4], i| w[i] as i32, |v: i32, w: &mut [u32; 4], i| w[i] = v as u32,
+            PackedStatus<i32>, packed;
+        f64, 2, |a: f64, b| a + b, |w, i| f64::from_bits(word64(w, i)), |v: f64, w: &mut [u32; 4], i| put64(v.to_bits(), w, i),
+            TileStatus<f64>, |s: &LaunchStatus<f64>| s.tiles(1);
+        i64, 2, i64::wrapping_add, |w, i| word64(w, i) as i64, |v: i64, w: &mut [u32; 4], i| put64(v as u64, w, i),
+            TileStatus<i64>, |s: &LaunchStatus<i64>| s.tiles(1);
     }
 
     /// A running sum that restarts at segment heads: `(head, value)` combined as
@@ -397,7 +447,7 @@ mod kernel {
     /// # Safety
     /// `x` and `y` hold `outer * scan` elements, 16-byte aligned (they may be the same
     /// array); `VECTOR` only when `scan` is a multiple of `PER_VECTOR`; the status holds
-    /// `tiles` flags and values after a zero counter; the grid has `tiles` blocks of
+    /// `tiles` zeroed words (packed) or flags and values after a zero counter; the grid has `tiles` blocks of
     /// `BLOCK_THREADS` threads with `SHARED_BYTES` of dynamic shared memory.
     #[inline(always)]
     pub unsafe fn contiguous<
@@ -413,7 +463,7 @@ mod kernel {
         status: LaunchStatus<T>,
     ) {
         let shared = Shared::<T>::carve();
-        let tiles = status.tiles(1);
+        let chain = T::chain(&status);
         // SAFETY: every thread calls it; the counter heads the status.
         let tile = unsafe { shared.next_tile(status.counter_and_flags) };
         let n = problem.outer * problem.scan;
@@ -480,19 +530,19 @@ mod kernel {
         let thread = thread_idx_x();
         if thread == 0 {
             let flag = if total.head != 0 { INCLUSIVE } else { AGGREGATE };
-            // SAFETY: this tile's status, width 1.
-            unsafe { tiles.publish_one(tile, total.value, flag) };
+            // SAFETY: this tile's status.
+            unsafe { chain.publish(tile, total.value, flag) };
         }
         if needs_prefix && thread < 32 {
             // SAFETY: warp 0 entire; tile > 0 (tile 0 starts a row), and the chain ends
             // at the latest tile holding a row start, which never waits.
-            let prefix = unsafe { tiles.look_back_warp(tile) };
+            let prefix = unsafe { chain.look_back::<LOOK_BACK_WINDOW>(tile) };
             if thread == 0 {
                 // SAFETY: thread 0 alone writes the shared prefix before the barrier.
                 unsafe { *shared.prefix = prefix };
                 if total.head == 0 {
-                    // SAFETY: this tile's status, width 1.
-                    unsafe { tiles.publish_one(tile, prefix.combine(total.value), INCLUSIVE) };
+                    // SAFETY: this tile's status.
+                    unsafe { chain.publish(tile, prefix.combine(total.value), INCLUSIVE) };
                 }
             }
         }
@@ -559,8 +609,8 @@ mod kernel {
         options: u32,
     ) {
         let mut carver = SharedCarver::new();
-        // SAFETY: SHARED_BYTES covers WARPS values.
-        let warp_totals: *mut T = unsafe { carver.take(WARPS) };
+        // SAFETY: SHARED_BYTES covers ROWS_WARPS values.
+        let warp_totals: *mut T = unsafe { carver.take(ROWS_WARPS) };
         let scan = problem.scan;
         let base = block_idx_x() as u64 * scan;
         let exclusive = options & EXCLUSIVE != 0;
@@ -606,7 +656,7 @@ mod kernel {
                 own = own.combine(item);
             }
             // SAFETY: every thread calls it; the warp totals are this block's.
-            let (before, total) = unsafe { exclusive_scan::<_, WARPS>(own, warp_totals) };
+            let (before, total) = unsafe { exclusive_scan::<_, ROWS_WARPS>(own, warp_totals) };
             let mut running = carry.combine(before);
             for item in items.iter_mut() {
                 let next = running.combine(*item);

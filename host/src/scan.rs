@@ -159,18 +159,28 @@ impl Gpu {
                 detail: format!("{tiles} scan tiles"),
             });
         }
-        // The look-back kernels' status, in the scratch buffer: [counter, flags]
-        // (zeroed), then aggregates and inclusives. The rows kernel needs none.
+        // The look-back kernels' status, in the scratch buffer, zeroed where a flag
+        // lives: [counter, padding, word per tile] when packed (4-byte values, one
+        // value per tile), else [counter, flags] then aggregates and inclusives. The
+        // rows kernel needs none.
+        let null = std::ptr::null_mut::<T>();
         let (_scratch, status) = if plan.status_width() == 0 {
-            let none = std::ptr::null_mut();
-            (
-                None,
-                LaunchStatus::<T> {
-                    counter_and_flags: none,
-                    aggregates: none.cast(),
-                    inclusives: none.cast(),
-                },
-            )
+            let none = LaunchStatus::<T> {
+                counter_and_flags: null.cast(),
+                aggregates: null,
+                inclusives: null,
+            };
+            (None, none)
+        } else if plan.status_width() == 1 && policy::packed_status(size_of::<T>()) {
+            let bytes = (8 * (tiles + 1)) as usize;
+            let (mut scratch, base) = self.scratch(bytes)?;
+            scratch.zero(0, bytes, self.stream())?;
+            let status = LaunchStatus::<T> {
+                counter_and_flags: base as *mut u32,
+                aggregates: null,
+                inclusives: null,
+            };
+            (Some(scratch), status)
         } else {
             let flag_bytes = (4 * (tiles + 1)).next_multiple_of(256) as usize;
             let values =
@@ -189,7 +199,7 @@ impl Gpu {
         let x_ptr = x.buffer.as_device_ptr().as_raw();
         let config = LaunchConfig {
             shared_bytes: policy::SHARED_BYTES,
-            ..LaunchConfig::linear(tiles, policy::BLOCK_THREADS)
+            ..LaunchConfig::linear(tiles, plan.threads())
         };
         let name = policy::kernel_name(&plan, T::SCAN_DTYPE, reverse);
         let column_blocks = match plan {

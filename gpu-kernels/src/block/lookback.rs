@@ -4,10 +4,16 @@
 //! its own inclusive prefix. Tiles take their ids in launch order from a counter, so a
 //! tile only ever waits for tiles that are already running.
 //!
-//! Two shapes of status: one value per tile ([`TileStatus::publish_one`],
-//! [`TileStatus::look_back_warp`]: one thread publishes, one warp looks back over 32
-//! predecessors at a time), or one value per thread of the block, for one running sum
-//! per column ([`TileStatus::publish_each`], [`TileStatus::look_back_block`]).
+//! Status layouts:
+//! - one value per tile, chained through [`TileChain`] (one thread publishes, one warp
+//!   looks back over a window of predecessors at a time): [`PackedStatus`] holds the
+//!   flag and a 4-byte value in one 64-bit word, so a predecessor's status is one
+//!   relaxed load; [`TileStatus`] (width 1) keeps flags and values apart for 8-byte
+//!   values, published with release and read with acquire order;
+//! - one value per thread of the block, for one running sum per column
+//!   ([`TileStatus::publish_each`], [`TileStatus::look_back_block`]).
+
+use core::marker::PhantomData;
 
 use crate::device::{
     Coherent, WARP_SIZE, ballot, fence_gpu, lane_id, load_acquire_u32, store_release_u32, sync_threads,
@@ -47,7 +53,7 @@ impl<T: ScanOp + Coherent> TileStatus<T> {
     /// # Safety
     /// `width` is 1 and `tile` is in range.
     #[inline(always)]
-    pub unsafe fn publish_one(&self, tile: u64, value: T, flag: u32) {
+    unsafe fn publish_one(&self, tile: u64, value: T, flag: u32) {
         let target = if flag == INCLUSIVE {
             self.inclusives
         } else {
@@ -57,57 +63,6 @@ impl<T: ScanOp + Coherent> TileStatus<T> {
         unsafe {
             T::store_relaxed(self.slot(target, tile, 0), value);
             store_release_u32(self.flags.add(tile as usize), flag);
-        }
-    }
-
-    /// The combined values of tiles `tile - 1`, `tile - 2`, ... back to the nearest one
-    /// with a published inclusive prefix, read by one warp 32 tiles at a time: each lane
-    /// waits for one predecessor's flag, a ballot finds the nearest inclusive one, and
-    /// a warp reduction sums the window. Every lane returns the result.
-    ///
-    /// # Safety
-    /// `width` is 1; all 32 lanes of one warp call it; a predecessor of `tile` publishes
-    /// an inclusive prefix without waiting on `tile`, and tile 0 publishes one.
-    #[inline(always)]
-    pub unsafe fn look_back_warp(&self, tile: u64) -> T {
-        let lane = lane_id();
-        let mut prefix = T::identity();
-        let mut window_end = tile;
-        loop {
-            // Lane i looks at tile window_end - 1 - i; lanes past tile 0 see nothing.
-            let exists = window_end > lane as u64;
-            let predecessor = window_end.wrapping_sub(1 + lane as u64);
-            let mut flag = INCLUSIVE;
-            loop {
-                if exists {
-                    // SAFETY: predecessor < tile, in range.
-                    flag = unsafe { load_acquire_u32(self.flags.add(predecessor as usize)) };
-                }
-                if ballot(flag == 0) == 0 {
-                    break;
-                }
-            }
-            let inclusive = ballot(flag == INCLUSIVE && exists);
-            let stop = if inclusive != 0 {
-                inclusive.trailing_zeros()
-            } else {
-                WARP_SIZE
-            };
-            let mut value = T::identity();
-            if exists && lane <= stop {
-                let source = if lane == stop {
-                    self.inclusives
-                } else {
-                    self.aggregates
-                };
-                // SAFETY: published before the flag this lane acquired.
-                value = unsafe { T::load_relaxed(self.slot(source, predecessor, 0)) };
-            }
-            prefix = warp::reduce(value, T::combine).combine(prefix);
-            if stop < WARP_SIZE || window_end <= WARP_SIZE as u64 {
-                return prefix;
-            }
-            window_end -= WARP_SIZE as u64;
         }
     }
 
@@ -182,6 +137,175 @@ impl<T: ScanOp + Coherent> TileStatus<T> {
             if flag == INCLUSIVE {
                 return prefix;
             }
+        }
+    }
+}
+
+/// A chain of tiles with one value each: publish, and look back.
+pub trait TileChain<T> {
+    /// Publishes `tile`'s value under `flag`. Called by one thread.
+    ///
+    /// # Safety
+    /// `tile` is in range.
+    unsafe fn publish(&self, tile: u64, value: T, flag: u32);
+
+    /// The combined values of tiles `tile - 1`, `tile - 2`, ... back to the nearest one
+    /// with a published inclusive prefix, read by one warp `32 * WINDOW` tiles at a
+    /// time. Every lane returns the result.
+    ///
+    /// # Safety
+    /// All 32 lanes of one warp call it; a predecessor of `tile` publishes an inclusive
+    /// prefix without waiting on `tile`, and tile 0 publishes one.
+    unsafe fn look_back<const WINDOW: usize>(&self, tile: u64) -> T;
+}
+
+/// The look-back walk of both layouts. Lane `i` polls predecessors `i`, `i + 32`, ...
+/// of each window (all loads in flight at once) with `poll`, which returns a flag (0
+/// while nothing is published) and what was read; once every flag of the window is
+/// set, ballots find the nearest inclusive predecessor, `value` turns each slot up to
+/// it into its value, and a warp reduction sums them. A tile's look-back reaches back
+/// about as far as the tiles in flight, so a wide window keeps the steps few.
+///
+/// # Safety
+/// As [`TileChain::look_back`]; `poll` and `value` read only tiles below `tile`.
+#[inline(always)]
+unsafe fn walk_back<T: ScanOp, W: Copy + Default, const WINDOW: usize>(
+    tile: u64,
+    poll: impl Fn(u64) -> (u32, W),
+    value: impl Fn(u64, u32, W) -> T,
+) -> T {
+    let lane = lane_id() as u64;
+    let span = (WINDOW as u32 * WARP_SIZE) as u64;
+    let mut prefix = T::identity();
+    let mut window_end = tile;
+    loop {
+        // Slot j of lane i is tile window_end - 1 - (i + 32 j); slots past tile 0 count
+        // as published and are never the stop.
+        let distance = |j: usize| lane + (j as u32 * WARP_SIZE) as u64;
+        let exists: [bool; WINDOW] = core::array::from_fn(|j| window_end > distance(j));
+        let mut flags = exists.map(|e| if e { 0 } else { INCLUSIVE });
+        let mut read = [W::default(); WINDOW];
+        loop {
+            for j in 0..WINDOW {
+                if flags[j] == 0 {
+                    (flags[j], read[j]) = poll(window_end - 1 - distance(j));
+                }
+            }
+            if ballot(flags.contains(&0)) == 0 {
+                break;
+            }
+        }
+        let mut stop = span;
+        for j in (0..WINDOW).rev() {
+            let inclusive = ballot(flags[j] == INCLUSIVE && exists[j]);
+            if inclusive != 0 {
+                stop = (j as u32 * WARP_SIZE + inclusive.trailing_zeros()) as u64;
+            }
+        }
+        let mut sum = T::identity();
+        for j in 0..WINDOW {
+            let d = distance(j);
+            if exists[j] && d <= stop {
+                let flag = if d == stop { INCLUSIVE } else { AGGREGATE };
+                sum = value(window_end - 1 - d, flag, read[j]).combine(sum);
+            }
+        }
+        prefix = warp::reduce(sum, T::combine).combine(prefix);
+        if stop < span || window_end <= span {
+            return prefix;
+        }
+        window_end -= span;
+    }
+}
+
+impl<T: ScanOp + Coherent> TileChain<T> for TileStatus<T> {
+    #[inline(always)]
+    unsafe fn publish(&self, tile: u64, value: T, flag: u32) {
+        // SAFETY: forwarded; a chain's status has width 1.
+        unsafe { self.publish_one(tile, value, flag) }
+    }
+
+    #[inline(always)]
+    unsafe fn look_back<const WINDOW: usize>(&self, tile: u64) -> T {
+        // SAFETY: predecessors are tiles of the launch; a value is read only after its
+        // flag was acquired.
+        unsafe {
+            walk_back::<T, (), WINDOW>(
+                tile,
+                |predecessor| (load_acquire_u32(self.flags.add(predecessor as usize)), ()),
+                |predecessor, flag, ()| {
+                    let source = if flag == INCLUSIVE {
+                        self.inclusives
+                    } else {
+                        self.aggregates
+                    };
+                    T::load_relaxed(self.slot(source, predecessor, 0))
+                },
+            )
+        }
+    }
+}
+
+/// A 4-byte value that travels in the low half of a status word.
+pub trait PackedValue: ScanOp {
+    fn to_word(self) -> u32;
+    fn from_word(word: u32) -> Self;
+}
+
+impl PackedValue for f32 {
+    #[inline(always)]
+    fn to_word(self) -> u32 {
+        self.to_bits()
+    }
+    #[inline(always)]
+    fn from_word(word: u32) -> Self {
+        f32::from_bits(word)
+    }
+}
+
+impl PackedValue for i32 {
+    #[inline(always)]
+    fn to_word(self) -> u32 {
+        self as u32
+    }
+    #[inline(always)]
+    fn from_word(word: u32) -> Self {
+        word as i32
+    }
+}
+
+/// One 64-bit word per tile, `flag << 32 | value`, zero before the launch: one store
+/// publishes, one relaxed load reads flag and value together (no fence, no second
+/// round trip).
+pub struct PackedStatus<T> {
+    pub words: *mut u64,
+    pub value: PhantomData<T>,
+}
+
+impl<T: PackedValue> TileChain<T> for PackedStatus<T> {
+    #[inline(always)]
+    unsafe fn publish(&self, tile: u64, value: T, flag: u32) {
+        // SAFETY: the word is this tile's.
+        unsafe {
+            u64::store_relaxed(
+                self.words.add(tile as usize),
+                (flag as u64) << 32 | value.to_word() as u64,
+            )
+        };
+    }
+
+    #[inline(always)]
+    unsafe fn look_back<const WINDOW: usize>(&self, tile: u64) -> T {
+        // SAFETY: predecessors are tiles of the launch.
+        unsafe {
+            walk_back::<T, u64, WINDOW>(
+                tile,
+                |predecessor| {
+                    let word = u64::load_relaxed(self.words.add(predecessor as usize));
+                    ((word >> 32) as u32, word)
+                },
+                |_, _, word| T::from_word(word as u32),
+            )
         }
     }
 }

@@ -4,5 +4,5 @@
 mod lookback;
 mod scan;
 
-pub use lookback::{AGGREGATE, INCLUSIVE, TileStatus};
+pub use lookback::{AGGREGATE, INCLUSIVE, PackedStatus, PackedValue, TileChain, TileStatus};
 pub use scan::{ScanOp, exclusive_scan};
