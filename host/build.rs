@@ -39,9 +39,19 @@ fn main() {
         }
     };
 
+    // Every cubin, and the PTX of the newest architecture only: a device of an embedded
+    // major architecture runs its cubin, and only newer devices compile PTX.
+    let newest = artifacts
+        .iter()
+        .map(|a| a.arch.clone())
+        .max_by_key(|arch| arch_number(arch));
     let mut table = String::from("&[\n");
     for a in &artifacts {
-        for (format, path) in [("Cubin", &a.cubin), ("Ptx", &a.ptx)] {
+        let mut images = vec![("Cubin", &a.cubin)];
+        if Some(&a.arch) == newest.as_ref() {
+            images.push(("Ptx", &a.ptx));
+        }
+        for (format, path) in images {
             writeln!(
                 table,
                 "    KernelImage {{ arch: {:?}, format: ImageFormat::{format}, bytes: include_bytes!({:?}) }},",
@@ -53,4 +63,12 @@ fn main() {
     }
     table.push(']');
     std::fs::write(out_dir.join("kernel_images.rs"), table).expect("OUT_DIR is writable");
+}
+
+/// The number of `sm_XY`, for ordering architectures.
+fn arch_number(arch: &str) -> u32 {
+    arch.trim_start_matches("sm_")
+        .trim_end_matches(|c: char| !c.is_ascii_digit())
+        .parse()
+        .unwrap_or(0)
 }

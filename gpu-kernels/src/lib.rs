@@ -50,7 +50,7 @@ pub struct LaunchBounds {
 
 /// Every entry point's launch bounds, where a family sets them.
 pub fn launch_bounds() -> impl Iterator<Item = &'static LaunchBounds> {
-    conv::LAUNCH_BOUNDS.iter()
+    conv::LAUNCH_BOUNDS.iter().chain(&scan::LAUNCH_BOUNDS)
 }
 
 /// A panic in device code (only reachable through a failed bounds check) stops the

@@ -44,6 +44,19 @@ pub const SHARED_BYTES: u32 = 64 + (WARPS as u32) * 16;
 /// 32 times as many tiles).
 pub const LOOK_BACK_WINDOW: usize = 4;
 
+/// Tiles (`tile_items`) of one segment of a long row: a `segments` block stages its
+/// segment's local scan in shared memory, so it looks back once per segment.
+pub const SEGMENT_TILES: usize = 6;
+/// Dynamic shared memory of a `segments` block: the look-back kernels' plus the staged
+/// segment (`VECTORS_PER_THREAD` 16-byte vectors per thread and tile).
+pub const SEGMENT_SHARED_BYTES: u32 =
+    SHARED_BYTES + (SEGMENT_TILES * VECTORS_PER_THREAD * 16) as u32 * BLOCK_THREADS;
+
+/// Elements of one segment.
+pub const fn segment_items(element_bytes: usize) -> u64 {
+    SEGMENT_TILES as u64 * tile_items(element_bytes)
+}
+
 /// Rows from which a block per row fills the GPU many times over (132 SMs, several
 /// blocks each), so that rows at least a tile long need no look-back.
 pub const ROWS_PLAN_MIN_ROWS: u64 = 2048;
@@ -54,7 +67,10 @@ pub const EXCLUSIVE: u32 = 1;
 pub const REVERSE: u32 = 2;
 
 const _: () = assert!(
-    BLOCK_THREADS.is_multiple_of(32) && ROWS_THREADS.is_multiple_of(32) && ROWS_WARPS * 8 <= WARPS * 16
+    BLOCK_THREADS.is_multiple_of(32)
+        && ROWS_THREADS.is_multiple_of(32)
+        && ROWS_WARPS * 8 <= WARPS * 16
+        && SHARED_BYTES.is_multiple_of(16)
 );
 
 /// Elements each contiguous thread holds for `element_bytes`-byte elements.
@@ -92,6 +108,13 @@ pub enum ScanPlan {
         /// Whether rows keep 16-byte alignment (128-bit loads and stores).
         vector: bool,
     },
+    /// Few long rows: each row cut into segments of `segment_items`, a block per
+    /// segment, chained by look-back within the row.
+    Segments {
+        /// Segments of all rows.
+        tiles: u64,
+        vector: bool,
+    },
     Strided {
         /// Blocks of `BLOCK_THREADS` columns.
         column_blocks: u64,
@@ -105,7 +128,7 @@ impl ScanPlan {
     pub const fn tiles(&self) -> u64 {
         match *self {
             ScanPlan::Rows { rows } => rows,
-            ScanPlan::Contiguous { tiles, .. } => tiles,
+            ScanPlan::Contiguous { tiles, .. } | ScanPlan::Segments { tiles, .. } => tiles,
             ScanPlan::Strided {
                 column_blocks,
                 chunks,
@@ -117,7 +140,17 @@ impl ScanPlan {
     pub const fn threads(&self) -> u32 {
         match self {
             ScanPlan::Rows { .. } => ROWS_THREADS,
-            ScanPlan::Contiguous { .. } | ScanPlan::Strided { .. } => BLOCK_THREADS,
+            ScanPlan::Contiguous { .. } | ScanPlan::Segments { .. } | ScanPlan::Strided { .. } => {
+                BLOCK_THREADS
+            }
+        }
+    }
+
+    /// Dynamic shared memory per block.
+    pub const fn shared_bytes(&self) -> u32 {
+        match self {
+            ScanPlan::Segments { .. } => SEGMENT_SHARED_BYTES,
+            _ => SHARED_BYTES,
         }
     }
 
@@ -125,7 +158,7 @@ impl ScanPlan {
     pub const fn status_width(&self) -> u32 {
         match self {
             ScanPlan::Rows { .. } => 0,
-            ScanPlan::Contiguous { .. } => 1,
+            ScanPlan::Contiguous { .. } | ScanPlan::Segments { .. } => 1,
             ScanPlan::Strided { .. } => BLOCK_THREADS,
         }
     }
@@ -142,6 +175,11 @@ pub const fn plan(problem: &ScanProblem, element_bytes: usize) -> ScanPlan {
     let long = problem.scan >= tile_items(element_bytes);
     if problem.inner == 1 && whole_runs && long && problem.outer >= ROWS_PLAN_MIN_ROWS {
         ScanPlan::Rows { rows: problem.outer }
+    } else if problem.inner == 1 && problem.scan >= segment_items(element_bytes) {
+        ScanPlan::Segments {
+            tiles: problem.outer * problem.scan.div_ceil(segment_items(element_bytes)),
+            vector: aligned,
+        }
     } else if problem.inner == 1 {
         ScanPlan::Contiguous {
             tiles: elements.div_ceil(tile_items(element_bytes)),
@@ -183,8 +221,8 @@ pub enum ScanDType {
 
 /// Entry points, `[variant][dtype]`: contiguous scalar, reversed, vector, vector
 /// reversed (each its own entry so that each gets its own register budget), strided,
-/// rows, rows reversed.
-const NAMES: [[&str; 4]; 7] = [
+/// rows, rows reversed, then segments as contiguous.
+const NAMES: [[&str; 4]; 11] = [
     [
         "scan_contiguous_f32",
         "scan_contiguous_f64",
@@ -222,6 +260,30 @@ const NAMES: [[&str; 4]; 7] = [
         "scan_rows_reverse_i32",
         "scan_rows_reverse_i64",
     ],
+    [
+        "scan_segments_f32",
+        "scan_segments_f64",
+        "scan_segments_i32",
+        "scan_segments_i64",
+    ],
+    [
+        "scan_segments_reverse_f32",
+        "scan_segments_reverse_f64",
+        "scan_segments_reverse_i32",
+        "scan_segments_reverse_i64",
+    ],
+    [
+        "scan_segments_vector_f32",
+        "scan_segments_vector_f64",
+        "scan_segments_vector_i32",
+        "scan_segments_vector_i64",
+    ],
+    [
+        "scan_segments_vector_reverse_f32",
+        "scan_segments_vector_reverse_f64",
+        "scan_segments_vector_reverse_i32",
+        "scan_segments_vector_reverse_i64",
+    ],
 ];
 
 /// The entry point for a plan, dtype and direction.
@@ -230,15 +292,34 @@ pub const fn kernel_name(plan: &ScanPlan, dtype: ScanDType, reverse: bool) -> &'
         ScanPlan::Contiguous { vector, .. } => 2 * (*vector as usize) + reverse as usize,
         ScanPlan::Strided { .. } => 4,
         ScanPlan::Rows { .. } => 5 + reverse as usize,
+        ScanPlan::Segments { vector, .. } => 7 + 2 * (*vector as usize) + reverse as usize,
     };
     NAMES[variant][dtype as usize]
 }
 
-/// Every scan entry point.
-pub const KERNELS: [&str; 28] = {
-    let mut all = [""; 28];
+/// Two `segments` blocks must fit one SM, so that one streams while the other looks
+/// back.
+pub const LAUNCH_BOUNDS: [crate::LaunchBounds; 16] = {
+    let mut all = [const {
+        crate::LaunchBounds {
+            kernel: "",
+            threads: BLOCK_THREADS,
+            blocks_per_sm: 2,
+        }
+    }; 16];
     let mut i = 0;
-    while i < 28 {
+    while i < 16 {
+        all[i].kernel = NAMES[7 + i / 4][i % 4];
+        i += 1;
+    }
+    all
+};
+
+/// Every scan entry point.
+pub const KERNELS: [&str; 44] = {
+    let mut all = [""; 44];
+    let mut i = 0;
+    while i < 44 {
         all[i] = NAMES[i / 4][i % 4];
         i += 1;
     }
@@ -251,7 +332,7 @@ mod kernel {
     use crate::block::{AGGREGATE, INCLUSIVE, PackedStatus, ScanOp, TileChain, TileStatus, exclusive_scan};
     use crate::device::{
         Coherent, SharedCarver, Shuffle, atomic_add_u32, block_dim_x, block_idx_x, load_global_v4,
-        store_global_v4, sync_threads, thread_idx_x,
+        load_shared_v4_f32, shared_base, store_global_v4, store_shared_v4_f32, sync_threads, thread_idx_x,
     };
 
     /// An element type the scan kernels sum: wrapping for integers.
@@ -593,6 +674,190 @@ mod kernel {
         }
     }
 
+    /// Scans one segment of a long row per block (`segments_per_row` segments per row,
+    /// ids in launch order): tile by tile like [`rows`], carrying the segment's sum and
+    /// staging each thread's local results in shared memory; then one look-back for
+    /// the prefix of the segment within its row; then the staged results plus the
+    /// prefix go out.
+    ///
+    /// # Safety
+    /// As [`contiguous`] (`VECTOR` only when `scan` is a multiple of `PER_VECTOR`), with
+    /// one block per segment and `SEGMENT_SHARED_BYTES`.
+    #[inline(always)]
+    pub unsafe fn segments<
+        T: ScanValue,
+        const ITEMS: usize,
+        const VECTOR: bool,
+        const REVERSE_ORDER: bool,
+    >(
+        x: *const T,
+        y: *mut T,
+        problem: ScanProblem,
+        options: u32,
+        status: LaunchStatus<T>,
+    ) {
+        const { assert!(ITEMS / T::PER_VECTOR == VECTORS_PER_THREAD) };
+        let shared = Shared::<T>::carve();
+        let chain = T::chain(&status);
+        // SAFETY: every thread calls it; the counter heads the status.
+        let tile = unsafe { shared.next_tile(status.counter_and_flags) };
+        let scan = problem.scan;
+        let length = segment_items(size_of::<T>());
+        let per_row = scan.div_ceil(length);
+        let (row, segment) = (tile / per_row, tile % per_row);
+        let begin = segment * length;
+        let end = (begin + length).min(scan);
+        let base = row * scan;
+        let thread = thread_idx_x();
+        let tile_items = ITEMS as u64 * BLOCK_THREADS as u64;
+        // Logical position q of the row lives at physical `reverse ? scan - 1 - q : q`.
+        let physical = |q: u64| base + if REVERSE_ORDER { scan - 1 - q } else { q };
+        // This thread's first logical position in tile t of the segment.
+        let first = |t: usize| begin + t as u64 * tile_items + thread as u64 * ITEMS as u64;
+        let whole = |t: usize| VECTOR && first(t) + ITEMS as u64 <= end;
+        let load = |t: usize| {
+            let mut items = [T::identity(); ITEMS];
+            if whole(t) {
+                let start = if REVERSE_ORDER {
+                    physical(first(t) + ITEMS as u64 - 1)
+                } else {
+                    physical(first(t))
+                };
+                for v in 0..VECTORS_PER_THREAD {
+                    // SAFETY: the run lies inside the row, 16-byte aligned.
+                    let words =
+                        unsafe { load_global_v4(x.add(start as usize + v * T::PER_VECTOR) as *const u32) };
+                    for i in 0..T::PER_VECTOR {
+                        let k = v * T::PER_VECTOR + i;
+                        items[if REVERSE_ORDER { ITEMS - 1 - k } else { k }] = T::from_words(words, i);
+                    }
+                }
+            } else {
+                for (k, item) in items.iter_mut().enumerate() {
+                    let q = first(t) + k as u64;
+                    if q < end {
+                        // SAFETY: q is a position of the row.
+                        *item = unsafe { *x.add(physical(q) as usize) };
+                    }
+                }
+            }
+            items
+        };
+        // Vector v of this thread in staged tile t: consecutive threads, consecutive
+        // 16 bytes (no bank conflicts).
+        let staged = |t: usize, v: usize| {
+            shared_base()
+                + SHARED_BYTES
+                + (((t * VECTORS_PER_THREAD + v) as u32) * BLOCK_THREADS + thread) * 16
+        };
+        let tiles = (end - begin).div_ceil(tile_items) as usize;
+
+        // Local scan of the segment, staged; the next tile's loads fly meanwhile.
+        let exclusive = options & EXCLUSIVE != 0;
+        let mut carry = T::identity();
+        let mut items = load(0);
+        for t in 0..SEGMENT_TILES {
+            if t >= tiles {
+                break;
+            }
+            let next = if t + 1 < tiles {
+                load(t + 1)
+            } else {
+                [T::identity(); ITEMS]
+            };
+            let mut own = T::identity();
+            for &item in &items {
+                own = own.combine(item);
+            }
+            // SAFETY: every thread calls it; the warp totals are this block's, large
+            // enough for T.
+            let (before, total) = unsafe { exclusive_scan::<_, WARPS>(own, shared.warp_totals as *mut T) };
+            let mut running = carry.combine(before);
+            for item in items.iter_mut() {
+                let next = running.combine(*item);
+                *item = if exclusive { running } else { next };
+                running = next;
+            }
+            for v in 0..VECTORS_PER_THREAD {
+                let mut words = [0u32; 4];
+                for i in 0..T::PER_VECTOR {
+                    items[v * T::PER_VECTOR + i].into_words(&mut words, i);
+                }
+                // SAFETY: this thread's own slot of the staged segment, 16-byte aligned.
+                unsafe { store_shared_v4_f32(staged(t, v), words.map(f32::from_bits)) };
+            }
+            carry = carry.combine(total);
+            items = next;
+            // SAFETY: every thread reaches it (t < tiles is uniform); the next tile
+            // rewrites the warp totals.
+            unsafe { sync_threads() };
+        }
+
+        // The segment's prefix within its row: the first segment publishes its total
+        // as inclusive at once, so every chain ends inside the row.
+        if thread == 0 {
+            let flag = if segment == 0 { INCLUSIVE } else { AGGREGATE };
+            // SAFETY: this tile's status.
+            unsafe { chain.publish(tile, carry, flag) };
+        }
+        if segment > 0 && thread < 32 {
+            // SAFETY: warp 0 entire; the row's first segment never waits.
+            let prefix = unsafe { chain.look_back::<LOOK_BACK_WINDOW>(tile) };
+            if thread == 0 {
+                // SAFETY: thread 0 alone writes the shared prefix before the barrier; this
+                // tile's status.
+                unsafe {
+                    *shared.prefix = prefix;
+                    chain.publish(tile, prefix.combine(carry), INCLUSIVE);
+                }
+            }
+        }
+        // SAFETY: every thread reaches the barrier; the prefix was written before it.
+        let prefix = unsafe {
+            sync_threads();
+            if segment > 0 {
+                *shared.prefix
+            } else {
+                T::identity()
+            }
+        };
+
+        for t in 0..tiles.min(SEGMENT_TILES) {
+            let mut items = [T::identity(); ITEMS];
+            for v in 0..VECTORS_PER_THREAD {
+                // SAFETY: written by this thread above.
+                let words = unsafe { load_shared_v4_f32(staged(t, v)) }.map(f32::to_bits);
+                for i in 0..T::PER_VECTOR {
+                    items[v * T::PER_VECTOR + i] = prefix.combine(T::from_words(words, i));
+                }
+            }
+            if whole(t) {
+                let start = if REVERSE_ORDER {
+                    physical(first(t) + ITEMS as u64 - 1)
+                } else {
+                    physical(first(t))
+                };
+                for v in 0..VECTORS_PER_THREAD {
+                    let mut words = [0u32; 4];
+                    for i in 0..T::PER_VECTOR {
+                        let k = v * T::PER_VECTOR + i;
+                        items[if REVERSE_ORDER { ITEMS - 1 - k } else { k }].into_words(&mut words, i);
+                    }
+                    // SAFETY: the run lies inside the row, 16-byte aligned.
+                    unsafe { store_global_v4(y.add(start as usize + v * T::PER_VECTOR) as *mut u32, words) };
+                }
+            } else {
+                for (k, &item) in items.iter().enumerate() {
+                    let q = first(t) + k as u64;
+                    if q < end {
+                        // SAFETY: q is a position of the row.
+                        unsafe { *y.add(physical(q) as usize) = item };
+                    }
+                }
+            }
+        }
+    }
+
     /// Scans one row per block, tile by tile, carrying the row's running sum: each
     /// tile is a block scan of `ITEMS` consecutive elements per thread (128-bit loads and
     /// stores), then a barrier before the next tile reuses the warp totals.
@@ -789,6 +1054,36 @@ mod kernel {
         };
     }
 
+    macro_rules! segments_entry_points {
+        ($($t:ty: [$($name:ident: $vector:literal, $reverse:literal;)*])*) => {$($(
+            /// # Safety
+            /// See [`segments`].
+            #[unsafe(no_mangle)]
+            pub unsafe extern "ptx-kernel" fn $name(
+                x: *const $t,
+                y: *mut $t,
+                problem: ScanProblem,
+                options: u32,
+                status: LaunchStatus<$t>,
+            ) {
+                const ITEMS: usize = items_per_thread(size_of::<$t>());
+                // SAFETY: forwarded from the launch's contract.
+                unsafe { segments::<$t, ITEMS, $vector, $reverse>(x, y, problem, options, status) }
+            }
+        )*)*};
+    }
+
+    segments_entry_points! {
+        f32: [scan_segments_f32: false, false; scan_segments_reverse_f32: false, true;
+            scan_segments_vector_f32: true, false; scan_segments_vector_reverse_f32: true, true;]
+        f64: [scan_segments_f64: false, false; scan_segments_reverse_f64: false, true;
+            scan_segments_vector_f64: true, false; scan_segments_vector_reverse_f64: true, true;]
+        i32: [scan_segments_i32: false, false; scan_segments_reverse_i32: false, true;
+            scan_segments_vector_i32: true, false; scan_segments_vector_reverse_i32: true, true;]
+        i64: [scan_segments_i64: false, false; scan_segments_reverse_i64: false, true;
+            scan_segments_vector_i64: true, false; scan_segments_vector_reverse_i64: true, true;]
+    }
+
     macro_rules! rows_entry_points {
         ($($t:ty: $forward:ident, $reverse:ident;)*) => {$(
             /// # Safety
@@ -858,13 +1153,23 @@ mod tests {
                 vector: true
             }
         );
+        // 2^28 in segments of 6 * 4096 elements.
         assert_eq!(
             plan(&problem(1, 1 << 28, 1), 4),
-            ScanPlan::Contiguous {
-                tiles: 1 << 16,
+            ScanPlan::Segments {
+                tiles: (1u64 << 28).div_ceil(24576),
                 vector: true
             }
         );
+        assert_eq!(
+            kernel_name(&plan(&problem(3, 100_001, 1), 8), ScanDType::F64, true),
+            "scan_segments_reverse_f64"
+        );
+        assert_eq!(plan(&problem(3, 24575, 1), 4).threads(), BLOCK_THREADS);
+        assert!(matches!(
+            plan(&problem(3, 24575, 1), 4),
+            ScanPlan::Contiguous { .. }
+        ));
         assert_eq!(
             plan(&problem(3, 7, 1), 8),
             ScanPlan::Contiguous {

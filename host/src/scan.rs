@@ -198,28 +198,31 @@ impl Gpu {
             if kind == ScanKind::Exclusive { EXCLUSIVE } else { 0 } | if reverse { REVERSE } else { 0 };
         let x_ptr = x.buffer.as_device_ptr().as_raw();
         let config = LaunchConfig {
-            shared_bytes: policy::SHARED_BYTES,
+            shared_bytes: plan.shared_bytes(),
             ..LaunchConfig::linear(tiles, plan.threads())
         };
         let name = policy::kernel_name(&plan, T::SCAN_DTYPE, reverse);
         let column_blocks = match plan {
             ScanPlan::Strided { column_blocks, .. } => column_blocks,
-            ScanPlan::Rows { .. } | ScanPlan::Contiguous { .. } => 0,
+            ScanPlan::Rows { .. } | ScanPlan::Contiguous { .. } | ScanPlan::Segments { .. } => 0,
         };
         let mut args = match plan {
             ScanPlan::Rows { .. } => kernel_args![x_ptr, y, problem, options].to_vec(),
-            ScanPlan::Contiguous { .. } => kernel_args![x_ptr, y, problem, options, status].to_vec(),
+            ScanPlan::Contiguous { .. } | ScanPlan::Segments { .. } => {
+                kernel_args![x_ptr, y, problem, options, status].to_vec()
+            }
             ScanPlan::Strided { .. } => {
                 kernel_args![x_ptr, y, problem, options, status, column_blocks].to_vec()
             }
         };
-        // SAFETY: matches rows(x, y, problem, options), contiguous(..., status) and
-        // strided(..., status, column_blocks): x and y hold the problem's elements (the
-        // same array when in place, which the kernels allow), the plan picks rows only
-        // for rows of whole 128-bit runs and vector entries only for aligned rows, the
-        // status lies in the scratch buffer (counter and flags zeroed above, values for
-        // every tile), and the grid is one block per tile (per row for rows). The scratch stays
-        // borrowed until the launch is queued; later users queue after it.
+        // SAFETY: matches rows(x, y, problem, options), contiguous(..., status),
+        // segments(..., status) and strided(..., status, column_blocks): x and y hold
+        // the problem's elements (the same array when in place, which the kernels
+        // allow), the plan picks rows only for rows of whole 128-bit runs and vector
+        // entries only for aligned rows, the status lies in the scratch buffer (counter
+        // and flags zeroed above, values for every tile), the grid is one block per tile
+        // (per row for rows) with the plan's threads and shared memory. The scratch
+        // stays borrowed until the launch is queued; later users queue after it.
         unsafe { self.launch(name, &config, &mut args) }
     }
 }
