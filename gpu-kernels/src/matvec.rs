@@ -246,8 +246,11 @@ mod kernel {
         let item = thread / group_lanes as u64;
         let lane = (thread % group_lanes as u64) as usize;
         let lanes = group_lanes as usize;
-        let items = problem.rows.div_ceil(R as u64) * split;
-        let (group, part) = (item / split, item % split);
+        // Items run over the row groups first: the groups that share a chunk of x run
+        // side by side, so the chunk comes from DRAM once.
+        let groups = problem.rows.div_ceil(R as u64);
+        let items = groups * split;
+        let (group, part) = (item % groups, item / groups);
         let first_row = group * R as u64;
         let valid_rows = if item < items {
             (problem.rows - first_row).min(R as u64) as usize
