@@ -44,17 +44,25 @@ pub const SHARED_BYTES: u32 = 64 + (WARPS as u32) * 16;
 /// 32 times as many tiles).
 pub const LOOK_BACK_WINDOW: usize = 4;
 
-/// Tiles (`tile_items`) of one segment of a long row: a `segments` block stages its
-/// segment's local scan in shared memory, so it looks back once per segment.
+/// Threads per block of the segments kernel (the 2^28 scan on the H100: 1.13 ms with
+/// 256 threads and two blocks per SM, 0.66 ms with 512 and one).
+pub const SEGMENT_THREADS: u32 = 512;
+/// Warps per segments block.
+pub const SEGMENT_WARPS: usize = (SEGMENT_THREADS / 32) as usize;
+/// Tiles (`SEGMENT_THREADS * items_per_thread`) of one segment of a long row: a
+/// `segments` block stages its segment's local scan in shared memory, so it looks back
+/// once per segment.
 pub const SEGMENT_TILES: usize = 6;
+/// `segments` blocks that must fit one SM (its shared memory holds one).
+pub const SEGMENT_BLOCKS_PER_SM: u32 = 1;
 /// Dynamic shared memory of a `segments` block: the look-back kernels' plus the staged
 /// segment (`VECTORS_PER_THREAD` 16-byte vectors per thread and tile).
 pub const SEGMENT_SHARED_BYTES: u32 =
-    SHARED_BYTES + (SEGMENT_TILES * VECTORS_PER_THREAD * 16) as u32 * BLOCK_THREADS;
+    SHARED_BYTES + (SEGMENT_TILES * VECTORS_PER_THREAD * 16) as u32 * SEGMENT_THREADS;
 
 /// Elements of one segment.
 pub const fn segment_items(element_bytes: usize) -> u64 {
-    SEGMENT_TILES as u64 * tile_items(element_bytes)
+    SEGMENT_TILES as u64 * SEGMENT_THREADS as u64 * items_per_thread(element_bytes) as u64
 }
 
 /// Rows from which a block per row fills the GPU many times over (132 SMs, several
@@ -70,6 +78,7 @@ const _: () = assert!(
     BLOCK_THREADS.is_multiple_of(32)
         && ROWS_THREADS.is_multiple_of(32)
         && ROWS_WARPS * 8 <= WARPS * 16
+        && SEGMENT_WARPS * 8 <= WARPS * 16
         && SHARED_BYTES.is_multiple_of(16)
 );
 
@@ -297,14 +306,13 @@ pub const fn kernel_name(plan: &ScanPlan, dtype: ScanDType, reverse: bool) -> &'
     NAMES[variant][dtype as usize]
 }
 
-/// Two `segments` blocks must fit one SM, so that one streams while the other looks
-/// back.
+/// Launch bounds of the `segments` kernels.
 pub const LAUNCH_BOUNDS: [crate::LaunchBounds; 16] = {
     let mut all = [const {
         crate::LaunchBounds {
             kernel: "",
-            threads: BLOCK_THREADS,
-            blocks_per_sm: 2,
+            threads: SEGMENT_THREADS,
+            blocks_per_sm: SEGMENT_BLOCKS_PER_SM,
         }
     }; 16];
     let mut i = 0;
@@ -682,7 +690,7 @@ mod kernel {
     ///
     /// # Safety
     /// As [`contiguous`] (`VECTOR` only when `scan` is a multiple of `PER_VECTOR`), with
-    /// one block per segment and `SEGMENT_SHARED_BYTES`.
+    /// one block of `SEGMENT_THREADS` per segment and `SEGMENT_SHARED_BYTES`.
     #[inline(always)]
     pub unsafe fn segments<
         T: ScanValue,
@@ -709,7 +717,7 @@ mod kernel {
         let end = (begin + length).min(scan);
         let base = row * scan;
         let thread = thread_idx_x();
-        let tile_items = ITEMS as u64 * BLOCK_THREADS as u64;
+        let tile_items = ITEMS as u64 * SEGMENT_THREADS as u64;
         // Logical position q of the row lives at physical `reverse ? scan - 1 - q : q`.
         let physical = |q: u64| base + if REVERSE_ORDER { scan - 1 - q } else { q };
         // This thread's first logical position in tile t of the segment.
@@ -748,7 +756,7 @@ mod kernel {
         let staged = |t: usize, v: usize| {
             shared_base()
                 + SHARED_BYTES
-                + (((t * VECTORS_PER_THREAD + v) as u32) * BLOCK_THREADS + thread) * 16
+                + (((t * VECTORS_PER_THREAD + v) as u32) * SEGMENT_THREADS + thread) * 16
         };
         let tiles = (end - begin).div_ceil(tile_items) as usize;
 
@@ -771,7 +779,8 @@ mod kernel {
             }
             // SAFETY: every thread calls it; the warp totals are this block's, large
             // enough for T.
-            let (before, total) = unsafe { exclusive_scan::<_, WARPS>(own, shared.warp_totals as *mut T) };
+            let (before, total) =
+                unsafe { exclusive_scan::<_, SEGMENT_WARPS>(own, shared.warp_totals as *mut T) };
             let mut running = carry.combine(before);
             for item in items.iter_mut() {
                 let next = running.combine(*item);
@@ -1153,11 +1162,11 @@ mod tests {
                 vector: true
             }
         );
-        // 2^28 in segments of 6 * 4096 elements.
+        // 2^28 in segments of SEGMENT_TILES * SEGMENT_THREADS * 16 elements.
         assert_eq!(
             plan(&problem(1, 1 << 28, 1), 4),
             ScanPlan::Segments {
-                tiles: (1u64 << 28).div_ceil(24576),
+                tiles: (1u64 << 28).div_ceil(segment_items(4)),
                 vector: true
             }
         );
