@@ -222,7 +222,8 @@ fn check_scan_lanes(x: &[f32], y: &[f32], problem: (usize, usize, usize), lanes:
         let mut sum = 0.0f64;
         for r in 0..scan {
             let err = (y[at(r)] as f64 - sum).abs();
-            if err > bound {
+            // NaN (an unwritten, poisoned output) fails too.
+            if err.is_nan() || err > bound {
                 return Err(
                     format!("scan lane {lane} row {r}: error {err:e} over the bound {bound:e}").into(),
                 );
@@ -283,7 +284,10 @@ fn gemv_row(gpu: &Gpu, reps: usize, key: &'static str, shape: [usize; 2], op: ho
     let bad = got
         .iter()
         .zip(want.iter().zip(&scale))
-        .filter(|&(&g, (&w, &s))| (g as f64 - w).abs() > (inner as f64 + 2.0) * f32::EPSILON as f64 * s)
+        .filter(|&(&g, (&w, &s))| {
+            let err = (g as f64 - w).abs();
+            err.is_nan() || err > (inner as f64 + 2.0) * f32::EPSILON as f64 * s
+        })
         .count();
     if bad > 0 {
         return Err(format!("{key}: {bad} outputs outside the error bound").into());
