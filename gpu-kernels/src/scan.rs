@@ -2,15 +2,19 @@
 //! or inclusive, forward or reversed, in one pass that reads the input once and writes
 //! the output once (in place allowed).
 //!
-//! The array is seen as `[outer, scan, inner]`. Three kernels, chosen by the shape:
+//! The array is seen as `[outer, scan, inner]`. Four kernels, chosen by the shape:
 //! - `rows` (`inner == 1`, at least `ROWS_PLAN_MIN_ROWS` rows of whole 128-bit runs, a
 //!   tile or longer): a block per row walks the row tile by tile with a carry, the next
 //!   tile's loads in flight during the current one's scan; no look-back.
 //!
-//! The other two cut the work into tiles that take their ids from a counter in launch
-//! order and chain their prefixes by decoupled look-back (`block::TileStatus`), so any
-//! shape fills the GPU:
-//! - `contiguous` (`inner == 1`): the rows laid end to end as one flat sequence of
+//! The other three cut the work into tiles that take their ids from a counter in
+//! launch order and chain their prefixes by decoupled look-back (`block::TileChain`,
+//! one 64-bit word per tile for 4-byte values), so any shape fills the GPU:
+//! - `segments` (`inner == 1`, rows of at least `segment_items`): each row cut into
+//!   segments of `SEGMENT_TILES` tiles; a block scans its segment tile by tile with a
+//!   carry like `rows`, stages its local results in shared memory, looks back once for
+//!   the segment's prefix within the row, then writes;
+//! - `contiguous` (other `inner == 1`): the rows laid end to end as one flat sequence of
 //!   `TILE_ITEMS`-element tiles; each thread holds `ITEMS` consecutive elements
 //!   (128-bit loads when rows keep 16-byte alignment); a new row starts a new segment,
 //!   so one tile may hold the ends of several short rows, and a long row spans many
