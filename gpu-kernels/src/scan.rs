@@ -534,6 +534,79 @@ mod kernel {
         }
     }
 
+    /// `ITEMS` elements from physical position `start` by 128-bit loads, in logical
+    /// order (reversed when `REVERSE_ORDER`).
+    ///
+    /// # Safety
+    /// `x[start..start + ITEMS]` is readable and 16-byte aligned.
+    #[inline(always)]
+    unsafe fn load_run<T: ScanValue, const ITEMS: usize, const REVERSE_ORDER: bool>(
+        x: *const T,
+        start: u64,
+    ) -> [T; ITEMS] {
+        let mut items = [T::identity(); ITEMS];
+        for v in 0..ITEMS / T::PER_VECTOR {
+            // SAFETY: inside the run, which the caller guarantees.
+            let words = unsafe { load_global_v4(x.add(start as usize + v * T::PER_VECTOR) as *const u32) };
+            for i in 0..T::PER_VECTOR {
+                let k = v * T::PER_VECTOR + i;
+                items[if REVERSE_ORDER { ITEMS - 1 - k } else { k }] = T::from_words(words, i);
+            }
+        }
+        items
+    }
+
+    /// Writes `items` (logical order) to physical positions `start..start + ITEMS` by
+    /// 128-bit stores: the inverse of [`load_run`].
+    ///
+    /// # Safety
+    /// `y[start..start + ITEMS]` is writable and 16-byte aligned.
+    #[inline(always)]
+    unsafe fn store_run<T: ScanValue, const ITEMS: usize, const REVERSE_ORDER: bool>(
+        y: *mut T,
+        start: u64,
+        items: &[T; ITEMS],
+    ) {
+        for v in 0..ITEMS / T::PER_VECTOR {
+            let mut words = [0u32; 4];
+            for i in 0..T::PER_VECTOR {
+                let k = v * T::PER_VECTOR + i;
+                items[if REVERSE_ORDER { ITEMS - 1 - k } else { k }].into_words(&mut words, i);
+            }
+            // SAFETY: inside the run, which the caller guarantees.
+            unsafe { store_global_v4(y.add(start as usize + v * T::PER_VECTOR) as *mut u32, words) };
+        }
+    }
+
+    /// Scans one tile (`ITEMS` consecutive elements per thread, `WARPS` warps) after
+    /// `carry`: each item becomes its exclusive or inclusive prefix; returns the tile's
+    /// total.
+    ///
+    /// # Safety
+    /// Every thread of the block calls it; `warp_totals` holds `WARPS` values in shared
+    /// memory that nothing else uses until the caller's next barrier.
+    #[inline(always)]
+    unsafe fn scan_tile<T: ScanValue, const ITEMS: usize, const WARPS: usize>(
+        items: &mut [T; ITEMS],
+        carry: T,
+        exclusive: bool,
+        warp_totals: *mut T,
+    ) -> T {
+        let mut own = T::identity();
+        for &item in items.iter() {
+            own = own.combine(item);
+        }
+        // SAFETY: forwarded from the caller.
+        let (before, total) = unsafe { exclusive_scan::<_, WARPS>(own, warp_totals) };
+        let mut running = carry.combine(before);
+        for item in items.iter_mut() {
+            let next = running.combine(*item);
+            *item = if exclusive { running } else { next };
+            running = next;
+        }
+        total
+    }
+
     /// Scans the rows of `[outer, scan]` laid end to end; one tile per block.
     ///
     /// # Safety
@@ -564,20 +637,14 @@ mod kernel {
         // Logical position q lives at physical `reverse ? n - 1 - q : q`.
         let physical = |q: u64| if reverse { n - 1 - q } else { q };
 
+        // Physical start of this thread's run when it is whole and vectorized (aligned:
+        // ITEMS and n are multiples of PER_VECTOR).
+        let vector_start = (VECTOR && first + ITEMS as u64 <= n)
+            .then(|| if reverse { n - first - ITEMS as u64 } else { first });
         let mut items = [T::identity(); ITEMS];
-        if VECTOR && first + ITEMS as u64 <= n {
-            // Physical start of this thread's run, aligned: ITEMS and n are multiples
-            // of PER_VECTOR.
-            let start = if reverse { n - first - ITEMS as u64 } else { first };
-            for v in 0..ITEMS / T::PER_VECTOR {
-                // SAFETY: the run lies inside x and is 16-byte aligned.
-                let words =
-                    unsafe { load_global_v4(x.add(start as usize + v * T::PER_VECTOR) as *const u32) };
-                for i in 0..T::PER_VECTOR {
-                    let k = v * T::PER_VECTOR + i;
-                    items[if reverse { ITEMS - 1 - k } else { k }] = T::from_words(words, i);
-                }
-            }
+        if let Some(start) = vector_start {
+            // SAFETY: the run lies inside x and is 16-byte aligned.
+            items = unsafe { load_run::<T, ITEMS, REVERSE_ORDER>(x, start) };
         } else {
             for (k, item) in items.iter_mut().enumerate() {
                 if first + (k as u64) < n {
@@ -664,17 +731,9 @@ mod kernel {
             running = next;
         }
 
-        if VECTOR && first + ITEMS as u64 <= n {
-            let start = if reverse { n - first - ITEMS as u64 } else { first };
-            for v in 0..ITEMS / T::PER_VECTOR {
-                let mut words = [0u32; 4];
-                for i in 0..T::PER_VECTOR {
-                    let k = v * T::PER_VECTOR + i;
-                    items[if reverse { ITEMS - 1 - k } else { k }].into_words(&mut words, i);
-                }
-                // SAFETY: the run lies inside y and is 16-byte aligned.
-                unsafe { store_global_v4(y.add(start as usize + v * T::PER_VECTOR) as *mut u32, words) };
-            }
+        if let Some(start) = vector_start {
+            // SAFETY: the run lies inside y and is 16-byte aligned.
+            unsafe { store_run::<T, ITEMS, REVERSE_ORDER>(y, start, &items) };
         } else {
             for (k, &item) in items.iter().enumerate() {
                 if first + (k as u64) < n {
@@ -725,24 +784,16 @@ mod kernel {
         let physical = |q: u64| base + if REVERSE_ORDER { scan - 1 - q } else { q };
         // This thread's first logical position in tile t of the segment.
         let first = |t: usize| begin + t as u64 * tile_items + thread as u64 * ITEMS as u64;
-        let whole = |t: usize| VECTOR && first(t) + ITEMS as u64 <= end;
+        // Physical start of this thread's run of tile t when it is whole and vectorized.
+        let vector_start = |t: usize| {
+            let last = first(t) + ITEMS as u64 - 1;
+            (VECTOR && last < end).then(|| physical(if REVERSE_ORDER { last } else { first(t) }))
+        };
         let load = |t: usize| {
             let mut items = [T::identity(); ITEMS];
-            if whole(t) {
-                let start = if REVERSE_ORDER {
-                    physical(first(t) + ITEMS as u64 - 1)
-                } else {
-                    physical(first(t))
-                };
-                for v in 0..VECTORS_PER_THREAD {
-                    // SAFETY: the run lies inside the row, 16-byte aligned.
-                    let words =
-                        unsafe { load_global_v4(x.add(start as usize + v * T::PER_VECTOR) as *const u32) };
-                    for i in 0..T::PER_VECTOR {
-                        let k = v * T::PER_VECTOR + i;
-                        items[if REVERSE_ORDER { ITEMS - 1 - k } else { k }] = T::from_words(words, i);
-                    }
-                }
+            if let Some(start) = vector_start(t) {
+                // SAFETY: the run lies inside the row, 16-byte aligned.
+                items = unsafe { load_run::<T, ITEMS, REVERSE_ORDER>(x, start) };
             } else {
                 for (k, item) in items.iter_mut().enumerate() {
                     let q = first(t) + k as u64;
@@ -776,20 +827,11 @@ mod kernel {
             } else {
                 [T::identity(); ITEMS]
             };
-            let mut own = T::identity();
-            for &item in &items {
-                own = own.combine(item);
-            }
+            let warp_totals = shared.warp_totals as *mut T;
             // SAFETY: every thread calls it; the warp totals are this block's, large
-            // enough for T.
-            let (before, total) =
-                unsafe { exclusive_scan::<_, SEGMENT_WARPS>(own, shared.warp_totals as *mut T) };
-            let mut running = carry.combine(before);
-            for item in items.iter_mut() {
-                let next = running.combine(*item);
-                *item = if exclusive { running } else { next };
-                running = next;
-            }
+            // enough for SEGMENT_WARPS values of T.
+            let total =
+                unsafe { scan_tile::<T, ITEMS, SEGMENT_WARPS>(&mut items, carry, exclusive, warp_totals) };
             for v in 0..VECTORS_PER_THREAD {
                 let mut words = [0u32; 4];
                 for i in 0..T::PER_VECTOR {
@@ -843,21 +885,9 @@ mod kernel {
                     items[v * T::PER_VECTOR + i] = prefix.combine(T::from_words(words, i));
                 }
             }
-            if whole(t) {
-                let start = if REVERSE_ORDER {
-                    physical(first(t) + ITEMS as u64 - 1)
-                } else {
-                    physical(first(t))
-                };
-                for v in 0..VECTORS_PER_THREAD {
-                    let mut words = [0u32; 4];
-                    for i in 0..T::PER_VECTOR {
-                        let k = v * T::PER_VECTOR + i;
-                        items[if REVERSE_ORDER { ITEMS - 1 - k } else { k }].into_words(&mut words, i);
-                    }
-                    // SAFETY: the run lies inside the row, 16-byte aligned.
-                    unsafe { store_global_v4(y.add(start as usize + v * T::PER_VECTOR) as *mut u32, words) };
-                }
+            if let Some(start) = vector_start(t) {
+                // SAFETY: the run lies inside the row, 16-byte aligned.
+                unsafe { store_run::<T, ITEMS, REVERSE_ORDER>(y, start, &items) };
             } else {
                 for (k, &item) in items.iter().enumerate() {
                     let q = first(t) + k as u64;
@@ -905,20 +935,10 @@ mod kernel {
                 }
             })
         };
-        let load = |start: Option<u64>| {
-            let mut items = [T::identity(); ITEMS];
-            if let Some(start) = start {
-                for v in 0..ITEMS / T::PER_VECTOR {
-                    // SAFETY: the run lies inside the row, 16-byte aligned.
-                    let words =
-                        unsafe { load_global_v4(x.add(start as usize + v * T::PER_VECTOR) as *const u32) };
-                    for i in 0..T::PER_VECTOR {
-                        let k = v * T::PER_VECTOR + i;
-                        items[if REVERSE_ORDER { ITEMS - 1 - k } else { k }] = T::from_words(words, i);
-                    }
-                }
-            }
-            items
+        let load = |start: Option<u64>| match start {
+            // SAFETY: the run lies inside the row, 16-byte aligned.
+            Some(start) => unsafe { load_run::<T, ITEMS, REVERSE_ORDER>(x, start) },
+            None => [T::identity(); ITEMS],
         };
         let mut carry = T::identity();
         let mut tile_start = 0;
@@ -928,28 +948,12 @@ mod kernel {
             // The next tile's loads go out before this tile's scan and stores.
             let next_start = run(tile_start + tile);
             let next_items = load(next_start);
-            let mut own = T::identity();
-            for &item in &items {
-                own = own.combine(item);
-            }
             // SAFETY: every thread calls it; the warp totals are this block's.
-            let (before, total) = unsafe { exclusive_scan::<_, ROWS_WARPS>(own, warp_totals) };
-            let mut running = carry.combine(before);
-            for item in items.iter_mut() {
-                let next = running.combine(*item);
-                *item = if exclusive { running } else { next };
-                running = next;
-            }
+            let total =
+                unsafe { scan_tile::<T, ITEMS, ROWS_WARPS>(&mut items, carry, exclusive, warp_totals) };
             if let Some(start) = start {
-                for v in 0..ITEMS / T::PER_VECTOR {
-                    let mut words = [0u32; 4];
-                    for i in 0..T::PER_VECTOR {
-                        let k = v * T::PER_VECTOR + i;
-                        items[if REVERSE_ORDER { ITEMS - 1 - k } else { k }].into_words(&mut words, i);
-                    }
-                    // SAFETY: the run lies inside the row, 16-byte aligned.
-                    unsafe { store_global_v4(y.add(start as usize + v * T::PER_VECTOR) as *mut u32, words) };
-                }
+                // SAFETY: the run lies inside the row, 16-byte aligned.
+                unsafe { store_run::<T, ITEMS, REVERSE_ORDER>(y, start, &items) };
             }
             carry = carry.combine(total);
             (items, start) = (next_items, next_start);

@@ -229,7 +229,6 @@ impl Gpu {
         let (x_ptr, w_ptr, y_ptr) = (address(x), address(w), address(y));
         match self.algorithm(&problem, ConvPass::Forward) {
             ConvAlgorithm::Winograd(winograd) => self.winograd(&winograd, x_ptr, w_ptr, bias_ptr, y_ptr),
-            ConvAlgorithm::WinogradWeightGrad(..) => unreachable!("only the weight gradient splits"),
             ConvAlgorithm::ImplicitGemm(plan) => {
                 let mut args = kernel_args![x_ptr, w_ptr, bias_ptr, y_ptr, problem, plan];
                 // SAFETY: matches conv_forward_f32(x, w, bias, y, problem, plan): x, w,
@@ -402,7 +401,6 @@ impl Gpu {
         let (dy_ptr, w_ptr, dx_ptr) = (address(grad_y), address(w), address(dx));
         match self.algorithm(problem, ConvPass::InputGrad) {
             ConvAlgorithm::Winograd(winograd) => self.winograd(&winograd, dy_ptr, w_ptr, 0, dx_ptr),
-            ConvAlgorithm::WinogradWeightGrad(..) => unreachable!("only the weight gradient splits"),
             ConvAlgorithm::ImplicitGemm(plan) => {
                 let mut args = kernel_args![dy_ptr, w_ptr, dx_ptr, *problem, plan];
                 // SAFETY: matches conv_input_grad_f32(dy, w, dx, problem, plan): the
@@ -431,11 +429,8 @@ impl Gpu {
         }
         let (x_ptr, dy_ptr, dw_ptr) = (address(x), address(grad_y), address(dw));
         match self.algorithm(problem, ConvPass::WeightGrad) {
-            ConvAlgorithm::WinogradWeightGrad(winograd, split) => {
-                self.winograd_weight_grad(&winograd, split, x_ptr, dy_ptr, dw_ptr)
-            }
+            ConvAlgorithm::Winograd(winograd) => self.winograd_weight_grad(&winograd, x_ptr, dy_ptr, dw_ptr),
             ConvAlgorithm::ImplicitGemm(plan) => self.gemm_weight_grad(problem, plan, x_ptr, dy_ptr, dw_ptr),
-            ConvAlgorithm::Winograd(_) => unreachable!("the weight gradient has its own Winograd form"),
         }
     }
 
@@ -475,14 +470,9 @@ impl Gpu {
         Ok(())
     }
 
-    fn winograd_weight_grad(
-        &self,
-        problem: &WinogradProblem,
-        split: WinogradSplit,
-        x: u64,
-        dy: u64,
-        dw: u64,
-    ) -> Result<()> {
+    fn winograd_weight_grad(&self, problem: &WinogradProblem, x: u64, dy: u64, dw: u64) -> Result<()> {
+        let split = WinogradSplit::new(problem, self.info().multiprocessors);
+        log::debug!("conv2d weight gradient: Winograd {split:?}");
         let (_scratch, partials) =
             self.scratch(split.split as usize * problem.filter_len() as usize * size_of::<f32>())?;
         let config = LaunchConfig {

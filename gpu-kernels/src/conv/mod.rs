@@ -500,19 +500,15 @@ impl WinogradSplit {
 pub enum ConvAlgorithm {
     ImplicitGemm(GemmPlan),
     Winograd(WinogradProblem),
-    WinogradWeightGrad(WinogradProblem, WinogradSplit),
 }
 
 /// The one place that picks a pass's algorithm: Winograd for 3x3, stride-1,
 /// undilated windows, the implicit GEMM otherwise. Call only on problems that fit the
 /// index limits, with no empty extent.
 pub fn algorithm(problem: &ConvProblem, pass: ConvPass, multiprocessors: u32) -> ConvAlgorithm {
-    match (WinogradProblem::of(problem, pass), pass) {
-        (Some(winograd), ConvPass::WeightGrad) => {
-            ConvAlgorithm::WinogradWeightGrad(winograd, WinogradSplit::new(&winograd, multiprocessors))
-        }
-        (Some(winograd), _) => ConvAlgorithm::Winograd(winograd),
-        (None, _) => ConvAlgorithm::ImplicitGemm(gemm_plan(problem, pass, multiprocessors)),
+    match WinogradProblem::of(problem, pass) {
+        Some(winograd) => ConvAlgorithm::Winograd(winograd),
+        None => ConvAlgorithm::ImplicitGemm(gemm_plan(problem, pass, multiprocessors)),
     }
 }
 
