@@ -46,14 +46,21 @@ pub fn lane_id() -> u32 {
     lane
 }
 
-/// Block-wide barrier (`bar.sync 0`); orders shared-memory accesses across it.
+/// Block-wide barrier; orders shared-memory accesses across it.
+///
+/// `barrier.sync 0` without `.aligned`: the threads of a warp may reach it from
+/// different instructions. The compiler may duplicate a barrier into both sides of a
+/// branch (thread 0's bookkeeping and everyone else's path), where the aligned form
+/// (`bar.sync`, CUDA's `__syncthreads`) would hang the block.
 ///
 /// # Safety
-/// Every thread of the block must reach the same call, or the block deadlocks.
+/// Every thread of the block must reach it the same number of times, or the block
+/// deadlocks.
 #[inline(always)]
 pub unsafe fn sync_threads() {
-    // SAFETY: the caller guarantees the barrier is reached uniformly.
-    unsafe { nvptx::_syncthreads() }
+    // SAFETY: the caller guarantees every thread arrives; the asm is a compiler memory
+    // barrier too, so shared-memory accesses stay on their side of it.
+    unsafe { core::arch::asm!("barrier.sync 0;", options(nostack)) }
 }
 
 /// Stops the kernel with an error the host sees at its next synchronization.

@@ -286,3 +286,41 @@ fn cumsum_of_many_long_rows() {
         check_scan::<i64>(&gpu, case(vec![2050, 4096])).unwrap();
     }
 }
+
+/// One very long axis takes the segments kernel: hundreds of segments chained by
+/// look-back, many more than the GPU holds at once; rows aligned and not, forward and
+/// reversed, several rows chained separately. Integers check the chaining exactly.
+#[test]
+fn cumsum_of_very_long_axes() {
+    let Some(gpu) = gpu_or_skip("cumsum_of_very_long_axes") else {
+        return;
+    };
+    let case = |shape: Vec<usize>, kind, reverse, in_place| Case {
+        shape,
+        axis: 1,
+        kind,
+        reverse,
+        in_place,
+        seed: 5 + reverse as u64,
+    };
+    for reverse in [false, true] {
+        check_scan::<i32>(&gpu, case(vec![1, 1 << 24], ScanKind::Exclusive, reverse, true)).unwrap();
+        check_scan::<i32>(
+            &gpu,
+            case(vec![3, (1 << 22) + 3], ScanKind::Inclusive, reverse, false),
+        )
+        .unwrap();
+        check_scan::<i64>(
+            &gpu,
+            case(vec![2, (1 << 22) + 1], ScanKind::Exclusive, reverse, false),
+        )
+        .unwrap();
+        check_scan::<i64>(&gpu, case(vec![1, 1 << 23], ScanKind::Inclusive, reverse, true)).unwrap();
+        check_scan::<f32>(&gpu, case(vec![2, 1 << 22], ScanKind::Exclusive, reverse, false)).unwrap();
+        check_scan::<f64>(
+            &gpu,
+            case(vec![1, (1 << 22) + 7], ScanKind::Inclusive, reverse, true),
+        )
+        .unwrap();
+    }
+}
