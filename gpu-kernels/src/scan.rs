@@ -11,9 +11,10 @@
 //! launch order and chain their prefixes by decoupled look-back (`block::TileChain`,
 //! one 64-bit word per tile for 4-byte values), so any shape fills the GPU:
 //! - `segments` (`inner == 1`, rows of at least `segment_items`): each row cut into
-//!   segments of `SEGMENT_TILES` tiles; a block scans its segment tile by tile with a
-//!   carry like `rows`, stages its local results in shared memory, looks back once for
-//!   the segment's prefix within the row, then writes;
+//!   segments of one run per thread; persistent blocks, one per SM, take segment after
+//!   segment through shared-memory stages: bulk copies (sm_90) bring the next segments
+//!   in and take finished ones out while the block scans the current one from shared
+//!   memory and looks back once for its prefix within the row;
 //! - `contiguous` (other `inner == 1`): the rows laid end to end as one flat sequence of
 //!   `TILE_ITEMS`-element tiles; each thread holds `ITEMS` consecutive elements
 //!   (128-bit loads when rows keep 16-byte alignment); a new row starts a new segment,
@@ -48,25 +49,64 @@ pub const SHARED_BYTES: u32 = 64 + (WARPS as u32) * 16;
 /// 32 times as many tiles).
 pub const LOOK_BACK_WINDOW: usize = 4;
 
-/// Threads per block of the segments kernel (the 2^28 scan on the H100: 1.13 ms with
-/// 256 threads and two blocks per SM, 1.09 ms with 512 and one).
-pub const SEGMENT_THREADS: u32 = 512;
+/// Threads per block of the segments kernel: as many as two stages of
+/// `SEGMENT_VECTORS` per thread fit the H100's 227 KiB, since the look-back and barriers
+/// cost the same per segment whatever its length (the 2^28 scan: 0.87 ms with 576, 0.91
+/// with 512, 1.08 with 384 threads and three stages).
+pub const SEGMENT_THREADS: u32 = 576;
 /// Warps per segments block.
 pub const SEGMENT_WARPS: usize = (SEGMENT_THREADS / 32) as usize;
-/// Tiles (`SEGMENT_THREADS * items_per_thread`) of one segment of a long row: a
-/// `segments` block stages its segment's local scan in shared memory, so it looks back
-/// once per segment.
-pub const SEGMENT_TILES: usize = 6;
-/// `segments` blocks that must fit one SM (its shared memory holds one).
+/// 128-bit vectors of one thread's run in a segment. 4 mod 8, so that runs start 64
+/// bytes apart modulo 128 and four-vector groups read in rotated order keep each quarter
+/// warp on distinct banks.
+pub const SEGMENT_VECTORS: usize = 12;
+/// Bytes of one shared-memory stage: a segment of whole vector runs.
+pub const SEGMENT_STAGE_BYTES: u32 = SEGMENT_THREADS * SEGMENT_VECTORS as u32 * 16;
+/// Most stages a segments block cycles through (two fit the H100).
+pub const SEGMENT_MAX_STAGES: u32 = 8;
+/// `segments` blocks per SM: one, holding most of its shared memory.
 pub const SEGMENT_BLOCKS_PER_SM: u32 = 1;
-/// Dynamic shared memory of a `segments` block: the look-back kernels' plus the staged
-/// segment (`VECTORS_PER_THREAD` 16-byte vectors per thread and tile).
-pub const SEGMENT_SHARED_BYTES: u32 =
-    SHARED_BYTES + (SEGMENT_TILES * VECTORS_PER_THREAD * 16) as u32 * SEGMENT_THREADS;
+/// Shared-memory layout of a segments block: the look-back kernels' block, then the
+/// segment id of each stage, the stages' mbarriers, and from `SEGMENT_HEADER_BYTES` the
+/// stages.
+pub const SEGMENT_IDS_OFFSET: u32 = SHARED_BYTES;
+pub const SEGMENT_BARRIERS_OFFSET: u32 = SEGMENT_IDS_OFFSET + 4 * SEGMENT_MAX_STAGES;
+pub const SEGMENT_HEADER_BYTES: u32 = 384;
+
+const _: () = assert!(SEGMENT_VECTORS % 8 == 4 && SEGMENT_BARRIERS_OFFSET.is_multiple_of(8));
+
+/// Shared-memory offset of a segments block's stage.
+pub const fn segment_stage_offset(stage: u32) -> u32 {
+    SEGMENT_HEADER_BYTES + stage * SEGMENT_STAGE_BYTES
+}
+
+/// Dynamic shared memory of a segments block with `stages` stages.
+pub const fn segment_shared_bytes(stages: u32) -> u32 {
+    segment_stage_offset(stages)
+}
+
+/// The stages a segments block takes where a block may have `max_shared_bytes` of
+/// shared memory (0 when not even one fits).
+pub const fn segment_stages(max_shared_bytes: u32) -> u32 {
+    let fit = max_shared_bytes.saturating_sub(SEGMENT_HEADER_BYTES) / SEGMENT_STAGE_BYTES;
+    if fit < SEGMENT_MAX_STAGES {
+        fit
+    } else {
+        SEGMENT_MAX_STAGES
+    }
+}
+
+/// Elements of one thread's run in a segment: whole vectors for rows that keep 16-byte
+/// alignment, else one fewer (an odd count: scalar runs that far apart in shared memory
+/// fall on distinct banks), so a segment plus its unaligned ends fits a stage.
+pub const fn segment_run(element_bytes: usize, vector: bool) -> u64 {
+    let items = (SEGMENT_VECTORS * 16 / element_bytes) as u64;
+    if vector { items } else { items - 1 }
+}
 
 /// Elements of one segment.
-pub const fn segment_items(element_bytes: usize) -> u64 {
-    SEGMENT_TILES as u64 * SEGMENT_THREADS as u64 * items_per_thread(element_bytes) as u64
+pub const fn segment_items(element_bytes: usize, vector: bool) -> u64 {
+    SEGMENT_THREADS as u64 * segment_run(element_bytes, vector)
 }
 
 /// Rows from which a block per row fills the GPU many times over (132 SMs, several
@@ -82,7 +122,8 @@ const _: () = assert!(
     BLOCK_THREADS.is_multiple_of(32)
         && ROWS_THREADS.is_multiple_of(32)
         && ROWS_WARPS * 8 <= WARPS * 16
-        && SEGMENT_WARPS * 8 <= WARPS * 16
+        // The segments kernel's warp totals (8-byte values at most) start 16 bytes in.
+        && 16 + SEGMENT_WARPS * 8 <= SHARED_BYTES as usize
         && SHARED_BYTES.is_multiple_of(16)
 );
 
@@ -121,12 +162,15 @@ pub enum ScanPlan {
         /// Whether rows keep 16-byte alignment (128-bit loads and stores).
         vector: bool,
     },
-    /// Few long rows: each row cut into segments of `segment_items`, a block per
-    /// segment, chained by look-back within the row.
+    /// Few long rows: each row cut into segments of `segment_items`, chained by
+    /// look-back within the row; persistent blocks walk the segments through shared
+    /// memory stages.
     Segments {
         /// Segments of all rows.
         tiles: u64,
         vector: bool,
+        /// Shared-memory stages per block.
+        stages: u32,
     },
     Strided {
         /// Blocks of `BLOCK_THREADS` columns.
@@ -137,7 +181,7 @@ pub enum ScanPlan {
 }
 
 impl ScanPlan {
-    /// Tiles, one block each.
+    /// Tiles: one block each, except segments, which persistent blocks share.
     pub const fn tiles(&self) -> u64 {
         match *self {
             ScanPlan::Rows { rows } => rows,
@@ -158,10 +202,21 @@ impl ScanPlan {
         }
     }
 
+    /// Blocks of the launch on a GPU of `multiprocessors` SMs.
+    pub const fn blocks(&self, multiprocessors: u32) -> u64 {
+        match *self {
+            ScanPlan::Segments { tiles, .. } => {
+                let resident = (multiprocessors * SEGMENT_BLOCKS_PER_SM) as u64;
+                if tiles < resident { tiles } else { resident }
+            }
+            _ => self.tiles(),
+        }
+    }
+
     /// Dynamic shared memory per block.
     pub const fn shared_bytes(&self) -> u32 {
-        match self {
-            ScanPlan::Segments { .. } => SEGMENT_SHARED_BYTES,
+        match *self {
+            ScanPlan::Segments { stages, .. } => segment_shared_bytes(stages),
             _ => SHARED_BYTES,
         }
     }
@@ -176,8 +231,9 @@ impl ScanPlan {
     }
 }
 
-/// The plan for a non-empty problem of `element_bytes`-byte elements.
-pub const fn plan(problem: &ScanProblem, element_bytes: usize) -> ScanPlan {
+/// The plan for a non-empty problem of `element_bytes`-byte elements, on a GPU whose
+/// blocks may have `max_shared_bytes` of shared memory.
+pub const fn plan(problem: &ScanProblem, element_bytes: usize, max_shared_bytes: u32) -> ScanPlan {
     let elements = problem.outer * problem.scan * problem.inner;
     let per_vector = (16 / element_bytes) as u64;
     let aligned = problem.scan.is_multiple_of(per_vector);
@@ -187,10 +243,14 @@ pub const fn plan(problem: &ScanProblem, element_bytes: usize) -> ScanPlan {
     let long = problem.scan >= tile_items(element_bytes);
     if problem.inner == 1 && whole_runs && long && problem.outer >= ROWS_PLAN_MIN_ROWS {
         ScanPlan::Rows { rows: problem.outer }
-    } else if problem.inner == 1 && problem.scan >= segment_items(element_bytes) {
+    } else if problem.inner == 1
+        && problem.scan >= segment_items(element_bytes, aligned)
+        && segment_stages(max_shared_bytes) > 0
+    {
         ScanPlan::Segments {
-            tiles: problem.outer * problem.scan.div_ceil(segment_items(element_bytes)),
+            tiles: problem.outer * problem.scan.div_ceil(segment_items(element_bytes, aligned)),
             vector: aligned,
+            stages: segment_stages(max_shared_bytes),
         }
     } else if problem.inner == 1 {
         ScanPlan::Contiguous {
@@ -342,9 +402,13 @@ mod kernel {
     use super::*;
     use crate::block::{AGGREGATE, INCLUSIVE, PackedStatus, ScanOp, TileChain, TileStatus, exclusive_scan};
     use crate::device::{
-        Coherent, SharedCarver, Shuffle, atomic_add_u32, block_dim_x, block_idx_x, load_global_v4,
-        load_shared_v4_f32, shared_base, store_global_v4, store_shared_v4_f32, sync_threads, thread_idx_x,
+        Coherent, STAGE_BARRIER_BYTES, SharedCarver, Shuffle, StagedCopy, atomic_add_u32, block_dim_x,
+        block_idx_x, load_global_v4, load_shared_v4_f32, shared_base, store_global_v4, store_shared_v4_f32,
+        sync_threads, thread_idx_x,
     };
+
+    const _: () =
+        assert!(SEGMENT_BARRIERS_OFFSET + STAGE_BARRIER_BYTES * SEGMENT_MAX_STAGES <= SEGMENT_HEADER_BYTES);
 
     /// An element type the scan kernels sum: wrapping for integers.
     pub trait ScanValue: ScanOp + Coherent {
@@ -744,160 +808,347 @@ mod kernel {
         }
     }
 
-    /// Scans one segment of a long row per block (`segments_per_row` segments per row,
-    /// ids in launch order): tile by tile like [`rows`], carrying the segment's sum and
-    /// staging each thread's local results in shared memory; then one look-back for
-    /// the prefix of the segment within its row; then the staged results plus the
-    /// prefix go out.
+    /// Scans long rows cut into segments of `SEGMENT_THREADS * RUN` elements (ids in
+    /// launch order, `scan.div_ceil(segment)` per row), one persistent block per SM
+    /// walking segments through `stages` shared-memory stages: while the block scans
+    /// one stage, the copies of the next segments into the other stages are in flight
+    /// (on sm_90 bulk copies that hold no registers). Per segment: each thread sums its
+    /// run of `RUN` elements from shared memory, a block scan gives each run its offset
+    /// and the segment its total, warp 0 looks back for the segment's prefix within its
+    /// row, then each thread scans its run again into the stage, which leaves in one
+    /// bulk store (aligned rows; unaligned ones store element by element).
+    ///
+    /// Runs of 128-bit vectors (`VECTOR`) are read in groups of four vectors rotated by
+    /// `(thread >> 1) & 3` (runs are 4 mod 8 vectors long), so each quarter warp's loads
+    /// hit distinct banks; unaligned rows take odd runs of scalars, conflict-free too.
     ///
     /// # Safety
-    /// As [`contiguous`] (`VECTOR` only when `scan` is a multiple of `PER_VECTOR`), with
-    /// one block of `SEGMENT_THREADS` per segment and `SEGMENT_SHARED_BYTES`.
+    /// `x` and `y` hold `outer * scan` elements, 16-byte aligned (they may be the same
+    /// array); `VECTOR` only when `scan` is a multiple of `PER_VECTOR`; `RUN` is
+    /// `segment_run(size_of::<T>(), VECTOR)`; the status is packed or holds flags and
+    /// values for every segment after a zero counter; at most `SEGMENT_BLOCKS_PER_SM`
+    /// blocks per SM of `SEGMENT_THREADS` threads, `1 <= stages <= SEGMENT_MAX_STAGES`
+    /// and `segment_shared_bytes(stages)` of dynamic shared memory.
     #[inline(always)]
-    pub unsafe fn segments<
-        T: ScanValue,
-        const ITEMS: usize,
-        const VECTOR: bool,
-        const REVERSE_ORDER: bool,
-    >(
+    pub unsafe fn segments<T: ScanValue, const RUN: usize, const VECTOR: bool, const REVERSE_ORDER: bool>(
         x: *const T,
         y: *mut T,
         problem: ScanProblem,
         options: u32,
         status: LaunchStatus<T>,
+        stages: u32,
     ) {
-        const { assert!(ITEMS / T::PER_VECTOR == VECTORS_PER_THREAD) };
+        const GROUP_VECTORS: usize = 4;
+        let group_items = GROUP_VECTORS * T::PER_VECTOR;
+        let groups = RUN / group_items;
         let shared = Shared::<T>::carve();
+        // SAFETY: takes nothing; the base of the block's dynamic shared memory.
+        let generic_base: *mut u8 = unsafe { SharedCarver::new().take(0) };
+        let ids = generic_base.wrapping_add(SEGMENT_IDS_OFFSET as usize) as *mut u32;
+        let stage_pointer =
+            |stage: u32| generic_base.wrapping_add(segment_stage_offset(stage) as usize) as *mut T;
+        let stage_address = |stage: u32| shared_base() + segment_stage_offset(stage);
         let chain = T::chain(&status);
-        // SAFETY: every thread calls it; the counter heads the status.
-        let tile = unsafe { shared.next_tile(status.counter_and_flags) };
+        let counter = status.counter_and_flags;
         let scan = problem.scan;
-        let length = segment_items(size_of::<T>());
+        let length = (RUN as u32 * SEGMENT_THREADS) as u64;
         let per_row = scan.div_ceil(length);
-        let (row, segment) = (tile / per_row, tile % per_row);
-        let begin = segment * length;
-        let end = (begin + length).min(scan);
-        let base = row * scan;
+        let tiles = problem.outer * per_row;
         let thread = thread_idx_x();
-        let tile_items = ITEMS as u64 * SEGMENT_THREADS as u64;
-        // Logical position q of the row lives at physical `reverse ? scan - 1 - q : q`.
-        let physical = |q: u64| base + if REVERSE_ORDER { scan - 1 - q } else { q };
-        // This thread's first logical position in tile t of the segment.
-        let first = |t: usize| begin + t as u64 * tile_items + thread as u64 * ITEMS as u64;
-        // Physical start of this thread's run of tile t when it is whole and vectorized.
-        let vector_start = |t: usize| {
-            let last = first(t) + ITEMS as u64 - 1;
-            (VECTOR && last < end).then(|| physical(if REVERSE_ORDER { last } else { first(t) }))
-        };
-        let load = |t: usize| {
-            let mut items = [T::identity(); ITEMS];
-            if let Some(start) = vector_start(t) {
-                // SAFETY: the run lies inside the row, 16-byte aligned.
-                items = unsafe { load_run::<T, ITEMS, REVERSE_ORDER>(x, start) };
-            } else {
-                for (k, item) in items.iter_mut().enumerate() {
-                    let q = first(t) + k as u64;
-                    if q < end {
-                        // SAFETY: q is a position of the row.
-                        *item = unsafe { *x.add(physical(q) as usize) };
-                    }
-                }
-            }
-            items
-        };
-        // Vector v of this thread in staged tile t: consecutive threads, consecutive
-        // 16 bytes (no bank conflicts).
-        let staged = |t: usize, v: usize| {
-            shared_base()
-                + SHARED_BYTES
-                + (((t * VECTORS_PER_THREAD + v) as u32) * SEGMENT_THREADS + thread) * 16
-        };
-        let tiles = (end - begin).div_ceil(tile_items) as usize;
+        let per_vector = T::PER_VECTOR as u64;
 
-        // Local scan of the segment, staged; the next tile's loads fly meanwhile.
-        let exclusive = options & EXCLUSIVE != 0;
-        let mut carry = T::identity();
-        let mut items = load(0);
-        for t in 0..SEGMENT_TILES {
-            if t >= tiles {
-                break;
+        // A segment: its position in its row and its physical elements `[low, high)`.
+        struct Segment {
+            index: u64,
+            begin: u64,
+            end: u64,
+            base: u64,
+            low: u64,
+            high: u64,
+        }
+        let segment_of = |tile: u64| {
+            let (row, index) = (tile / per_row, tile % per_row);
+            let begin = index * length;
+            let end = (begin + length).min(scan);
+            let base = row * scan;
+            let low = base + if REVERSE_ORDER { scan - end } else { begin };
+            Segment {
+                index,
+                begin,
+                end,
+                base,
+                low,
+                high: low + (end - begin),
             }
-            let next = if t + 1 < tiles {
-                load(t + 1)
-            } else {
-                [T::identity(); ITEMS]
+        };
+        // Element p of a segment sits in its stage at `p - aligned_low`, so that
+        // 16-byte-aligned elements stay 16-byte aligned in shared memory.
+        let aligned_low = |s: &Segment| s.low / per_vector * per_vector;
+        let physical = |s: &Segment, q: u64| s.base + if REVERSE_ORDER { scan - 1 - q } else { q };
+
+        // SAFETY: every thread calls it; the mbarriers follow the ids.
+        let copy = unsafe { StagedCopy::new(shared_base() + SEGMENT_BARRIERS_OFFSET, stages) };
+        // Copies segment `tile` into `stage`: the 16-byte-aligned middle as one copy,
+        // the unaligned ends (fewer than a vector each) by single threads.
+        let fill = |stage: u32, tile: u64| {
+            if tile >= tiles {
+                return;
+            }
+            let s = segment_of(tile);
+            let head_end = s.low.next_multiple_of(per_vector).min(s.high);
+            let tail_start = (s.high / per_vector * per_vector).max(head_end);
+            let offset = |p: u64| ((p - aligned_low(&s)) as usize * size_of::<T>()) as u32;
+            // SAFETY: every thread calls it with the same values; [head_end, tail_start)
+            // lies in x and is 16-byte aligned at both ends, and its place in the stage
+            // too; the stage is free (its last fill was waited for and read before the
+            // caller's barrier).
+            unsafe {
+                copy.start(
+                    stage,
+                    stage_address(stage) + offset(head_end),
+                    x.add(head_end as usize) as *const u8,
+                    offset(tail_start) - offset(head_end),
+                )
             };
-            let warp_totals = shared.warp_totals as *mut T;
-            // SAFETY: every thread calls it; the warp totals are this block's, large
-            // enough for SEGMENT_WARPS values of T.
-            let total =
-                unsafe { scan_tile::<T, ITEMS, SEGMENT_WARPS>(&mut items, carry, exclusive, warp_totals) };
-            for v in 0..VECTORS_PER_THREAD {
-                let mut words = [0u32; 4];
-                for i in 0..T::PER_VECTOR {
-                    items[v * T::PER_VECTOR + i].into_words(&mut words, i);
-                }
-                // SAFETY: this thread's own slot of the staged segment, 16-byte aligned.
-                unsafe { store_shared_v4_f32(staged(t, v), words.map(f32::from_bits)) };
-            }
-            carry = carry.combine(total);
-            items = next;
-            // SAFETY: every thread reaches it (t < tiles is uniform); the next tile
-            // rewrites the warp totals.
-            unsafe { sync_threads() };
-        }
-
-        // The segment's prefix within its row: the first segment publishes its total
-        // as inclusive at once, so every chain ends inside the row.
-        if thread == 0 {
-            let flag = if segment == 0 { INCLUSIVE } else { AGGREGATE };
-            // SAFETY: this tile's status.
-            unsafe { chain.publish(tile, carry, flag) };
-        }
-        if segment > 0 && thread < 32 {
-            // SAFETY: warp 0 entire; the row's first segment never waits.
-            let prefix = unsafe { chain.look_back::<LOOK_BACK_WINDOW>(tile) };
-            if thread == 0 {
-                // SAFETY: thread 0 alone writes the shared prefix before the barrier; this
-                // tile's status.
-                unsafe {
-                    *shared.prefix = prefix;
-                    chain.publish(tile, prefix.combine(carry), INCLUSIVE);
+            if !VECTOR && (thread as u64) < 2 * per_vector {
+                let k = thread as u64;
+                let p = if k < per_vector {
+                    s.low + k
+                } else {
+                    tail_start + k - per_vector
+                };
+                if p < if k < per_vector { head_end } else { s.high } {
+                    // SAFETY: p is an element of x outside the bulk range; its stage slot is
+                    // this thread's alone until the barriers before the stage is read.
+                    unsafe { *stage_pointer(stage).add((p - aligned_low(&s)) as usize) = *x.add(p as usize) };
                 }
             }
-        }
-        // SAFETY: every thread reaches the barrier; the prefix was written before it.
-        let prefix = unsafe {
-            sync_threads();
-            if segment > 0 {
-                *shared.prefix
-            } else {
-                T::identity()
+            if !VECTOR {
+                // SAFETY: every thread calls `fill` with the same tile: the ends are
+                // published before any thread reads the stage (the copy's wait covers
+                // only the bulk part).
+                unsafe { sync_threads() };
             }
         };
 
-        for t in 0..tiles.min(SEGMENT_TILES) {
-            let mut items = [T::identity(); ITEMS];
-            for v in 0..VECTORS_PER_THREAD {
-                // SAFETY: written by this thread above.
-                let words = unsafe { load_shared_v4_f32(staged(t, v)) }.map(f32::to_bits);
-                for i in 0..T::PER_VECTOR {
-                    items[v * T::PER_VECTOR + i] = prefix.combine(T::from_words(words, i));
-                }
+        if thread == 0 {
+            for stage in 0..stages {
+                // SAFETY: thread 0 alone writes the ids before the barrier; the counter
+                // heads the status.
+                unsafe { *ids.add(stage as usize) = atomic_add_u32(counter, 1) };
             }
-            if let Some(start) = vector_start(t) {
-                // SAFETY: the run lies inside the row, 16-byte aligned.
-                unsafe { store_run::<T, ITEMS, REVERSE_ORDER>(y, start, &items) };
-            } else {
-                for (k, &item) in items.iter().enumerate() {
-                    let q = first(t) + k as u64;
-                    if q < end {
-                        // SAFETY: q is a position of the row.
-                        unsafe { *y.add(physical(q) as usize) = item };
+        }
+        // SAFETY: every thread reaches it; it also orders the mbarriers' set-up before
+        // the first fills.
+        unsafe { sync_threads() };
+        for stage in 0..stages {
+            // SAFETY: written before the barrier.
+            fill(stage, unsafe { *ids.add(stage as usize) } as u64);
+        }
+
+        let exclusive = options & EXCLUSIVE != 0;
+        let warp_totals = shared.warp_totals as *mut T;
+        let rotation = (thread >> 1) as usize & (GROUP_VECTORS - 1);
+        // This thread's run of a segment: its first logical position, and for a whole
+        // run of vectors its lowest physical element.
+        let run_of = |s: &Segment| {
+            let first = s.begin + thread as u64 * RUN as u64;
+            let last = first + RUN as u64 - 1;
+            let vector_start =
+                (VECTOR && last < s.end).then(|| physical(s, if REVERSE_ORDER { last } else { first }));
+            (first, vector_start)
+        };
+        let item = |stage: u32, s: &Segment, q: u64| {
+            // SAFETY: q is a position of the segment, which the stage holds.
+            unsafe { *stage_pointer(stage).add((physical(s, q) - aligned_low(s)) as usize) }
+        };
+        // Group g of a vector run: four vectors read rotated, put back in physical order.
+        let group = |stage: u32, s: &Segment, start: u64, g: usize| {
+            let address = stage_address(stage) + ((start - aligned_low(s)) as usize * size_of::<T>()) as u32;
+            let mut vectors: [[u32; 4]; GROUP_VECTORS] = core::array::from_fn(|j| {
+                let v = (g * GROUP_VECTORS + (j ^ rotation)) as u32;
+                // SAFETY: inside the run, 16-byte aligned; the fill landed.
+                unsafe { load_shared_v4_f32(address + v * 16) }.map(f32::to_bits)
+            });
+            if rotation & 1 != 0 {
+                vectors.swap(0, 1);
+                vectors.swap(2, 3);
+            }
+            if rotation & 2 != 0 {
+                vectors.swap(0, 2);
+                vectors.swap(1, 3);
+            }
+            vectors
+        };
+        // First pass over a landed segment: run totals, block-scanned, and the segment's
+        // aggregate published (inclusive for a row's first segment, which ends every
+        // chain inside its row). Returns this run's offset in the segment and the total.
+        let reduce = |stage: u32, tile: u64| {
+            let s = segment_of(tile);
+            let (first, vector_start) = run_of(&s);
+            let mut own = T::identity();
+            match vector_start {
+                Some(start) => {
+                    for g in 0..groups {
+                        for words in group(stage, &s, start, g) {
+                            for i in 0..T::PER_VECTOR {
+                                own = own.combine(T::from_words(words, i));
+                            }
+                        }
+                    }
+                }
+                None => {
+                    for q in first..(first + RUN as u64).min(s.end) {
+                        own = own.combine(item(stage, &s, q));
                     }
                 }
             }
+            // SAFETY: every thread calls it; the warp totals are this block's, large
+            // enough for SEGMENT_WARPS values of T, and free since the last barrier.
+            let (before, total) = unsafe { exclusive_scan::<T, SEGMENT_WARPS>(own, warp_totals) };
+            if thread == 0 {
+                let flag = if s.index == 0 { INCLUSIVE } else { AGGREGATE };
+                // SAFETY: this segment's status.
+                unsafe { chain.publish(tile, total, flag) };
+            }
+            (before, total)
+        };
+
+        // Each round finishes one segment whose aggregate is already out, refills the
+        // stage of the round before, and publishes the aggregate of the next segment: a segment's predecessors,
+        // queued in other blocks behind their current ones, are published a round
+        // before its look-back needs them.
+        let mut round = 0u32;
+        // SAFETY: written before the barrier above.
+        let mut tile = unsafe { *ids } as u64;
+        let mut reduced = (T::identity(), T::identity());
+        if tile < tiles {
+            // SAFETY: every thread calls it; stage 0's first fill was started.
+            unsafe { copy.wait(0, 0) };
+            reduced = reduce(0, tile);
         }
+        while tile < tiles {
+            let stage = round % stages;
+            let s = segment_of(tile);
+            let (before, total) = reduced;
+            if s.index > 0 && thread < 32 {
+                // SAFETY: warp 0 entire; the row's first segment never waits.
+                let prefix = unsafe { chain.look_back::<LOOK_BACK_WINDOW>(tile) };
+                if thread == 0 {
+                    // SAFETY: thread 0 alone writes the shared prefix before the barrier;
+                    // this segment's status.
+                    unsafe {
+                        *shared.prefix = prefix;
+                        chain.publish(tile, prefix.combine(total), INCLUSIVE);
+                    }
+                }
+            }
+            if thread == 0 {
+                // The id this stage is refilled with, shared by the barrier below (every
+                // thread read the stage's id before an earlier barrier).
+                // SAFETY: thread 0 alone writes the ids; the counter heads the status.
+                unsafe { *ids.add(stage as usize) = atomic_add_u32(counter, 1) };
+            }
+            // The previous round's stage is refilled only now, by the copy thread (warp
+            // 1) once its bulk store has drained, while warp 0 looks back.
+            if stages > 1 && round > 0 {
+                let previous = (round - 1) % stages;
+                // SAFETY: written by thread 0 before a barrier that every thread passed.
+                fill(previous, unsafe { *ids.add(previous as usize) } as u64);
+            }
+            // SAFETY: every thread reaches the barrier; the prefix was written before it.
+            let prefix = unsafe {
+                sync_threads();
+                if s.index > 0 {
+                    *shared.prefix
+                } else {
+                    T::identity()
+                }
+            };
+
+            let mut running = prefix.combine(before);
+            let mut step = |value: T| {
+                let next = running.combine(value);
+                let out = if exclusive { running } else { next };
+                running = next;
+                out
+            };
+            let (first, vector_start) = run_of(&s);
+            match vector_start {
+                Some(start) => {
+                    for logical in 0..groups {
+                        let g = if REVERSE_ORDER {
+                            groups - 1 - logical
+                        } else {
+                            logical
+                        };
+                        let mut vectors = group(stage, &s, start, g);
+                        for k in 0..group_items {
+                            let k = if REVERSE_ORDER { group_items - 1 - k } else { k };
+                            let (v, i) = (k / T::PER_VECTOR, k % T::PER_VECTOR);
+                            step(T::from_words(vectors[v], i)).into_words(&mut vectors[v], i);
+                        }
+                        // Back into the stage in the rotated order of the reads.
+                        if rotation & 1 != 0 {
+                            vectors.swap(0, 1);
+                            vectors.swap(2, 3);
+                        }
+                        if rotation & 2 != 0 {
+                            vectors.swap(0, 2);
+                            vectors.swap(1, 3);
+                        }
+                        let address = stage_address(stage)
+                            + ((start - aligned_low(&s)) as usize * size_of::<T>()) as u32;
+                        for (j, words) in vectors.into_iter().enumerate() {
+                            let v = (g * GROUP_VECTORS + (j ^ rotation)) as u32;
+                            // SAFETY: this thread's own run, 16-byte aligned.
+                            unsafe { store_shared_v4_f32(address + v * 16, words.map(f32::from_bits)) };
+                        }
+                    }
+                }
+                None => {
+                    for q in first..(first + RUN as u64).min(s.end) {
+                        let out = step(item(stage, &s, q));
+                        if VECTOR {
+                            let at = (physical(&s, q) - aligned_low(&s)) as usize;
+                            // SAFETY: this thread's own element of the stage.
+                            unsafe { *stage_pointer(stage).add(at) = out };
+                        } else {
+                            // SAFETY: q is a position of the row.
+                            unsafe { *y.add(physical(&s, q) as usize) = out };
+                        }
+                    }
+                }
+            }
+            // Aligned segments leave the stage in one bulk store; either way every thread
+            // passes a barrier: the stage, the prefix and the warp totals are free again,
+            // and the refill id is shared.
+            if VECTOR {
+                let bytes = ((s.high - s.low) as usize * size_of::<T>()) as u32;
+                // SAFETY: every thread calls it; the segment is aligned (VECTOR) and its
+                // stage holds it from offset 0; the stage is rewritten only after the next
+                // `start`, which waits for the store.
+                unsafe { copy.store(stage_address(stage), y.add(s.low as usize) as *mut u8, bytes) };
+            } else {
+                // SAFETY: every thread reaches it.
+                unsafe { sync_threads() };
+            }
+            if stages == 1 {
+                // SAFETY: written before the barrier above.
+                fill(stage, unsafe { *ids.add(stage as usize) } as u64);
+            }
+            round += 1;
+            let next = round % stages;
+            // SAFETY: written by thread 0 before a barrier that every thread passed since.
+            tile = unsafe { *ids.add(next as usize) } as u64;
+            if tile < tiles {
+                // SAFETY: every thread calls it (tile is uniform); the fill was started.
+                unsafe { copy.wait(next, round / stages) };
+                reduced = reduce(next, tile);
+            }
+        }
+        // SAFETY: every thread calls it.
+        unsafe { copy.finish() };
     }
 
     /// Scans one row per block, tile by tile, carrying the row's running sum: each
@@ -1081,10 +1332,11 @@ mod kernel {
                 problem: ScanProblem,
                 options: u32,
                 status: LaunchStatus<$t>,
+                stages: u32,
             ) {
-                const ITEMS: usize = items_per_thread(size_of::<$t>());
+                const RUN: usize = segment_run(size_of::<$t>(), $vector) as usize;
                 // SAFETY: forwarded from the launch's contract.
-                unsafe { segments::<$t, ITEMS, $vector, $reverse>(x, y, problem, options, status) }
+                unsafe { segments::<$t, RUN, $vector, $reverse>(x, y, problem, options, status, stages) }
             }
         )*)*};
     }
@@ -1155,53 +1407,84 @@ mod kernel {
 mod tests {
     use super::*;
 
+    const H100_SHARED: u32 = 227 * 1024;
+
     fn problem(outer: u64, scan: u64, inner: u64) -> ScanProblem {
         ScanProblem { outer, scan, inner }
     }
 
     #[test]
     fn the_shape_picks_the_kernel() {
-        assert_eq!(plan(&problem(32768, 32768, 1), 4), ScanPlan::Rows { rows: 32768 });
         assert_eq!(
-            plan(&problem(2048, 4100, 1), 4),
+            plan(&problem(32768, 32768, 1), 4, H100_SHARED),
+            ScanPlan::Rows { rows: 32768 }
+        );
+        assert_eq!(
+            plan(&problem(2048, 4100, 1), 4, H100_SHARED),
             ScanPlan::Contiguous {
                 tiles: 2050,
                 vector: true
             }
         );
-        // 2^28 in segments of SEGMENT_TILES * SEGMENT_THREADS * 16 elements.
+        // 2^28 in segments of SEGMENT_THREADS runs of 48 elements, two 108 KiB stages.
         assert_eq!(
-            plan(&problem(1, 1 << 28, 1), 4),
+            plan(&problem(1, 1 << 28, 1), 4, H100_SHARED),
             ScanPlan::Segments {
-                tiles: (1u64 << 28).div_ceil(segment_items(4)),
-                vector: true
+                tiles: (1u64 << 28).div_ceil(576 * 48),
+                vector: true,
+                stages: 2
             }
         );
+        // Unaligned rows: odd runs of 47; one stage where a block has 163 KiB (A100);
+        // none at 99 KiB, where the contiguous kernel takes the rows.
         assert_eq!(
-            kernel_name(&plan(&problem(3, 100_001, 1), 8), ScanDType::F64, true),
-            "scan_segments_reverse_f64"
+            plan(&problem(2, 1 << 20 | 1, 1), 4, 163 * 1024),
+            ScanPlan::Segments {
+                tiles: 2 * (1u64 << 20 | 1).div_ceil(576 * 47),
+                vector: false,
+                stages: 1
+            }
         );
-        assert_eq!(plan(&problem(3, 24575, 1), 4).threads(), BLOCK_THREADS);
         assert!(matches!(
-            plan(&problem(3, 24575, 1), 4),
+            plan(&problem(2, 1 << 20, 1), 4, 99 * 1024),
             ScanPlan::Contiguous { .. }
         ));
         assert_eq!(
-            plan(&problem(3, 7, 1), 8),
+            kernel_name(
+                &plan(&problem(3, 100_001, 1), 8, H100_SHARED),
+                ScanDType::F64,
+                true
+            ),
+            "scan_segments_reverse_f64"
+        );
+        assert_eq!(
+            plan(&problem(3, 24000, 1), 4, H100_SHARED).threads(),
+            BLOCK_THREADS
+        );
+        assert!(matches!(
+            plan(&problem(3, 24000, 1), 4, H100_SHARED),
+            ScanPlan::Contiguous { .. }
+        ));
+        assert_eq!(
+            plan(&problem(3, 7, 1), 8, H100_SHARED),
             ScanPlan::Contiguous {
                 tiles: 1,
                 vector: false
             }
         );
         assert_eq!(
-            plan(&problem(1, 32768, 32768), 4),
+            plan(&problem(1, 32768, 32768), 4, H100_SHARED),
             ScanPlan::Strided {
                 column_blocks: 128,
                 chunks: 512
             }
         );
         assert_eq!(
-            kernel_name(&plan(&problem(4096, 8192, 1), 8), ScanDType::I64, true),
+            kernel_name(
+                &plan(&problem(4096, 8192, 1), 8, H100_SHARED),
+                ScanDType::I64,
+                true
+            ),
             "scan_rows_reverse_i64"
         );
     }

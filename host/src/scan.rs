@@ -150,10 +150,13 @@ impl Gpu {
         if x.is_empty() {
             return Ok(());
         }
-        let plan = policy::plan(&problem, size_of::<T>());
+        let info = self.info();
+        let plan = policy::plan(&problem, size_of::<T>(), info.max_shared_bytes_per_block);
         log::debug!("cumsum {:?} axis {axis}: {problem:?} -> {plan:?}", x.shape());
         let tiles = plan.tiles();
-        if tiles >= u32::MAX as u64 {
+        // Tile ids come from a 32-bit counter, which persistent blocks draw past the
+        // last tile once per stage.
+        if tiles >= (u32::MAX / 2) as u64 {
             return Err(Error::TooLarge {
                 shape: x.shape().to_vec(),
                 detail: format!("{tiles} scan tiles"),
@@ -199,29 +202,31 @@ impl Gpu {
         let x_ptr = x.buffer.as_device_ptr().as_raw();
         let config = LaunchConfig {
             shared_bytes: plan.shared_bytes(),
-            ..LaunchConfig::linear(tiles, plan.threads())
+            ..LaunchConfig::linear(plan.blocks(info.multiprocessors), plan.threads())
         };
         let name = policy::kernel_name(&plan, T::SCAN_DTYPE, reverse);
-        let column_blocks = match plan {
-            ScanPlan::Strided { column_blocks, .. } => column_blocks,
-            ScanPlan::Rows { .. } | ScanPlan::Contiguous { .. } | ScanPlan::Segments { .. } => 0,
+        // Arguments live until the launch: bound here, not in the match below.
+        let (column_blocks, stages) = match plan {
+            ScanPlan::Strided { column_blocks, .. } => (column_blocks, 0),
+            ScanPlan::Segments { stages, .. } => (0, stages),
+            ScanPlan::Rows { .. } | ScanPlan::Contiguous { .. } => (0, 0),
         };
         let mut args = match plan {
             ScanPlan::Rows { .. } => kernel_args![x_ptr, y, problem, options].to_vec(),
-            ScanPlan::Contiguous { .. } | ScanPlan::Segments { .. } => {
-                kernel_args![x_ptr, y, problem, options, status].to_vec()
-            }
+            ScanPlan::Contiguous { .. } => kernel_args![x_ptr, y, problem, options, status].to_vec(),
+            ScanPlan::Segments { .. } => kernel_args![x_ptr, y, problem, options, status, stages].to_vec(),
             ScanPlan::Strided { .. } => {
                 kernel_args![x_ptr, y, problem, options, status, column_blocks].to_vec()
             }
         };
         // SAFETY: matches rows(x, y, problem, options), contiguous(..., status),
-        // segments(..., status) and strided(..., status, column_blocks): x and y hold
-        // the problem's elements (the same array when in place, which the kernels
+        // segments(..., status, stages) and strided(..., status, column_blocks): x and y
+        // hold the problem's elements (the same array when in place, which the kernels
         // allow), the plan picks rows only for rows of whole 128-bit runs and vector
         // entries only for aligned rows, the status lies in the scratch buffer (counter
         // and flags zeroed above, values for every tile), the grid is one block per tile
-        // (per row for rows) with the plan's threads and shared memory. The scratch
+        // (per row for rows; one per SM at most for segments, with stages that fit the
+        // device's shared memory) with the plan's threads and shared memory. The scratch
         // stays borrowed until the launch is queued; later users queue after it.
         unsafe { self.launch(name, &config, &mut args) }
     }

@@ -104,6 +104,15 @@ pub fn build(cfg: &PtxBuild) -> Result<Vec<Artifact>, BuildError> {
         .collect()
 }
 
+/// The number of `sm_XY[a]`: `XY`.
+fn arch_number(arch: &str) -> u32 {
+    let digits: String = arch["sm_".len()..]
+        .chars()
+        .take_while(char::is_ascii_digit)
+        .collect();
+    digits.parse().unwrap_or(0)
+}
+
 fn build_arch(cfg: &PtxBuild, tools: &Path, arch: &str) -> Result<Artifact, BuildError> {
     let valid = arch
         .strip_prefix("sm_")
@@ -147,11 +156,15 @@ fn build_arch(cfg: &PtxBuild, tools: &Path, arch: &str) -> Result<Artifact, Buil
     }
     let linker = tools.join("llvm-bitcode-linker");
     // Loops over register arrays must unroll fully, or the arrays go to local memory.
-    let rustflags = [
+    let mut rustflags = vec![
         format!("-Ctarget-cpu={arch}"),
         format!("-Clinker={}", linker.display()),
         "-Cllvm-args=-unroll-threshold=2000".to_string(),
     ];
+    // Bulk copies and the mbarrier transaction counts of sm_90 need PTX ISA 8.0.
+    if arch_number(arch) >= 90 {
+        rustflags.push("-Ctarget-feature=+ptx80".to_string());
+    }
     cargo
         .env("CARGO_ENCODED_RUSTFLAGS", rustflags.join("\x1f"))
         .env("RUSTC_BOOTSTRAP", "1")
@@ -291,6 +304,13 @@ fn number_before(line: &str, label: &str) -> u32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn architecture_numbers_ignore_suffixes() {
+        assert_eq!(arch_number("sm_90a"), 90);
+        assert_eq!(arch_number("sm_80"), 80);
+        assert_eq!(arch_number("sm_100"), 100);
+    }
 
     #[test]
     fn launch_bounds_go_between_the_parameters_and_the_body() {

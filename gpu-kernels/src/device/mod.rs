@@ -1,13 +1,15 @@
-//! The device layer: thread geometry, barriers, shared memory, warp shuffles and vector
-//! memory access, each a thin `#[inline(always)]` wrapper over an NVPTX intrinsic or one
+//! The device layer: thread geometry, barriers, shared memory, warp shuffles, vector
+//! memory access and asynchronous copies into shared memory, each a thin `#[inline(always)]` wrapper over an NVPTX intrinsic or one
 //! PTX instruction. All inline assembly of the crate lives below this module.
 
+mod async_copy;
 mod math;
 mod memory;
 mod shared;
 mod shuffle;
 mod thread;
 
+pub use async_copy::{STAGE_BARRIER_BYTES, StagedCopy};
 pub use math::{fma_f32, fma_f64};
 pub use memory::{
     Coherent, atomic_add_u32, fence_gpu, load_acquire_u32, load_global_nc_v4, load_global_v4,
