@@ -106,7 +106,9 @@ pub fn build(cfg: &PtxBuild) -> Result<Vec<Artifact>, BuildError> {
 
 /// The number of `sm_XY[a]`: `XY`.
 fn arch_number(arch: &str) -> u32 {
-    let digits: String = arch["sm_".len()..]
+    let digits: String = arch
+        .strip_prefix("sm_")
+        .unwrap_or_default()
         .chars()
         .take_while(char::is_ascii_digit)
         .collect();

@@ -1,6 +1,7 @@
-//! The device layer: thread geometry, barriers, shared memory, warp shuffles, vector
-//! memory access and asynchronous copies into shared memory, each a thin `#[inline(always)]` wrapper over an NVPTX intrinsic or one
-//! PTX instruction. All inline assembly of the crate lives below this module.
+//! The device layer: thread geometry, barriers, shared memory, warp shuffles and vector
+//! memory access, each a thin `#[inline(always)]` wrapper over an NVPTX intrinsic or one
+//! PTX instruction, and the staged copies between global and shared memory built on
+//! them. All inline assembly of the crate lives below this module.
 
 mod async_copy;
 mod math;
