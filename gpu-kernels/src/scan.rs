@@ -49,11 +49,12 @@ pub const SHARED_BYTES: u32 = 64 + (WARPS as u32) * 16;
 /// 32 times as many tiles).
 pub const LOOK_BACK_WINDOW: usize = 4;
 
-/// Threads per block of the segments kernel: as many as two stages of
-/// `SEGMENT_VECTORS` per thread fit the H100's 227 KiB, since the look-back and barriers
-/// cost the same per segment whatever its length (the 2^28 scan: 0.87 ms with 576, 0.91
-/// with 512, 1.08 with 384 threads and three stages).
-pub const SEGMENT_THREADS: u32 = 576;
+/// Threads per block of the segments kernel: as many as three stages of
+/// `SEGMENT_VECTORS` per thread fit the H100's 227 KiB, the third stage buying a round
+/// between a segment's reduction and its look-back (the 2^28 scan on the H100: 0.80 ms
+/// with 384 threads and three stages, 0.84 with 320; 0.87 with 576 and two stages, or 1.04
+/// with 384, three stages and no such delay; 0.89 with 288 and four).
+pub const SEGMENT_THREADS: u32 = 384;
 /// Warps per segments block.
 pub const SEGMENT_WARPS: usize = (SEGMENT_THREADS / 32) as usize;
 /// 128-bit vectors of one thread's run in a segment. 4 mod 8, so that runs start 64
@@ -62,7 +63,14 @@ pub const SEGMENT_WARPS: usize = (SEGMENT_THREADS / 32) as usize;
 pub const SEGMENT_VECTORS: usize = 12;
 /// Bytes of one shared-memory stage: a segment of whole vector runs.
 pub const SEGMENT_STAGE_BYTES: u32 = SEGMENT_THREADS * SEGMENT_VECTORS as u32 * 16;
-/// Most stages a segments block cycles through (two fit the H100).
+/// Rounds between a segment's reduction (its aggregate published) and its look-back
+/// where the stages allow (else one): the look-back then finds its predecessors'
+/// aggregates out though their blocks run a little behind (the 2^28 scan on the H100:
+/// three was no faster).
+pub const SEGMENT_LOOK_BACK_DELAY: u32 = 2;
+/// Fewest stages of a segments block: one in flight while the block scans another.
+pub const SEGMENT_MIN_STAGES: u32 = 2;
+/// Most stages a segments block cycles through (three fit the H100).
 pub const SEGMENT_MAX_STAGES: u32 = 8;
 /// `segments` blocks per SM: one, holding most of its shared memory.
 pub const SEGMENT_BLOCKS_PER_SM: u32 = 1;
@@ -86,7 +94,7 @@ pub const fn segment_shared_bytes(stages: u32) -> u32 {
 }
 
 /// The stages a segments block takes where a block may have `max_shared_bytes` of
-/// shared memory (0 when not even one fits).
+/// shared memory (fewer than `SEGMENT_MIN_STAGES` when the kernel does not fit).
 pub const fn segment_stages(max_shared_bytes: u32) -> u32 {
     let fit = max_shared_bytes.saturating_sub(SEGMENT_HEADER_BYTES) / SEGMENT_STAGE_BYTES;
     if fit < SEGMENT_MAX_STAGES {
@@ -245,7 +253,7 @@ pub const fn plan(problem: &ScanProblem, element_bytes: usize, max_shared_bytes:
         ScanPlan::Rows { rows: problem.outer }
     } else if problem.inner == 1
         && problem.scan >= segment_items(element_bytes, aligned)
-        && segment_stages(max_shared_bytes) > 0
+        && segment_stages(max_shared_bytes) >= SEGMENT_MIN_STAGES
     {
         ScanPlan::Segments {
             tiles: problem.outer * problem.scan.div_ceil(segment_items(element_bytes, aligned)),
@@ -827,8 +835,8 @@ mod kernel {
     /// array); `VECTOR` only when `scan` is a multiple of `PER_VECTOR`; `RUN` is
     /// `segment_run(size_of::<T>(), VECTOR)`; the status is packed or holds flags and
     /// values for every segment after a zero counter; at most `SEGMENT_BLOCKS_PER_SM`
-    /// blocks per SM of `SEGMENT_THREADS` threads, `1 <= stages <= SEGMENT_MAX_STAGES`
-    /// and `segment_shared_bytes(stages)` of dynamic shared memory.
+    /// blocks per SM of `SEGMENT_THREADS` threads, `SEGMENT_MIN_STAGES <= stages <=
+    /// SEGMENT_MAX_STAGES` and `segment_shared_bytes(stages)` of dynamic shared memory.
     #[inline(always)]
     pub unsafe fn segments<T: ScanValue, const RUN: usize, const VECTOR: bool, const REVERSE_ORDER: bool>(
         x: *const T,
@@ -949,6 +957,21 @@ mod kernel {
         let exclusive = options & EXCLUSIVE != 0;
         let warp_totals = shared.warp_totals as *mut T;
         let rotation = (thread >> 1) as usize & (GROUP_VECTORS - 1);
+        // Puts a group read in rotated order back in physical order, and back again
+        // (swapping vectors `j` and `j ^ rotation` is its own inverse).
+        let unrotate = |vectors: &mut [[u32; 4]; GROUP_VECTORS]| {
+            let mut bit = 1;
+            while bit < GROUP_VECTORS {
+                if rotation & bit != 0 {
+                    for j in 0..GROUP_VECTORS {
+                        if j & bit == 0 {
+                            vectors.swap(j, j | bit);
+                        }
+                    }
+                }
+                bit <<= 1;
+            }
+        };
         // This thread's run of a segment: its first logical position, and for a whole
         // run of vectors its lowest physical element.
         let run_of = |s: &Segment| {
@@ -970,14 +993,7 @@ mod kernel {
                 // SAFETY: inside the run, 16-byte aligned; the fill landed.
                 unsafe { load_shared_v4_f32(address + v * 16) }.map(f32::to_bits)
             });
-            if rotation & 1 != 0 {
-                vectors.swap(0, 1);
-                vectors.swap(2, 3);
-            }
-            if rotation & 2 != 0 {
-                vectors.swap(0, 2);
-                vectors.swap(1, 3);
-            }
+            unrotate(&mut vectors);
             vectors
         };
         // First pass over a landed segment: run totals, block-scanned, and the segment's
@@ -1014,23 +1030,44 @@ mod kernel {
             (before, total)
         };
 
-        // Each round finishes one segment whose aggregate is already out, refills the
-        // stage of the round before, and publishes the aggregate of the next segment: a segment's predecessors,
-        // queued in other blocks behind their current ones, are published a round
-        // before its look-back needs them.
-        let mut round = 0u32;
-        // SAFETY: written before the barrier above.
+        // Each round finishes one segment whose aggregate is already out: warp 0 looks
+        // back for its prefix while the copy thread refills the stage of the round
+        // before (whose bulk store drained meanwhile); the segment is scanned into its
+        // stage and stored; then the stage refilled this round is waited for and
+        // reduced, which publishes its segment's aggregate `ahead` rounds before that
+        // segment's look-back. With a third stage to hold it meanwhile, that is two
+        // rounds, so a look-back seldom waits for predecessors whose blocks run late.
+        let ahead = if stages > SEGMENT_LOOK_BACK_DELAY {
+            SEGMENT_LOOK_BACK_DELAY
+        } else {
+            1
+        };
+        // The reductions of the next `ahead` rounds' segments, in round order.
+        let mut reduced = [(T::identity(), T::identity()); SEGMENT_LOOK_BACK_DELAY as usize];
+        // SAFETY: written before the barrier above (thread 0 rewrites it in the first
+        // round, after the barrier of the first reduction below).
         let mut tile = unsafe { *ids } as u64;
-        let mut reduced = (T::identity(), T::identity());
-        if tile < tiles {
-            // SAFETY: every thread calls it; stage 0's first fill was started.
-            unsafe { copy.wait(0, 0) };
-            reduced = reduce(0, tile);
+        for round in 0..ahead {
+            // SAFETY: written before the barrier above.
+            let early = unsafe { *ids.add(round as usize) } as u64;
+            if early < tiles {
+                // SAFETY: every thread calls them (tile is uniform): the stage's first fill
+                // was started, and the barrier frees the warp totals of the reduction
+                // before.
+                unsafe {
+                    copy.wait(round, 0);
+                    if round > 0 {
+                        sync_threads();
+                    }
+                }
+                reduced[round as usize] = reduce(round, early);
+            }
         }
+        let mut round = 0u32;
         while tile < tiles {
             let stage = round % stages;
             let s = segment_of(tile);
-            let (before, total) = reduced;
+            let (before, total) = reduced[0];
             if s.index > 0 && thread < 32 {
                 // SAFETY: warp 0 entire; the row's first segment never waits.
                 let prefix = unsafe { chain.look_back::<LOOK_BACK_WINDOW>(tile) };
@@ -1051,7 +1088,7 @@ mod kernel {
             }
             // The previous round's stage is refilled only now, by the copy thread (warp
             // 1) once its bulk store has drained, while warp 0 looks back.
-            if stages > 1 && round > 0 {
+            if round > 0 {
                 let previous = (round - 1) % stages;
                 // SAFETY: written by thread 0 before a barrier that every thread passed.
                 fill(previous, unsafe { *ids.add(previous as usize) } as u64);
@@ -1064,6 +1101,16 @@ mod kernel {
                 } else {
                     T::identity()
                 }
+            };
+            // The segments of the next round and of the one reduced at this round's end,
+            // read here so that the barrier of the store below orders the reads before
+            // thread 0 rewrites the ids next round.
+            // SAFETY: written by thread 0 in an earlier round, before its barrier.
+            let (next_tile, later_tile) = unsafe {
+                (
+                    *ids.add(((round + 1) % stages) as usize) as u64,
+                    *ids.add(((round + ahead) % stages) as usize) as u64,
+                )
             };
 
             let mut running = prefix.combine(before);
@@ -1089,14 +1136,7 @@ mod kernel {
                             step(T::from_words(vectors[v], i)).into_words(&mut vectors[v], i);
                         }
                         // Back into the stage in the rotated order of the reads.
-                        if rotation & 1 != 0 {
-                            vectors.swap(0, 1);
-                            vectors.swap(2, 3);
-                        }
-                        if rotation & 2 != 0 {
-                            vectors.swap(0, 2);
-                            vectors.swap(1, 3);
-                        }
+                        unrotate(&mut vectors);
                         let address = stage_address(stage)
                             + ((start - aligned_low(&s)) as usize * size_of::<T>()) as u32;
                         for (j, words) in vectors.into_iter().enumerate() {
@@ -1133,18 +1173,19 @@ mod kernel {
                 // SAFETY: every thread reaches it.
                 unsafe { sync_threads() };
             }
-            if stages == 1 {
-                // SAFETY: written before the barrier above.
-                fill(stage, unsafe { *ids.add(stage as usize) } as u64);
-            }
             round += 1;
-            let next = round % stages;
-            // SAFETY: written by thread 0 before a barrier that every thread passed since.
-            tile = unsafe { *ids.add(next as usize) } as u64;
-            if tile < tiles {
-                // SAFETY: every thread calls it (tile is uniform); the fill was started.
-                unsafe { copy.wait(next, round / stages) };
-                reduced = reduce(next, tile);
+            tile = next_tile;
+            reduced.copy_within(1.., 0);
+            let later = round + ahead - 1;
+            if later_tile < tiles {
+                // SAFETY: every thread calls it (the tile is uniform); the fill was started.
+                unsafe { copy.wait(later % stages, later / stages) };
+                let r = reduce(later % stages, later_tile);
+                if ahead == SEGMENT_LOOK_BACK_DELAY {
+                    reduced[SEGMENT_LOOK_BACK_DELAY as usize - 1] = r;
+                } else {
+                    reduced[0] = r;
+                }
             }
         }
         // SAFETY: every thread calls it.
@@ -1426,23 +1467,24 @@ mod tests {
                 vector: true
             }
         );
-        // 2^28 in segments of SEGMENT_THREADS runs of 48 elements, two 108 KiB stages.
+        // 2^28 in segments of SEGMENT_THREADS runs of 48 elements, three 72 KiB stages.
         assert_eq!(
             plan(&problem(1, 1 << 28, 1), 4, H100_SHARED),
             ScanPlan::Segments {
-                tiles: (1u64 << 28).div_ceil(576 * 48),
+                tiles: (1u64 << 28).div_ceil(384 * 48),
                 vector: true,
-                stages: 2
+                stages: 3
             }
         );
-        // Unaligned rows: odd runs of 47; one stage where a block has 163 KiB (A100);
-        // none at 99 KiB, where the contiguous kernel takes the rows.
+        // Unaligned rows: odd runs of 47; two stages where a block has 163 KiB (A100);
+        // one would fit 99 KiB, but overlaps no copy with the scan: the contiguous
+        // kernel takes the rows.
         assert_eq!(
             plan(&problem(2, 1 << 20 | 1, 1), 4, 163 * 1024),
             ScanPlan::Segments {
-                tiles: 2 * (1u64 << 20 | 1).div_ceil(576 * 47),
+                tiles: 2 * (1u64 << 20 | 1).div_ceil(384 * 47),
                 vector: false,
-                stages: 1
+                stages: 2
             }
         );
         assert!(matches!(
@@ -1458,11 +1500,11 @@ mod tests {
             "scan_segments_reverse_f64"
         );
         assert_eq!(
-            plan(&problem(3, 24000, 1), 4, H100_SHARED).threads(),
+            plan(&problem(3, 16000, 1), 4, H100_SHARED).threads(),
             BLOCK_THREADS
         );
         assert!(matches!(
-            plan(&problem(3, 24000, 1), 4, H100_SHARED),
+            plan(&problem(3, 16000, 1), 4, H100_SHARED),
             ScanPlan::Contiguous { .. }
         ));
         assert_eq!(
