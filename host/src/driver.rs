@@ -3,6 +3,7 @@
 //! can (limits, sizes) and states what it cannot in a `# Safety` section.
 
 use std::ffi::{CStr, c_void};
+use std::marker::PhantomData;
 use std::os::raw::c_char;
 
 use cust::memory::DeviceBuffer;
@@ -210,10 +211,33 @@ impl LaunchConfig {
 /// Default dynamic shared memory a kernel may use without opting in.
 const SHARED_BYTES_WITHOUT_OPT_IN: u32 = 48 * 1024;
 
-/// Pointers to each kernel argument, in order, for [`launch`].
+/// The addresses of a launch's arguments, in order, for [`launch`]. Each is borrowed
+/// from the caller's binding until the launch, so an argument cannot go out of scope
+/// before the driver reads it.
+pub(crate) struct KernelArgs<'a> {
+    addresses: Vec<*mut c_void>,
+    borrows: PhantomData<&'a ()>,
+}
+
+impl<'a> KernelArgs<'a> {
+    pub(crate) fn new() -> Self {
+        Self {
+            addresses: Vec::new(),
+            borrows: PhantomData,
+        }
+    }
+
+    /// Appends the address of the next argument.
+    pub(crate) fn with<T>(mut self, value: &'a T) -> Self {
+        self.addresses.push(value as *const T as *mut c_void);
+        self
+    }
+}
+
+/// The [`KernelArgs`] of the given bindings, in order.
 macro_rules! kernel_args {
     ($($arg:expr),* $(,)?) => {
-        [$(&$arg as *const _ as *mut ::std::ffi::c_void),*]
+        $crate::driver::KernelArgs::new()$(.with(&$arg))*
     };
 }
 pub(crate) use kernel_args;
@@ -232,7 +256,7 @@ pub(crate) unsafe fn launch(
     config: &LaunchConfig,
     info: &DeviceInfo,
     stream: &Stream,
-    args: &mut [*mut c_void],
+    args: &mut KernelArgs<'_>,
 ) -> Result<()> {
     let (name, handle) = kernel;
     config.validate(name, info)?;
@@ -260,7 +284,7 @@ pub(crate) unsafe fn launch(
             bz,
             config.shared_bytes,
             stream.as_inner(),
-            args.as_mut_ptr(),
+            args.addresses.as_mut_ptr(),
             std::ptr::null_mut(),
         )
     })

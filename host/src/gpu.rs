@@ -169,7 +169,7 @@ impl Gpu {
         &self,
         kernel: &'static str,
         config: &LaunchConfig,
-        args: &mut [*mut std::ffi::c_void],
+        args: &mut driver::KernelArgs<'_>,
     ) -> Result<()> {
         self.bind()?;
         let handle = *self

@@ -205,19 +205,16 @@ impl Gpu {
             ..LaunchConfig::linear(plan.blocks(info.multiprocessors), plan.threads())
         };
         let name = policy::kernel_name(&plan, T::SCAN_DTYPE, reverse);
-        // Arguments live until the launch: bound here, not in the match below.
         let (column_blocks, stages) = match plan {
             ScanPlan::Strided { column_blocks, .. } => (column_blocks, 0),
             ScanPlan::Segments { stages, .. } => (0, stages),
             ScanPlan::Rows { .. } | ScanPlan::Contiguous { .. } => (0, 0),
         };
         let mut args = match plan {
-            ScanPlan::Rows { .. } => kernel_args![x_ptr, y, problem, options].to_vec(),
-            ScanPlan::Contiguous { .. } => kernel_args![x_ptr, y, problem, options, status].to_vec(),
-            ScanPlan::Segments { .. } => kernel_args![x_ptr, y, problem, options, status, stages].to_vec(),
-            ScanPlan::Strided { .. } => {
-                kernel_args![x_ptr, y, problem, options, status, column_blocks].to_vec()
-            }
+            ScanPlan::Rows { .. } => kernel_args![x_ptr, y, problem, options],
+            ScanPlan::Contiguous { .. } => kernel_args![x_ptr, y, problem, options, status],
+            ScanPlan::Segments { .. } => kernel_args![x_ptr, y, problem, options, status, stages],
+            ScanPlan::Strided { .. } => kernel_args![x_ptr, y, problem, options, status, column_blocks],
         };
         // SAFETY: matches rows(x, y, problem, options), contiguous(..., status),
         // segments(..., status, stages) and strided(..., status, column_blocks): x and y
