@@ -208,10 +208,10 @@ impl Gpu {
         let (column_blocks, stages) = match plan {
             ScanPlan::Strided { column_blocks, .. } => (column_blocks, 0),
             ScanPlan::Segments { stages, .. } => (0, stages),
-            ScanPlan::Rows { .. } | ScanPlan::Contiguous { .. } => (0, 0),
+            ScanPlan::Rows { .. } | ScanPlan::Columns { .. } | ScanPlan::Contiguous { .. } => (0, 0),
         };
         let mut args = match plan {
-            ScanPlan::Rows { .. } => kernel_args![x_ptr, y, problem, options],
+            ScanPlan::Rows { .. } | ScanPlan::Columns { .. } => kernel_args![x_ptr, y, problem, options],
             ScanPlan::Contiguous { .. } => kernel_args![x_ptr, y, problem, options, status],
             ScanPlan::Segments { .. } => kernel_args![x_ptr, y, problem, options, status, stages],
             ScanPlan::Strided { .. } => kernel_args![x_ptr, y, problem, options, status, column_blocks],

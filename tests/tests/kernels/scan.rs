@@ -287,6 +287,41 @@ fn cumsum_of_many_long_rows() {
     }
 }
 
+/// At least 2^15 columns take the thread-per-column kernel: columns not a multiple of
+/// the block, axes of one row, of a batch and more, in place, reversed; leading and
+/// middle axes. Integers check the running sums exactly.
+#[test]
+fn cumsum_down_many_columns() {
+    let Some(gpu) = gpu_or_skip("cumsum_down_many_columns") else {
+        return;
+    };
+    let case = |shape: Vec<usize>, axis, kind, reverse, in_place| Case {
+        shape,
+        axis,
+        kind,
+        reverse,
+        in_place,
+        seed: 11 + axis as u64,
+    };
+    check_scan::<f32>(
+        &gpu,
+        case(vec![300, 33_000], 0, ScanKind::Exclusive, false, false),
+    )
+    .unwrap();
+    check_scan::<i32>(
+        &gpu,
+        case(vec![3, 77, 12_000], 1, ScanKind::Inclusive, true, true),
+    )
+    .unwrap();
+    check_scan::<i64>(&gpu, case(vec![40, 40_001], 0, ScanKind::Exclusive, true, false)).unwrap();
+    check_scan::<f64>(
+        &gpu,
+        case(vec![2, 33, 20_000], 1, ScanKind::Inclusive, false, true),
+    )
+    .unwrap();
+    check_scan::<i32>(&gpu, case(vec![1, 32_768], 0, ScanKind::Exclusive, false, true)).unwrap();
+}
+
 /// One very long axis takes the segments kernel: hundreds of segments chained by
 /// look-back, many more than the GPU holds at once; rows aligned and not, forward and
 /// reversed, several rows chained separately. Integers check the chaining exactly.
