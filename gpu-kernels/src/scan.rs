@@ -1198,8 +1198,8 @@ mod kernel {
                 }
             }
             // Aligned segments leave the stage in one bulk store; either way every thread
-            // passes a barrier: the stage, the prefix and the warp totals are free again,
-            // and the refill id is shared.
+            // passes a barrier: the stage, the prefix, the warp totals and the ids read
+            // above are free again.
             if VECTOR {
                 let bytes = ((s.high - s.low) as usize * size_of::<T>()) as u32;
                 // SAFETY: every thread calls it; the segment is aligned (VECTOR) and its
