@@ -8,8 +8,9 @@
 //!   tile or longer): a block per row walks the row tile by tile with a carry, the next
 //!   tile's loads in flight during the current one's scan;
 //! - `columns` (`inner > 1`, at least `COLUMNS_PLAN_MIN_COLUMNS` columns, the `outer *
-//!   inner` lanes of the scan): a thread per column walks it whole with a running sum,
-//!   the next batch of rows' loads in flight during the current batch's scan.
+//!   inner` lanes of the scan): each column walked whole with a
+//!   running sum by `parts` threads of one block, each taking its part of every batch of
+//!   rows, with the next batch's loads in flight during the current batch's scan.
 //!
 //! The other three cut the work into tiles that take their ids from a counter in
 //! launch order and chain their prefixes by decoupled look-back (`block::TileChain`,
@@ -149,13 +150,24 @@ pub const fn tile_items(element_bytes: usize) -> u64 {
     BLOCK_THREADS as u64 * items_per_thread(element_bytes) as u64
 }
 
-/// Columns from which a thread per column, each with `COLUMN_BATCH_BYTES` of loads in
-/// flight, keeps 4 MiB in flight: more than 3 TB/s over a microsecond of latency. Axis 0
-/// of 2^30 f32 on the H100, columns against strided kernel: 65536 columns 3.24 against
-/// 3.88 ms, 32768 3.17 against 3.79; 16384 3.80 against 3.72, 8192 4.83 against 4.04.
-pub const COLUMNS_PLAN_MIN_COLUMNS: u64 = 1 << 15;
+/// Threads the columns kernel aims for, each with `COLUMN_BATCH_BYTES` of loads in
+/// flight (4 MiB in all: more than 3 TB/s over a microsecond of latency); columns take
+/// up to `COLUMN_MAX_PARTS` threads each to reach it. Axis 0 of 2^30 f32 on the H100:
+/// 32768 columns 3.17 ms with one part, 3.11 with two; 16384 columns 3.01 with two, 3.12
+/// with four; 8192 columns 3.02 with four, 3.29 with eight.
+pub const COLUMN_TARGET_THREADS: u64 = 1 << 15;
+/// Columns from which the columns kernel takes the scan from the strided one. Axis 0 of
+/// 2^30 f32 on the H100, columns against strided kernel: 65536 columns 3.24 against 3.88
+/// ms, 32768 3.17 against 3.79, 16384 3.01 against 3.73, 8192 3.02 against 4.04, 4096
+/// 3.17 against 4.42.
+pub const COLUMNS_PLAN_MIN_COLUMNS: u64 = 4096;
+/// Most threads sharing a column (a power of two); warps still cover 32 columns.
+pub const COLUMN_MAX_PARTS: u32 = 8;
+/// Dynamic shared memory of a columns block: each thread's batch total, twice (8-byte
+/// values at most), so that one barrier per batch suffices.
+pub const COLUMN_SHARED_BYTES: u32 = 2 * BLOCK_THREADS * 8;
 /// Bytes of rows each columns thread loads ahead (axis 0 of 32768 x 32768 f32 on the
-/// H100: 3.17 ms with 128, 3.20 with 256, 3.62 with 64; the look-back kernel 3.79).
+/// H100, one thread per column: 3.17 ms with 128, 3.20 with 256, 3.62 with 64).
 pub const COLUMN_BATCH_BYTES: usize = 128;
 
 /// Rows each columns thread loads ahead.
@@ -198,12 +210,9 @@ pub enum ScanPlan {
         /// Shared-memory stages per block.
         stages: u32,
     },
-    /// Many columns: a thread per column, `BLOCK_THREADS` per block; no look-back, no
-    /// status.
-    Columns {
-        /// Blocks of `BLOCK_THREADS` columns.
-        column_blocks: u64,
-    },
+    /// Many columns: `parts` threads per column, `BLOCK_THREADS / parts` columns per
+    /// block; no look-back, no status.
+    Columns { column_blocks: u64, parts: u32 },
     Strided {
         /// Blocks of `BLOCK_THREADS` columns.
         column_blocks: u64,
@@ -217,7 +226,7 @@ impl ScanPlan {
     pub const fn tiles(&self) -> u64 {
         match *self {
             ScanPlan::Rows { rows } => rows,
-            ScanPlan::Columns { column_blocks } => column_blocks,
+            ScanPlan::Columns { column_blocks, .. } => column_blocks,
             ScanPlan::Contiguous { tiles, .. } | ScanPlan::Segments { tiles, .. } => tiles,
             ScanPlan::Strided {
                 column_blocks,
@@ -252,7 +261,7 @@ impl ScanPlan {
     pub const fn shared_bytes(&self) -> u32 {
         match *self {
             ScanPlan::Segments { stages, .. } => segment_shared_bytes(stages),
-            ScanPlan::Columns { .. } => 0,
+            ScanPlan::Columns { .. } => COLUMN_SHARED_BYTES,
             _ => SHARED_BYTES,
         }
     }
@@ -294,8 +303,14 @@ pub const fn plan(problem: &ScanProblem, element_bytes: usize, max_shared_bytes:
             vector: aligned,
         }
     } else if problem.outer * problem.inner >= COLUMNS_PLAN_MIN_COLUMNS {
+        let columns = problem.outer * problem.inner;
+        let mut parts = 1;
+        while columns * (parts as u64) < COLUMN_TARGET_THREADS && parts < COLUMN_MAX_PARTS {
+            parts *= 2;
+        }
         ScanPlan::Columns {
-            column_blocks: (problem.outer * problem.inner).div_ceil(BLOCK_THREADS as u64),
+            column_blocks: columns.div_ceil((BLOCK_THREADS / parts) as u64),
+            parts,
         }
     } else {
         ScanPlan::Strided {
@@ -1294,24 +1309,32 @@ mod kernel {
         }
     }
 
-    /// Scans each column whole with a running sum, one thread per column, `BATCH` rows at
-    /// a time: the next batch's loads go out before the current batch is scanned and
-    /// stored, so each thread keeps a batch of loads in flight.
+    /// Scans each column whole with a running sum, `parts` threads per column: batches of
+    /// `parts * BATCH` rows, each thread loading its `BATCH` consecutive rows of each
+    /// batch. The next batch's loads go out before the current batch is scanned and
+    /// stored, so each thread keeps a batch of loads in flight; with several parts, the
+    /// threads of a column add the totals of the parts before theirs through shared
+    /// memory (one barrier per batch).
     ///
     /// # Safety
-    /// `x` and `y` hold `outer * scan * inner` elements (they may be the same array).
+    /// `x` and `y` hold `outer * scan * inner` elements (they may be the same array);
+    /// `parts` divides `BLOCK_THREADS` by a power of two up to `COLUMN_MAX_PARTS`; blocks
+    /// of `BLOCK_THREADS` threads with `COLUMN_SHARED_BYTES` of dynamic shared memory.
     #[inline(always)]
     pub unsafe fn columns<T: ScanValue, const BATCH: usize>(
         x: *const T,
         y: *mut T,
         problem: ScanProblem,
         options: u32,
+        parts: u32,
     ) {
         let ScanProblem { outer, scan, inner } = problem;
-        let column = block_idx_x() as u64 * block_dim_x() as u64 + thread_idx_x() as u64;
-        if column >= outer * inner {
-            return;
-        }
+        let width = BLOCK_THREADS / parts;
+        let (lane, part) = (thread_idx_x() % width, thread_idx_x() / width);
+        let column = block_idx_x() as u64 * width as u64 + lane as u64;
+        let valid = column < outer * inner;
+        // SAFETY: COLUMN_SHARED_BYTES holds two totals per thread.
+        let totals: *mut T = unsafe { SharedCarver::new().take(2 * BLOCK_THREADS as usize) };
         let exclusive = options & EXCLUSIVE != 0;
         // Row r of the column sits at `origin + r * step` (one add per row).
         let (origin, step) = {
@@ -1323,10 +1346,13 @@ mod kernel {
             }
         };
         let offset = |r: u64| origin as isize + r as isize * step;
-        let load = |first: u64| -> [T; BATCH] {
+        let batch_rows = (parts as usize * BATCH) as u64;
+        let part_start = |batch_first: u64| batch_first + (part as usize * BATCH) as u64;
+        let load = |batch_first: u64| -> [T; BATCH] {
+            let first = part_start(batch_first);
             let mut at = offset(first);
             core::array::from_fn(|k| {
-                let item = if first + (k as u64) < scan {
+                let item = if valid && first + (k as u64) < scan {
                     // SAFETY: row first + k of a column below outer * inner.
                     unsafe { *x.offset(at) }
                 } else {
@@ -1336,23 +1362,54 @@ mod kernel {
                 item
             })
         };
-        let mut running = T::identity();
-        let mut first = 0;
+        let mut carry = T::identity();
+        let mut batch_first = 0;
         let mut items = load(0);
-        while first < scan {
-            let next = load(first + BATCH as u64);
+        let mut buffer = 0;
+        while batch_first < scan {
+            let next = load(batch_first + batch_rows);
+            let mut running = carry;
+            if parts > 1 {
+                let mut own = T::identity();
+                for &item in &items {
+                    own = own.combine(item);
+                }
+                let slot = |buffer: usize, part: u32| {
+                    buffer * BLOCK_THREADS as usize + (part * width + lane) as usize
+                };
+                // SAFETY: this thread's slot of this batch's buffer; the other buffer's
+                // readers of the batch before passed this batch's barrier below before any
+                // thread writes it again.
+                unsafe {
+                    *totals.add(slot(buffer, part)) = own;
+                    sync_threads();
+                }
+                for p in 0..parts {
+                    // SAFETY: written before the barrier by the thread of part p.
+                    let total = unsafe { *totals.add(slot(buffer, p)) };
+                    if p < part {
+                        running = running.combine(total);
+                    }
+                    carry = carry.combine(total);
+                }
+                buffer ^= 1;
+            }
+            let first = part_start(batch_first);
             let mut at = offset(first);
             for (k, &item) in items.iter().enumerate() {
                 let sum = running.combine(item);
-                if first + (k as u64) < scan {
+                if valid && first + (k as u64) < scan {
                     // SAFETY: as for the loads; in place, this row was loaded already.
                     unsafe { *y.offset(at) = if exclusive { running } else { sum } };
                 }
                 running = sum;
                 at += step;
             }
+            if parts == 1 {
+                carry = running;
+            }
             items = next;
-            first += BATCH as u64;
+            batch_first += batch_rows;
         }
     }
 
@@ -1519,12 +1576,18 @@ mod kernel {
     macro_rules! columns_entry_points {
         ($($t:ty: $name:ident;)*) => {$(
             /// # Safety
-            /// See [`columns`]; the grid covers `outer * inner` threads.
+            /// See [`columns`]; the grid covers `outer * inner` columns.
             #[unsafe(no_mangle)]
-            pub unsafe extern "ptx-kernel" fn $name(x: *const $t, y: *mut $t, problem: ScanProblem, options: u32) {
+            pub unsafe extern "ptx-kernel" fn $name(
+                x: *const $t,
+                y: *mut $t,
+                problem: ScanProblem,
+                options: u32,
+                parts: u32,
+            ) {
                 const BATCH: usize = column_batch(size_of::<$t>());
                 // SAFETY: forwarded from the launch's contract.
-                unsafe { columns::<$t, BATCH>(x, y, problem, options) }
+                unsafe { columns::<$t, BATCH>(x, y, problem, options, parts) }
             }
         )*};
     }
@@ -1638,12 +1701,24 @@ mod tests {
         // Axis 0 of the headline: a thread per column; fewer columns take the look-back.
         assert_eq!(
             plan(&problem(1, 32768, 32768), 4, H100_SHARED),
-            ScanPlan::Columns { column_blocks: 128 }
+            ScanPlan::Columns {
+                column_blocks: 128,
+                parts: 1
+            }
+        );
+        // Fewer columns share the rows among up to 8 threads each; under 4096, the
+        // look-back.
+        assert_eq!(
+            plan(&problem(2, 32768, 5000), 4, H100_SHARED),
+            ScanPlan::Columns {
+                column_blocks: 157,
+                parts: 4
+            }
         );
         assert_eq!(
-            plan(&problem(2, 32768, 8192), 4, H100_SHARED),
+            plan(&problem(1, 32768, 4095), 4, H100_SHARED),
             ScanPlan::Strided {
-                column_blocks: 64,
+                column_blocks: 16,
                 chunks: 512
             }
         );

@@ -205,25 +205,30 @@ impl Gpu {
             ..LaunchConfig::linear(plan.blocks(info.multiprocessors), plan.threads())
         };
         let name = policy::kernel_name(&plan, T::SCAN_DTYPE, reverse);
-        let (column_blocks, stages) = match plan {
-            ScanPlan::Strided { column_blocks, .. } => (column_blocks, 0),
-            ScanPlan::Segments { stages, .. } => (0, stages),
-            ScanPlan::Rows { .. } | ScanPlan::Columns { .. } | ScanPlan::Contiguous { .. } => (0, 0),
+        let (column_blocks, stages, parts) = match plan {
+            ScanPlan::Strided { column_blocks, .. } => (column_blocks, 0, 0),
+            ScanPlan::Segments { stages, .. } => (0, stages, 0),
+            ScanPlan::Columns { parts, .. } => (0, 0, parts),
+            ScanPlan::Rows { .. } | ScanPlan::Contiguous { .. } => (0, 0, 0),
         };
         let mut args = match plan {
-            ScanPlan::Rows { .. } | ScanPlan::Columns { .. } => kernel_args![x_ptr, y, problem, options],
+            ScanPlan::Rows { .. } => kernel_args![x_ptr, y, problem, options],
+            ScanPlan::Columns { .. } => kernel_args![x_ptr, y, problem, options, parts],
             ScanPlan::Contiguous { .. } => kernel_args![x_ptr, y, problem, options, status],
             ScanPlan::Segments { .. } => kernel_args![x_ptr, y, problem, options, status, stages],
             ScanPlan::Strided { .. } => kernel_args![x_ptr, y, problem, options, status, column_blocks],
         };
-        // SAFETY: matches rows(x, y, problem, options), contiguous(..., status),
-        // segments(..., status, stages) and strided(..., status, column_blocks): x and y
+        // SAFETY: matches rows(x, y, problem, options), columns(..., parts),
+        // contiguous(..., status), segments(..., status, stages) and strided(..., status,
+        // column_blocks): x and y
         // hold the problem's elements (the same array when in place, which the kernels
         // allow), the plan picks rows only for rows of whole 128-bit runs and vector
         // entries only for aligned rows, the status lies in the scratch buffer (counter
         // and flags zeroed above, values for every tile), the grid is one block per tile
-        // (per row for rows; one per SM at most for segments, with stages that fit the
-        // device's shared memory) with the plan's threads and shared memory. The scratch
+        // (per row for rows; per `BLOCK_THREADS / parts` columns for columns, with
+        // `parts` a power of two up to COLUMN_MAX_PARTS; one per SM at most for segments,
+        // with stages that fit the device's shared memory) with the plan's threads and
+        // shared memory. The scratch
         // stays borrowed until the launch is queued; later users queue after it.
         unsafe { self.launch(name, &config, &mut args) }
     }

@@ -287,39 +287,61 @@ fn cumsum_of_many_long_rows() {
     }
 }
 
-/// At least 2^15 columns take the thread-per-column kernel: columns not a multiple of
-/// the block, axes of one row, of a batch and more, in place, reversed; leading and
-/// middle axes. Integers check the running sums exactly.
+/// At least 4096 columns take the columns kernel: a thread per column from 2^15, else
+/// 2, 4 or 8 threads sharing each batch of rows; columns not a multiple of the block,
+/// axes of one row, of a batch and more, in place, reversed; leading and middle axes.
+/// Integers check the running sums exactly.
 #[test]
 fn cumsum_down_many_columns() {
     let Some(gpu) = gpu_or_skip("cumsum_down_many_columns") else {
         return;
     };
-    let case = |shape: Vec<usize>, axis, kind, reverse, in_place| Case {
-        shape,
-        axis,
-        kind,
-        reverse,
-        in_place,
-        seed: 11 + axis as u64,
-    };
-    check_scan::<f32>(
+    use ScanKind::{Exclusive, Inclusive};
+    check_cases::<f32>(
         &gpu,
-        case(vec![300, 33_000], 0, ScanKind::Exclusive, false, false),
-    )
-    .unwrap();
-    check_scan::<i32>(
+        &[
+            (&[300, 33_000], 0, Exclusive, false, false),
+            (&[5, 301, 2001], 1, Exclusive, true, false),
+        ],
+    );
+    check_cases::<i32>(
         &gpu,
-        case(vec![3, 77, 12_000], 1, ScanKind::Inclusive, true, true),
-    )
-    .unwrap();
-    check_scan::<i64>(&gpu, case(vec![40, 40_001], 0, ScanKind::Exclusive, true, false)).unwrap();
-    check_scan::<f64>(
+        &[
+            (&[3, 77, 12_000], 1, Inclusive, true, true),
+            (&[1, 32_768], 0, Exclusive, false, true),
+            (&[1000, 20_000], 0, Inclusive, false, false),
+            (&[3, 4096], 0, Exclusive, true, true),
+        ],
+    );
+    check_cases::<i64>(
         &gpu,
-        case(vec![2, 33, 20_000], 1, ScanKind::Inclusive, false, true),
-    )
-    .unwrap();
-    check_scan::<i32>(&gpu, case(vec![1, 32_768], 0, ScanKind::Exclusive, false, true)).unwrap();
+        &[
+            (&[40, 40_001], 0, Exclusive, true, false),
+            (&[517, 4100], 0, Exclusive, false, true),
+        ],
+    );
+    check_cases::<f64>(
+        &gpu,
+        &[
+            (&[2, 33, 20_000], 1, Inclusive, false, true),
+            (&[2, 129, 4096], 1, Inclusive, true, false),
+        ],
+    );
+}
+
+/// `check_scan` of each `(shape, axis, kind, reverse, in_place)`.
+fn check_cases<T: TestValue>(gpu: &Gpu, cases: &[(&[usize], usize, ScanKind, bool, bool)]) {
+    for &(shape, axis, kind, reverse, in_place) in cases {
+        let case = Case {
+            shape: shape.to_vec(),
+            axis,
+            kind,
+            reverse,
+            in_place,
+            seed: 11 + axis as u64,
+        };
+        check_scan::<T>(gpu, case).unwrap();
+    }
 }
 
 /// One very long axis takes the segments kernel: hundreds of segments chained by
