@@ -1235,6 +1235,7 @@ mod kernel {
                 // SAFETY: every thread calls it (the tile is uniform); the fill was started.
                 unsafe { copy.wait(later % stages, later / stages) };
                 let r = reduce(later % stages, later_tile);
+                // Constant indices keep the array in registers.
                 if ahead == SEGMENT_LOOK_BACK_DELAY {
                     reduced[SEGMENT_LOOK_BACK_DELAY as usize - 1] = r;
                 } else {
@@ -1362,21 +1363,22 @@ mod kernel {
                 item
             })
         };
+        let slot =
+            |buffer: usize, part: u32| buffer * BLOCK_THREADS as usize + (part * width + lane) as usize;
         let mut carry = T::identity();
         let mut batch_first = 0;
         let mut items = load(0);
         let mut buffer = 0;
         while batch_first < scan {
             let next = load(batch_first + batch_rows);
-            let mut running = carry;
-            if parts > 1 {
-                let mut own = T::identity();
-                for &item in &items {
-                    own = own.combine(item);
-                }
-                let slot = |buffer: usize, part: u32| {
-                    buffer * BLOCK_THREADS as usize + (part * width + lane) as usize
-                };
+            let mut own = T::identity();
+            for &item in &items {
+                own = own.combine(item);
+            }
+            // The parts before this thread's in the batch, and the whole batch.
+            let (before, batch_total) = if parts == 1 {
+                (T::identity(), own)
+            } else {
                 // SAFETY: this thread's slot of this batch's buffer; the other buffer's
                 // readers of the batch before passed this batch's barrier below before any
                 // thread writes it again.
@@ -1384,16 +1386,19 @@ mod kernel {
                     *totals.add(slot(buffer, part)) = own;
                     sync_threads();
                 }
+                let (mut before, mut batch_total) = (T::identity(), T::identity());
                 for p in 0..parts {
                     // SAFETY: written before the barrier by the thread of part p.
                     let total = unsafe { *totals.add(slot(buffer, p)) };
                     if p < part {
-                        running = running.combine(total);
+                        before = before.combine(total);
                     }
-                    carry = carry.combine(total);
+                    batch_total = batch_total.combine(total);
                 }
                 buffer ^= 1;
-            }
+                (before, batch_total)
+            };
+            let mut running = carry.combine(before);
             let first = part_start(batch_first);
             let mut at = offset(first);
             for (k, &item) in items.iter().enumerate() {
@@ -1405,9 +1410,7 @@ mod kernel {
                 running = sum;
                 at += step;
             }
-            if parts == 1 {
-                carry = running;
-            }
+            carry = carry.combine(batch_total);
             items = next;
             batch_first += batch_rows;
         }

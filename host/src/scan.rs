@@ -220,16 +220,15 @@ impl Gpu {
         };
         // SAFETY: matches rows(x, y, problem, options), columns(..., parts),
         // contiguous(..., status), segments(..., status, stages) and strided(..., status,
-        // column_blocks): x and y
-        // hold the problem's elements (the same array when in place, which the kernels
-        // allow), the plan picks rows only for rows of whole 128-bit runs and vector
-        // entries only for aligned rows, the status lies in the scratch buffer (counter
-        // and flags zeroed above, values for every tile), the grid is one block per tile
-        // (per row for rows; per `BLOCK_THREADS / parts` columns for columns, with
-        // `parts` a power of two up to COLUMN_MAX_PARTS; one per SM at most for segments,
-        // with stages that fit the device's shared memory) with the plan's threads and
-        // shared memory. The scratch
-        // stays borrowed until the launch is queued; later users queue after it.
+        // column_blocks): x and y hold the problem's elements (the same array when in
+        // place, which the kernels allow), the plan picks rows only for rows of whole
+        // 128-bit runs and vector entries only for aligned rows, the status lies in the
+        // scratch buffer (counter and flags zeroed above, values for every tile), the
+        // grid is one block per tile (per row for rows; per `BLOCK_THREADS / parts`
+        // columns for columns, with `parts` a power of two up to COLUMN_MAX_PARTS; one
+        // per SM at most for segments, with stages that fit the device's shared memory)
+        // with the plan's threads and shared memory. The scratch stays borrowed until
+        // the launch is queued; later users queue after it.
         unsafe { self.launch(name, &config, &mut args) }
     }
 }
