@@ -6,8 +6,7 @@
 //! Words past the last whole vector are copied one by one by the thread whose vector
 //! straddles the end.
 
-/// Kernel entry point.
-pub const KERNEL: &str = "copy_words";
+use crate::launch::{DevicePtr, DevicePtrMut, Launch, LaunchGeometry, kernel_args};
 
 /// Threads per block.
 pub const BLOCK_THREADS: u32 = 256;
@@ -20,9 +19,30 @@ pub const TILE_WORDS: u64 = BLOCK_THREADS as u64 * VECTORS_PER_THREAD as u64 * W
 
 const _: () = assert!(BLOCK_THREADS.is_multiple_of(32));
 
-/// Blocks needed for `words` words (zero for zero words: launch nothing).
-pub const fn grid_blocks(words: u64) -> u64 {
-    words.div_ceil(TILE_WORDS)
+kernel_args! {
+    /// The copy kernel's arguments: `words` words from `src` to `dst`, both 16-byte
+    /// aligned and distinct.
+    pub struct CopyArgs {
+        pub src: DevicePtr<u32>,
+        pub dst: DevicePtrMut<u32>,
+        pub words: u64,
+    }
+    /// The copy kernel.
+    pub const COPY = "copy_words" => kernel::copy_words;
+    entry points in ENTRY_POINTS;
+}
+
+/// The launch that copies `args.words` words, or `None` when there is none to copy.
+pub const fn launch(args: CopyArgs) -> Option<Launch<CopyArgs>> {
+    let blocks = args.words.div_ceil(TILE_WORDS);
+    if blocks == 0 {
+        return None;
+    }
+    Some(Launch::new(
+        COPY,
+        LaunchGeometry::linear(blocks, BLOCK_THREADS),
+        args,
+    ))
 }
 
 #[cfg(target_arch = "nvptx64")]
@@ -34,9 +54,10 @@ mod kernel {
     ///
     /// # Safety
     /// `src` and `dst` are 16-byte aligned, hold `words` words each, and do not overlap;
-    /// the grid has `grid_blocks(words)` blocks of `BLOCK_THREADS` threads.
-    #[unsafe(no_mangle)]
-    pub unsafe extern "ptx-kernel" fn copy_words(src: *const u32, dst: *mut u32, words: u64) {
+    /// the grid has `words.div_ceil(TILE_WORDS)` blocks of `BLOCK_THREADS` threads.
+    #[inline(always)]
+    pub unsafe fn copy_words(args: CopyArgs) {
+        let (src, dst, words) = (args.src.as_ptr(), args.dst.as_mut_ptr(), args.words);
         let first_vector = block_idx_x() as u64 * (TILE_WORDS / WORDS_PER_VECTOR) + thread_idx_x() as u64;
         let mut held = [[0u32; 4]; VECTORS_PER_THREAD];
         for (i, v) in held.iter_mut().enumerate() {

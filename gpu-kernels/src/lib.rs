@@ -1,14 +1,17 @@
 //! GPU kernels in `no_std` Rust, compiled to PTX through rustc's `nvptx64-nvidia-cuda`
-//! target, and the launch geometry that the host derives its launches from.
+//! target, and the contract that the host launches them by.
 //!
 //! Levels, bottom up:
-//! - [`device`]: the only code that touches `core::arch::nvptx` or inline PTX (indices,
+//! - `device`: the only code that touches `core::arch::nvptx` or inline PTX (indices,
 //!   barriers, shared memory, shuffles, vector memory access);
-//! - [`warp`] and [`block`]: warp- and block-wide collectives built on the device layer;
-//! - one module per kernel family, each holding its tuning policy (compiled on both
-//!   sides) and, for nvptx64 only, its block-level functions and thin entry points.
+//! - `warp` and `block` (nvptx64 only): warp- and block-wide collectives built on the device layer;
+//! - [`launch`]: the contract between a kernel and its launch (typed device pointers,
+//!   argument structs, entry points, geometry, scratch), compiled by both sides;
+//! - one module per kernel family, each holding its problem, its tuning policy and plans
+//!   (compiled on both sides), one file per kernel with its argument struct, its entry
+//!   points and, for nvptx64 only, its body.
 //!
-//! On the host this crate compiles to the policies alone.
+//! On the host this crate compiles to the contract alone.
 #![no_std]
 #![cfg_attr(target_arch = "nvptx64", allow(internal_features))]
 #![cfg_attr(
@@ -23,34 +26,28 @@ pub mod device;
 #[cfg(target_arch = "nvptx64")]
 pub mod warp;
 
+pub mod launch;
+
 pub mod conv;
 pub mod copy;
 pub mod matvec;
 pub mod min;
 pub mod scan;
 
-/// Every kernel entry point the PTX must export. The PTX build fails if one is missing,
-/// and the host looks each one up when it loads the module.
-pub fn kernel_entry_points() -> impl Iterator<Item = &'static str> {
-    core::iter::once(copy::KERNEL)
-        .chain(min::KERNELS)
-        .chain(scan::KERNELS)
-        .chain(matvec::KERNELS)
-        .chain(conv::KERNELS)
-}
-
-/// Launch bounds (`__launch_bounds__`) that the PTX build adds to entry points: the
-/// block size every launch uses, and the blocks that must fit on one SM at once, which
-/// caps the registers ptxas may give each thread.
-pub struct LaunchBounds {
-    pub kernel: &'static str,
-    pub threads: u32,
-    pub blocks_per_sm: u32,
-}
-
-/// Every entry point's launch bounds, where a family sets them.
-pub fn launch_bounds() -> impl Iterator<Item = &'static LaunchBounds> {
-    conv::LAUNCH_BOUNDS.iter().chain(&scan::LAUNCH_BOUNDS)
+/// Every kernel entry point the module exports. The PTX build fails if one is missing
+/// or if the PTX has one that is not listed; the host looks each one up when it loads
+/// the module.
+pub fn entry_points() -> impl Iterator<Item = launch::EntryPoint> {
+    [
+        &[copy::ENTRY_POINTS][..],
+        scan::ENTRY_POINTS,
+        min::ENTRY_POINTS,
+        matvec::ENTRY_POINTS,
+        conv::ENTRY_POINTS,
+    ]
+    .into_iter()
+    .flatten()
+    .flat_map(|kernel| kernel.iter().copied())
 }
 
 /// A panic in device code (only reachable through a failed bounds check) stops the
@@ -64,21 +61,13 @@ fn panic(_: &core::panic::PanicInfo) -> ! {
 #[cfg(test)]
 mod tests {
     extern crate std;
+    use std::collections::BTreeSet;
     use std::vec::Vec;
 
     #[test]
-    fn every_family_kernel_is_an_entry_point_once() {
-        let all: Vec<&str> = super::kernel_entry_points().collect();
-        let families = [
-            &[super::copy::KERNEL][..],
-            &super::min::KERNELS,
-            &super::scan::KERNELS,
-            &super::matvec::KERNELS,
-            &super::conv::KERNELS,
-        ];
-        for name in families.iter().flat_map(|f| f.iter()) {
-            assert_eq!(all.iter().filter(|n| *n == name).count(), 1, "{name}");
-        }
-        assert_eq!(all.len(), families.iter().map(|f| f.len()).sum::<usize>());
+    fn entry_point_names_are_distinct() {
+        let names: Vec<&str> = super::entry_points().map(|e| e.name).collect();
+        let distinct: BTreeSet<&str> = names.iter().copied().collect();
+        assert_eq!(names.len(), distinct.len(), "{names:?}");
     }
 }

@@ -1,6 +1,7 @@
 //! Arrays in device memory.
 
 use cust::memory::{DeviceBuffer, DeviceCopy};
+use gpu_kernels::launch::{DevicePtr, DevicePtrMut};
 
 /// Element types the kernels handle.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -42,6 +43,16 @@ impl<T: Element> DeviceArray<T> {
     pub(crate) fn new(buffer: DeviceBuffer<T>, shape: Vec<usize>) -> Self {
         debug_assert_eq!(buffer.len(), shape.iter().product::<usize>());
         Self { buffer, shape }
+    }
+
+    /// The elements' device address, for a kernel that reads them.
+    pub(crate) fn ptr(&self) -> DevicePtr<T> {
+        DevicePtr::from_address(self.buffer.as_device_ptr().as_raw())
+    }
+
+    /// The elements' device address, for a kernel that writes them.
+    pub(crate) fn ptr_mut(&mut self) -> DevicePtrMut<T> {
+        DevicePtrMut::from_address(self.buffer.as_device_ptr().as_raw())
     }
 
     /// The extent of each axis, outermost first.

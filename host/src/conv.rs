@@ -9,14 +9,13 @@
 //! [`Gpu::conv2d_backward_of`], which upload them row-major.
 
 use gpu_kernels::conv::{
-    self as policy, ConvAlgorithm, ConvKernel, ConvPass, ConvProblem, ConvShape, FILTER_THREADS,
-    GEMM_SHARED_BYTES, GEMM_THREADS, GemmPlan, REDUCE_THREADS, WINOGRAD_SHARED_BYTES, WINOGRAD_THREADS,
-    WinogradProblem, WinogradSplit,
+    self as kernel, ConvAlgorithm, ConvPass, ConvProblem, ConvShape, ConvShapeError, WinogradProblem,
+    WinogradSplit, reduce,
 };
+use gpu_kernels::launch::{DevicePtr, DevicePtrMut};
 use ndarray::{ArrayBase, ArrayD, Data, Dimension};
 
 use crate::array::DeviceArray;
-use crate::driver::{LaunchConfig, kernel_args};
 use crate::error::{Error, Result};
 use crate::gpu::Gpu;
 
@@ -65,7 +64,8 @@ fn invalid(parameter: &'static str, detail: String) -> Error {
     Error::InvalidParameter { parameter, detail }
 }
 
-/// Validates a convolution of x by w and returns its problem and y's shape.
+/// Validates a convolution of x by w and returns its problem and y's shape (computed
+/// once, by the problem).
 pub fn conv2d_problem(
     x_shape: &[usize],
     w_shape: &[usize],
@@ -78,36 +78,69 @@ pub fn conv2d_problem(
             shape: shape.to_vec(),
         })
     };
-    let [batch, in_channels, height, width] = rank4("the input x", x_shape)?;
-    let [out_channels, w_in, kernel_h, kernel_w] = rank4("the weight w", w_shape)?;
+    let x = rank4("the input x", x_shape)?;
+    let w = rank4("the weight w", w_shape)?;
+    let too_large = || Error::TooLarge {
+        shape: x_shape.to_vec(),
+        detail: "a dimension, or a GEMM extent of the convolution, passes the kernels' 32-bit index limits"
+            .into(),
+    };
+    let narrow = |v: usize| u32::try_from(v).map_err(|_| too_large());
+    let narrow_all = |v: &[usize]| v.iter().map(|&d| narrow(d)).collect::<Result<Vec<u32>>>();
+    let pair = |v: [usize; 2]| Ok::<_, Error>([narrow(v[0])?, narrow(v[1])?]);
+    let shape = ConvShape {
+        input: narrow_all(&x)?.try_into().expect("four extents"),
+        weight: narrow_all(&w)?.try_into().expect("four extents"),
+        stride: pair(params.stride)?,
+        padding: pair(params.padding)?,
+        dilation: pair(params.dilation)?,
+        groups: narrow(params.groups)?,
+    };
+    let problem = ConvProblem::new(&shape).map_err(|e| shape_error(e, x, w, params, too_large()))?;
+    let y_shape = problem.output_shape().map(|d| d as usize).to_vec();
+    Ok((problem, y_shape))
+}
+
+/// The error of a rejected shape, with what was expected.
+fn shape_error(
+    error: ConvShapeError,
+    x: [usize; 4],
+    w: [usize; 4],
+    params: &Conv2dParams,
+    too_large: Error,
+) -> Error {
+    let [_, in_channels, height, width] = x;
+    let [out_channels, _, kernel_h, kernel_w] = w;
     let groups = params.groups;
-    if groups == 0 {
-        return Err(invalid("groups", "must be at least 1".into()));
-    }
-    for (name, value) in [("stride", params.stride), ("dilation", params.dilation)] {
-        if value.contains(&0) {
-            return Err(invalid(
+    match error {
+        ConvShapeError::NoGroups => invalid("groups", "must be at least 1".into()),
+        ConvShapeError::ZeroStep { dilation } => {
+            let (name, value) = if dilation {
+                ("dilation", params.dilation)
+            } else {
+                ("stride", params.stride)
+            };
+            invalid(
                 name,
                 format!("{value:?} has a zero; every entry must be at least 1"),
-            ));
+            )
         }
-    }
-    if in_channels == 0 || out_channels == 0 {
-        return Err(invalid(
+        ConvShapeError::NoChannels => invalid(
             "channels",
             format!("x has {in_channels} and w {out_channels} channels; both must be at least 1"),
-        ));
-    }
-    for (name, channels) in [("in channels", in_channels), ("out channels", out_channels)] {
-        if channels % groups != 0 {
-            return Err(invalid(
+        ),
+        ConvShapeError::GroupsDivide { input } => {
+            let (name, channels) = if input {
+                ("in channels", in_channels)
+            } else {
+                ("out channels", out_channels)
+            };
+            invalid(
                 "groups",
                 format!("{name} ({channels}) are not divisible by groups ({groups})"),
-            ));
+            )
         }
-    }
-    if w_in != in_channels / groups || kernel_h == 0 || kernel_w == 0 {
-        return Err(Error::ShapeMismatch {
+        ConvShapeError::WeightMismatch => Error::ShapeMismatch {
             what: "the weight w (against x and groups; kernel extents at least 1)",
             expected: vec![
                 out_channels,
@@ -115,51 +148,10 @@ pub fn conv2d_problem(
                 kernel_h.max(1),
                 kernel_w.max(1),
             ],
-            actual: w_shape.to_vec(),
-        });
-    }
-    if height == 0 || width == 0 {
-        return Err(invalid(
-            "x",
-            format!("shape {x_shape:?} has an empty spatial extent"),
-        ));
-    }
-    let too_large = || Error::TooLarge {
-        shape: x_shape.to_vec(),
-        detail: "a dimension, or a GEMM extent of the convolution, passes the kernels' 32-bit index limits"
-            .into(),
-    };
-    let narrow = |v: usize| u32::try_from(v).map_err(|_| too_large());
-    let pair = |v: [usize; 2]| Ok::<_, Error>([narrow(v[0])?, narrow(v[1])?]);
-    let shape = ConvShape {
-        input: [
-            narrow(batch)?,
-            narrow(in_channels)?,
-            narrow(height)?,
-            narrow(width)?,
-        ],
-        weight: [
-            narrow(out_channels)?,
-            narrow(w_in)?,
-            narrow(kernel_h)?,
-            narrow(kernel_w)?,
-        ],
-        stride: pair(params.stride)?,
-        padding: pair(params.padding)?,
-        dilation: pair(params.dilation)?,
-        groups: narrow(groups)?,
-    };
-    let extent = |axis: usize| {
-        policy::output_extent(
-            shape.input[2 + axis],
-            shape.weight[2 + axis],
-            shape.stride[axis],
-            shape.padding[axis],
-            shape.dilation[axis],
-        )
-    };
-    let (Some(out_h), Some(out_w)) = (extent(0), extent(1)) else {
-        return Err(invalid(
+            actual: w.to_vec(),
+        },
+        ConvShapeError::EmptyImage => invalid("x", format!("shape {x:?} has an empty spatial extent")),
+        ConvShapeError::WindowTooLarge => invalid(
             "kernel",
             format!(
                 "the dilated {kernel_h}x{kernel_w} window (dilation {:?}) is larger than the padded {}x{} input",
@@ -167,13 +159,9 @@ pub fn conv2d_problem(
                 height + 2 * params.padding[0],
                 width + 2 * params.padding[1]
             ),
-        ));
-    };
-    if !shape.fits_index_limits() {
-        return Err(too_large());
+        ),
+        ConvShapeError::TooLarge => too_large,
     }
-    let problem = ConvProblem::new(&shape);
-    Ok((problem, vec![batch, out_channels, out_h as usize, out_w as usize]))
 }
 
 fn expect_shape(what: &'static str, expected: Vec<usize>, actual: &[usize]) -> Result<()> {
@@ -185,10 +173,6 @@ fn expect_shape(what: &'static str, expected: Vec<usize>, actual: &[usize]) -> R
         });
     }
     Ok(())
-}
-
-fn address(array: &DeviceArray<f32>) -> u64 {
-    array.buffer.as_device_ptr().as_raw()
 }
 
 impl Gpu {
@@ -225,22 +209,13 @@ impl Gpu {
         if y.is_empty() {
             return Ok(());
         }
-        let bias_ptr = bias.map_or(0, address);
-        let (x_ptr, w_ptr, y_ptr) = (address(x), address(w), address(y));
+        let bias = bias.map_or(DevicePtr::NULL, DeviceArray::ptr);
         match self.algorithm(&problem, ConvPass::Forward) {
-            ConvAlgorithm::Winograd(winograd) => self.winograd(&winograd, x_ptr, w_ptr, bias_ptr, y_ptr),
+            ConvAlgorithm::Winograd(winograd) => {
+                self.winograd(&winograd, x.ptr(), w.ptr(), bias, y.ptr_mut())
+            }
             ConvAlgorithm::ImplicitGemm(plan) => {
-                let mut args = kernel_args![x_ptr, w_ptr, bias_ptr, y_ptr, problem, plan];
-                // SAFETY: matches conv_forward_f32(x, w, bias, y, problem, plan): x, w,
-                // bias and y have the shapes the problem was validated from (bias null
-                // when absent); the grid is the plan's.
-                unsafe {
-                    self.launch(
-                        policy::kernel_name(ConvKernel::Forward),
-                        &gemm_config(&plan),
-                        &mut args,
-                    )
-                }
+                self.launch(&plan.forward(&problem, x.ptr(), w.ptr(), bias, y.ptr_mut()))
             }
         }
     }
@@ -356,36 +331,24 @@ impl Gpu {
     }
 
     fn algorithm(&self, problem: &ConvProblem, pass: ConvPass) -> ConvAlgorithm {
-        let algorithm = policy::algorithm(problem, pass, self.info().multiprocessors);
+        let algorithm = kernel::algorithm(problem, pass, self.info().multiprocessors);
         log::debug!("conv2d {pass:?} {problem:?}: {algorithm:?}");
         algorithm
     }
 
     /// Transforms the weights into the scratch buffer, then runs the Winograd pass.
-    fn winograd(&self, problem: &WinogradProblem, input: u64, w: u64, bias: u64, output: u64) -> Result<()> {
-        let (_scratch, u) = self.scratch(problem.filter_len() as usize * size_of::<f32>())?;
-        let threads = problem.filter_len() / 16;
-        let config = LaunchConfig::linear(threads.div_ceil(FILTER_THREADS as u64), FILTER_THREADS);
-        let mut args = kernel_args![w, u, *problem];
-        // SAFETY: matches conv_winograd_filter_f32(w, u, problem): w holds the validated
-        // weights, the scratch filter_len floats; the grid covers filter_len / 16.
-        unsafe {
-            self.launch(
-                policy::kernel_name(ConvKernel::WinogradFilter),
-                &config,
-                &mut args,
-            )?
-        };
-        let config = LaunchConfig {
-            grid: [problem.blocks(), problem.groups as u64, 1],
-            block: [WINOGRAD_THREADS, 1, 1],
-            shared_bytes: WINOGRAD_SHARED_BYTES,
-        };
-        let mut args = kernel_args![input, u, bias, output, *problem];
-        // SAFETY: matches conv_winograd_f32(input, u, bias, output, problem): the
-        // tensors have the problem's shapes (bias null or out_channels floats), U was
-        // written just before in stream order; the grid is the problem's blocks.
-        unsafe { self.launch(policy::kernel_name(ConvKernel::Winograd), &config, &mut args) }
+    fn winograd(
+        &self,
+        problem: &WinogradProblem,
+        input: DevicePtr<f32>,
+        w: DevicePtr<f32>,
+        bias: DevicePtr<f32>,
+        output: DevicePtrMut<f32>,
+    ) -> Result<()> {
+        let (_scratch, u) = self.scratch(problem.filter_scratch())?;
+        let u = u.cast::<f32>();
+        self.launch(&problem.filter(w, u))?;
+        self.launch(&problem.data_pass(input, u.as_const(), bias, output))
     }
 
     fn input_grad(
@@ -398,20 +361,12 @@ impl Gpu {
         if dx.is_empty() {
             return Ok(());
         }
-        let (dy_ptr, w_ptr, dx_ptr) = (address(grad_y), address(w), address(dx));
         match self.algorithm(problem, ConvPass::InputGrad) {
-            ConvAlgorithm::Winograd(winograd) => self.winograd(&winograd, dy_ptr, w_ptr, 0, dx_ptr),
+            ConvAlgorithm::Winograd(winograd) => {
+                self.winograd(&winograd, grad_y.ptr(), w.ptr(), DevicePtr::NULL, dx.ptr_mut())
+            }
             ConvAlgorithm::ImplicitGemm(plan) => {
-                let mut args = kernel_args![dy_ptr, w_ptr, dx_ptr, *problem, plan];
-                // SAFETY: matches conv_input_grad_f32(dy, w, dx, problem, plan): the
-                // shapes are the validated problem's; the grid is the plan's.
-                unsafe {
-                    self.launch(
-                        policy::kernel_name(ConvKernel::InputGrad),
-                        &gemm_config(&plan),
-                        &mut args,
-                    )
-                }
+                self.launch(&plan.input_grad(problem, grad_y.ptr(), w.ptr(), dx.ptr_mut()))
             }
         }
     }
@@ -424,85 +379,24 @@ impl Gpu {
         dw: &mut DeviceArray<f32>,
     ) -> Result<()> {
         if problem.batch == 0 {
-            self.bind()?;
-            return crate::driver::memset_bytes(dw, 0, self.stream());
+            return self.fill_zero(dw);
         }
-        let (x_ptr, dy_ptr, dw_ptr) = (address(x), address(grad_y), address(dw));
+        let (x, dy, dw) = (x.ptr(), grad_y.ptr(), dw.ptr_mut());
         match self.algorithm(problem, ConvPass::WeightGrad) {
-            ConvAlgorithm::Winograd(winograd) => self.winograd_weight_grad(&winograd, x_ptr, dy_ptr, dw_ptr),
-            ConvAlgorithm::ImplicitGemm(plan) => self.gemm_weight_grad(problem, plan, x_ptr, dy_ptr, dw_ptr),
-        }
-    }
-
-    fn gemm_weight_grad(
-        &self,
-        problem: &ConvProblem,
-        plan: GemmPlan,
-        x: u64,
-        dy: u64,
-        dw: u64,
-    ) -> Result<()> {
-        let (m, n, _) = problem.gemm(ConvPass::WeightGrad);
-        let count = m * n * problem.groups as u64;
-        let (_scratch, partials) = self.scratch(if plan.split > 1 {
-            plan.split as usize * count as usize * size_of::<f32>()
-        } else {
-            0
-        })?;
-        let out = if plan.split > 1 { partials } else { dw };
-        let mut args = kernel_args![x, dy, out, *problem, plan];
-        // SAFETY: matches conv_weight_grad_f32(x, dy, out, problem, plan): shapes as
-        // validated; `out` holds split * |dw| floats (the scratch when split > 1).
-        unsafe {
-            self.launch(
-                policy::kernel_name(ConvKernel::WeightGrad),
-                &gemm_config(&plan),
-                &mut args,
-            )?
-        };
-        if plan.split > 1 {
-            let config = LaunchConfig::linear(count.div_ceil(REDUCE_THREADS as u64), REDUCE_THREADS);
-            let mut args = kernel_args![partials, dw, count, plan.split];
-            // SAFETY: matches conv_split_sum_f32(partials, out, count, split): the
-            // scratch holds split * count partials, dw count floats.
-            unsafe { self.launch(policy::kernel_name(ConvKernel::SplitSum), &config, &mut args)? };
-        }
-        Ok(())
-    }
-
-    fn winograd_weight_grad(&self, problem: &WinogradProblem, x: u64, dy: u64, dw: u64) -> Result<()> {
-        let split = WinogradSplit::new(problem, self.info().multiprocessors);
-        log::debug!("conv2d weight gradient: Winograd {split:?}");
-        let (_scratch, partials) =
-            self.scratch(split.split as usize * problem.filter_len() as usize * size_of::<f32>())?;
-        let config = LaunchConfig {
-            grid: [split.blocks(problem), problem.groups as u64, 1],
-            block: [WINOGRAD_THREADS, 1, 1],
-            shared_bytes: WINOGRAD_SHARED_BYTES,
-        };
-        let mut args = kernel_args![x, dy, partials, *problem, split];
-        // SAFETY: matches conv_winograd_weight_grad_f32(x, dy, partials, problem, split):
-        // x and dy have the problem's shapes, the scratch holds split * filter_len
-        // floats; the grid is the split's blocks by groups.
-        unsafe {
-            self.launch(
-                policy::kernel_name(ConvKernel::WinogradWeightGrad),
-                &config,
-                &mut args,
-            )?
-        };
-        let threads = problem.out_channels as u64 * problem.in_per_group() as u64;
-        let config = LaunchConfig::linear(threads.div_ceil(FILTER_THREADS as u64), FILTER_THREADS);
-        let mut args = kernel_args![partials, dw, *problem, split.split];
-        // SAFETY: matches conv_winograd_weight_grad_finish_f32(partials, dw, problem,
-        // split): the scratch holds what the launch above wrote, dw the weight gradient;
-        // the grid covers one thread per (out channel, in channel).
-        unsafe {
-            self.launch(
-                policy::kernel_name(ConvKernel::WinogradWeightGradFinish),
-                &config,
-                &mut args,
-            )
+            ConvAlgorithm::Winograd(winograd) => {
+                let split = WinogradSplit::new(&winograd, self.info().multiprocessors);
+                log::debug!("conv2d weight gradient: Winograd {split:?}");
+                let (_scratch, partials) = self.scratch(split.scratch(&winograd))?;
+                let partials = partials.cast::<f32>();
+                self.launch(&split.weight_grad(&winograd, x, dy, partials))?;
+                self.launch(&split.finish(&winograd, partials.as_const(), dw))
+            }
+            ConvAlgorithm::ImplicitGemm(plan) => {
+                let (_scratch, partials) = self.scratch(plan.weight_grad_scratch(problem))?;
+                let (products, sum) = plan.weight_grad(problem, x, dy, partials, dw);
+                self.launch(&products)?;
+                sum.map_or(Ok(()), |sum| self.launch(&sum))
+            }
         }
     }
 
@@ -512,23 +406,6 @@ impl Gpu {
         grad_y: &DeviceArray<f32>,
         db: &mut DeviceArray<f32>,
     ) -> Result<()> {
-        let config = LaunchConfig {
-            shared_bytes: REDUCE_THREADS / 32 * 8,
-            ..LaunchConfig::linear(problem.out_channels as u64, REDUCE_THREADS)
-        };
-        let (dy_ptr, db_ptr) = (address(grad_y), address(db));
-        let mut args = kernel_args![dy_ptr, db_ptr, *problem];
-        // SAFETY: matches conv_bias_grad_f32(dy, db, problem): dy has the problem's
-        // output shape, db out_channels floats; one block per channel with the shared
-        // memory the kernel reduces through.
-        unsafe { self.launch(policy::kernel_name(ConvKernel::BiasGrad), &config, &mut args) }
-    }
-}
-
-fn gemm_config(plan: &GemmPlan) -> LaunchConfig {
-    LaunchConfig {
-        grid: [plan.blocks(), plan.groups as u64, 1],
-        block: [GEMM_THREADS, 1, 1],
-        shared_bytes: GEMM_SHARED_BYTES,
+        self.launch(&reduce::bias_grad(problem, grad_y.ptr(), db.ptr_mut()))
     }
 }

@@ -1,19 +1,19 @@
 //! The launch layer: the only module that calls the CUDA driver directly or launches a
 //! kernel, and so the only `unsafe` code of the host. Each function checks what it
-//! can (limits, sizes) and states what it cannot in a `# Safety` section.
+//! can (limits, sizes) and states what it cannot.
 
-use std::ffi::{CStr, c_void};
-use std::marker::PhantomData;
+use std::collections::HashMap;
+use std::ffi::CStr;
 use std::os::raw::c_char;
 
 use cust::memory::DeviceBuffer;
 use cust::module::Module;
 use cust::stream::Stream;
 use cust::sys as cu;
+use gpu_kernels::launch::{DevicePtrMut, EntryPoint, KernelArgs, Launch, LaunchGeometry};
 
 use crate::array::{DeviceArray, Element};
 use crate::error::{Error, Result};
-use crate::gpu::DeviceInfo;
 
 /// Turns a driver status into `Err(Error::Driver)` carrying the driver's own message.
 pub(crate) fn check(call: &'static str, status: cu::CUresult) -> Result<()> {
@@ -84,25 +84,6 @@ pub(crate) fn device_attribute(
     Ok(value as u32)
 }
 
-/// A kernel's handle in a loaded module.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct KernelHandle(cu::CUfunction);
-
-// SAFETY: a CUfunction is an opaque handle that the driver accepts from any thread on
-// which its context is current (Gpu makes it current before every call).
-unsafe impl Send for KernelHandle {}
-
-/// Looks up an entry point of `module`.
-pub(crate) fn kernel_handle(module: &Module, name: &str) -> Result<KernelHandle> {
-    let function = module.get_function(name).map_err(|e| Error::Driver {
-        call: "cuModuleGetFunction",
-        code: 500,
-        name: format!("{e:?}"),
-        message: format!("kernel entry point `{name}` not found in the loaded image"),
-    })?;
-    Ok(KernelHandle(function.to_raw()))
-}
-
 /// Device memory for `len` elements, contents unspecified.
 pub(crate) fn alloc<T: cust::memory::DeviceCopy>(len: usize, shape: &[usize]) -> Result<DeviceBuffer<T>> {
     // SAFETY: the contents of the buffer are left unspecified, which is sound for the
@@ -160,157 +141,171 @@ pub(crate) fn memcpy_device<T: Element>(
     })
 }
 
-/// Grid, block and dynamic shared memory of one launch.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct LaunchConfig {
-    pub grid: [u64; 3],
-    pub block: [u32; 3],
-    pub shared_bytes: u32,
+/// A cust error as [`Error::Driver`].
+pub(crate) fn cust_error(call: &'static str, e: cust::error::CudaError) -> Error {
+    Error::Driver {
+        call,
+        code: e as i32,
+        name: format!("{e:?}"),
+        message: e.to_string(),
+    }
 }
 
-impl LaunchConfig {
-    /// A one-dimensional grid of one-dimensional blocks, no shared memory.
-    pub fn linear(blocks: u64, threads: u32) -> Self {
-        Self {
-            grid: [blocks, 1, 1],
-            block: [threads, 1, 1],
-            shared_bytes: 0,
-        }
-    }
+/// What a launch must stay within on its device.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct LaunchLimits {
+    pub max_threads_per_block: u32,
+    pub max_shared_bytes_per_block: u32,
+}
 
-    /// Checks the configuration against the device's limits.
-    fn validate(&self, kernel: &'static str, info: &DeviceInfo) -> Result<()> {
-        let fail = |detail: String| Err(Error::LaunchLimits { kernel, detail });
-        let [gx, gy, gz] = self.grid;
-        if gx == 0 || gy == 0 || gz == 0 {
-            return fail(format!("empty grid {:?}", self.grid));
-        }
-        if gx > i32::MAX as u64 || gy > 65535 || gz > 65535 {
-            return fail(format!(
-                "grid {:?} is over the limit [2^31-1, 65535, 65535]",
-                self.grid
-            ));
-        }
-        let threads: u64 = self.block.iter().map(|&b| b as u64).product();
-        if threads == 0 || threads > info.max_threads_per_block as u64 || self.block[2] > 64 {
-            return fail(format!(
-                "block {:?} is outside 1..={} threads (z at most 64)",
-                self.block, info.max_threads_per_block
-            ));
-        }
-        if self.shared_bytes > info.max_shared_bytes_per_block {
-            return fail(format!(
-                "{} bytes of shared memory requested, the device allows {} per block",
-                self.shared_bytes, info.max_shared_bytes_per_block
-            ));
-        }
-        Ok(())
+/// Checks a launch's geometry against the device's limits.
+fn validate(kernel: &'static str, geometry: &LaunchGeometry, limits: &LaunchLimits) -> Result<()> {
+    let fail = |detail: String| Err(Error::LaunchLimits { kernel, detail });
+    let [gx, gy, gz] = geometry.grid;
+    if gx == 0 || gy == 0 || gz == 0 {
+        return fail(format!("empty grid {:?}", geometry.grid));
     }
+    if gx > i32::MAX as u64 || gy > 65535 || gz > 65535 {
+        return fail(format!(
+            "grid {:?} is over the limit [2^31-1, 65535, 65535]",
+            geometry.grid
+        ));
+    }
+    if geometry.threads == 0 || geometry.threads > limits.max_threads_per_block {
+        return fail(format!(
+            "{} threads per block, outside 1..={}",
+            geometry.threads, limits.max_threads_per_block
+        ));
+    }
+    if geometry.shared_bytes > limits.max_shared_bytes_per_block {
+        return fail(format!(
+            "{} bytes of shared memory requested, the device allows {} per block",
+            geometry.shared_bytes, limits.max_shared_bytes_per_block
+        ));
+    }
+    Ok(())
 }
 
 /// Default dynamic shared memory a kernel may use without opting in.
 const SHARED_BYTES_WITHOUT_OPT_IN: u32 = 48 * 1024;
 
-/// The addresses of a launch's arguments, in order, for [`launch`]. Each is borrowed
-/// from the caller's binding until the launch, so an argument cannot go out of scope
-/// before the driver reads it.
-pub(crate) struct KernelArgs<'a> {
-    addresses: Vec<*mut c_void>,
-    borrows: PhantomData<&'a ()>,
+/// A kernel's handle in the loaded module.
+#[derive(Clone, Copy, Debug)]
+struct KernelHandle(cu::CUfunction);
+
+// SAFETY: a CUfunction is an opaque handle that the driver accepts from any thread on
+// which its context is current (Gpu makes it current before every call).
+unsafe impl Send for KernelHandle {}
+
+/// The loaded kernel module: a handle per entry point, and the device's limits.
+pub(crate) struct Kernels {
+    handles: HashMap<&'static str, KernelHandle>,
+    limits: LaunchLimits,
+    _module: Module,
 }
 
-impl<'a> KernelArgs<'a> {
-    pub(crate) fn new() -> Self {
-        Self {
-            addresses: Vec::new(),
-            borrows: PhantomData,
-        }
+impl Kernels {
+    /// Looks up every entry point of `module`; one missing is an error.
+    pub(crate) fn load(
+        module: Module,
+        entry_points: impl Iterator<Item = EntryPoint>,
+        limits: LaunchLimits,
+    ) -> Result<Self> {
+        let handles = entry_points
+            .map(|entry| {
+                let function = module.get_function(entry.name).map_err(|e| Error::Driver {
+                    call: "cuModuleGetFunction",
+                    code: e as i32,
+                    name: format!("{e:?}"),
+                    message: format!(
+                        "kernel entry point `{}` not found in the loaded image",
+                        entry.name
+                    ),
+                })?;
+                Ok((entry.name, KernelHandle(function.to_raw())))
+            })
+            .collect::<Result<_>>()?;
+        Ok(Self {
+            handles,
+            limits,
+            _module: module,
+        })
     }
 
-    /// Appends the address of the next argument.
-    pub(crate) fn with<T>(mut self, value: &'a T) -> Self {
-        self.addresses.push(value as *const T as *mut c_void);
-        self
-    }
-}
-
-/// The [`KernelArgs`] of the given bindings, in order.
-macro_rules! kernel_args {
-    ($($arg:expr),* $(,)?) => {
-        $crate::driver::KernelArgs::new()$(.with(&$arg))*
-    };
-}
-pub(crate) use kernel_args;
-
-/// Launches `kernel` on `stream` after checking `config` against the device's limits,
-/// and raises the kernel's dynamic shared-memory limit first when it asks for more than
-/// 48 KiB. Launch errors are returned; errors inside the kernel surface at the next
-/// synchronization.
-///
-/// # Safety
-/// `args` must point to values whose types, order and count match the kernel's
-/// parameters, and every pointer among them must be valid for everything the kernel
-/// reads and writes under `config`.
-pub(crate) unsafe fn launch(
-    kernel: (&'static str, KernelHandle),
-    config: &LaunchConfig,
-    info: &DeviceInfo,
-    stream: &Stream,
-    args: &mut KernelArgs<'_>,
-) -> Result<()> {
-    let (name, handle) = kernel;
-    config.validate(name, info)?;
-    if config.shared_bytes > SHARED_BYTES_WITHOUT_OPT_IN {
-        // SAFETY: sets a documented attribute on a valid function handle.
-        check("cuFuncSetAttribute", unsafe {
-            cu::cuFuncSetAttribute(
-                handle.0,
-                cu::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                config.shared_bytes as i32,
-            )
+    /// Launches `launch` on `stream` after checking its geometry against the device's
+    /// limits, raising the kernel's dynamic shared-memory limit first when it asks for
+    /// more than 48 KiB. Launch errors are returned; errors inside the kernel surface
+    /// at the next synchronization.
+    ///
+    /// # Safety
+    /// The one launch of the host, safe to call because of what the types and the
+    /// callers hold; this function cannot check these, and does not:
+    /// - the parameters match the entry point's in type, order and count: `launch`'s
+    ///   argument struct is the one its entry point was emitted with (one declaration
+    ///   in `gpu-kernels` makes both), and its fields are passed in order;
+    /// - the geometry is the one the kernel body assumes: a `Launch` is built only by
+    ///   its kernel's plan in `gpu-kernels`, from the constants the body uses;
+    /// - every device pointer among the arguments is live and holds what the kernel
+    ///   reads and writes: pointers come only from `DeviceArray`s borrowed by the
+    ///   calling operation (freed only by `cuMemFree`, which waits for the device) and
+    ///   from the scratch buffer laid out for the launch, and every operation checks
+    ///   its arrays' shapes against the problem in the arguments before it builds the
+    ///   launch.
+    pub(crate) fn launch<A: KernelArgs>(&self, stream: &Stream, launch: &Launch<A>) -> Result<()> {
+        let name = launch.kernel().name();
+        let geometry = launch.geometry();
+        validate(name, &geometry, &self.limits)?;
+        let handle = self.handles.get(name).ok_or_else(|| Error::Driver {
+            call: "cuModuleGetFunction",
+            code: 500,
+            name: "CUDA_ERROR_NOT_FOUND".into(),
+            message: format!("kernel entry point `{name}` was not loaded"),
         })?;
+        if geometry.shared_bytes > SHARED_BYTES_WITHOUT_OPT_IN {
+            // SAFETY: sets a documented attribute on a valid function handle.
+            check("cuFuncSetAttribute", unsafe {
+                cu::cuFuncSetAttribute(
+                    handle.0,
+                    cu::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                    geometry.shared_bytes as i32,
+                )
+            })?;
+        }
+        let [gx, gy, gz] = geometry.grid;
+        launch.arguments().with_parameters(|parameters| {
+            // SAFETY: the limits were checked above; the parameters are the argument
+            // struct's fields, borrowed until the launch is queued (the driver copies
+            // them); see this function's `# Safety` for the rest.
+            check("cuLaunchKernel", unsafe {
+                cu::cuLaunchKernel(
+                    handle.0,
+                    gx as u32,
+                    gy as u32,
+                    gz as u32,
+                    geometry.threads,
+                    1,
+                    1,
+                    geometry.shared_bytes,
+                    stream.as_inner(),
+                    parameters.as_mut_ptr(),
+                    std::ptr::null_mut(),
+                )
+            })
+        })
     }
-    let [gx, gy, gz] = config.grid;
-    let [bx, by, bz] = config.block;
-    // SAFETY: the limits were checked above; the caller guarantees the arguments.
-    check("cuLaunchKernel", unsafe {
-        cu::cuLaunchKernel(
-            handle.0,
-            gx as u32,
-            gy as u32,
-            gz as u32,
-            bx,
-            by,
-            bz,
-            config.shared_bytes,
-            stream.as_inner(),
-            args.addresses.as_mut_ptr(),
-            std::ptr::null_mut(),
-        )
-    })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn h100() -> DeviceInfo {
-        DeviceInfo {
-            ordinal: 0,
-            name: "test".into(),
-            compute_capability: (9, 0),
-            multiprocessors: 132,
-            total_memory_bytes: 80 << 30,
-            l2_cache_bytes: 50 << 20,
-            max_threads_per_block: 1024,
-            max_shared_bytes_per_block: 227 * 1024,
-            driver_version: (13, 0),
-            kernel_image: "sm_90 cubin".into(),
-        }
-    }
+    const H100: LaunchLimits = LaunchLimits {
+        max_threads_per_block: 1024,
+        max_shared_bytes_per_block: 227 * 1024,
+    };
 
-    fn detail(config: LaunchConfig) -> String {
-        match config.validate("k", &h100()) {
+    fn detail(geometry: LaunchGeometry) -> String {
+        match validate("k", &geometry, &H100) {
             Err(Error::LaunchLimits { kernel: "k", detail }) => detail,
             other => panic!("expected LaunchLimits, got {other:?}"),
         }
@@ -318,31 +313,22 @@ mod tests {
 
     #[test]
     fn launch_limits_are_checked_before_launching() {
-        assert!(
-            LaunchConfig::linear(i32::MAX as u64, 1024)
-                .validate("k", &h100())
-                .is_ok()
-        );
-        assert!(detail(LaunchConfig::linear(1 << 31, 256)).contains("over the limit"));
-        assert!(detail(LaunchConfig::linear(0, 256)).contains("empty grid"));
-        assert!(detail(LaunchConfig::linear(1, 1025)).contains("outside 1..=1024"));
-        assert!(detail(LaunchConfig::linear(1, 0)).contains("outside"));
-        let tall = LaunchConfig {
+        assert!(validate("k", &LaunchGeometry::linear(i32::MAX as u64, 1024), &H100).is_ok());
+        assert!(detail(LaunchGeometry::linear(1 << 31, 256)).contains("over the limit"));
+        assert!(detail(LaunchGeometry::linear(0, 256)).contains("empty grid"));
+        assert!(detail(LaunchGeometry::linear(1, 1025)).contains("outside 1..=1024"));
+        assert!(detail(LaunchGeometry::linear(1, 0)).contains("outside"));
+        let tall = LaunchGeometry {
             grid: [1, 65536, 1],
-            block: [32, 1, 1],
+            threads: 32,
             shared_bytes: 0,
         };
         assert!(detail(tall).contains("over the limit"));
-        let smem = LaunchConfig {
-            shared_bytes: 228 * 1024,
-            ..LaunchConfig::linear(1, 32)
-        };
-        assert!(detail(smem).contains("allows 232448 per block"));
-        let opt_in = LaunchConfig {
-            shared_bytes: 100 * 1024,
-            ..LaunchConfig::linear(1, 32)
-        };
-        assert!(opt_in.validate("k", &h100()).is_ok());
+        assert!(
+            detail(LaunchGeometry::linear(1, 32).with_shared(228 * 1024)).contains("allows 232448 per block")
+        );
+        let opt_in = LaunchGeometry::linear(1, 32).with_shared(100 * 1024);
+        assert!(validate("k", &opt_in, &H100).is_ok());
     }
 }
 
@@ -355,36 +341,26 @@ pub(crate) struct Scratch {
 }
 
 impl Scratch {
-    /// Makes the buffer at least `bytes` long and returns its device address.
-    pub fn reserve(&mut self, bytes: usize, stream: &Stream) -> Result<u64> {
+    /// Makes the buffer at least `bytes` long, zeroes its first `zeroed` bytes in
+    /// stream order, and returns its start.
+    pub fn reserve(&mut self, bytes: usize, zeroed: usize, stream: &Stream) -> Result<DevicePtrMut<u8>> {
         if self.buffer.as_ref().is_none_or(|b| b.len() < bytes) {
             stream
                 .synchronize()
-                .map_err(|e| crate::gpu::cust_error("cuStreamSynchronize", e))?;
+                .map_err(|e| cust_error("cuStreamSynchronize", e))?;
             self.buffer = None;
             self.buffer = Some(alloc_bytes(bytes.max(1 << 20))?);
         }
-        Ok(self
-            .buffer
-            .as_ref()
-            .expect("reserved above")
-            .as_device_ptr()
-            .as_raw())
-    }
-
-    /// Zeroes `bytes` bytes from `offset`, in stream order.
-    pub fn zero(&mut self, offset: usize, bytes: usize, stream: &Stream) -> Result<()> {
-        let buffer = self.buffer.as_mut().expect("reserve before zero");
-        assert!(offset + bytes <= buffer.len(), "zeroing past the scratch buffer");
-        // SAFETY: the range lies inside the live scratch allocation (asserted).
-        check("cuMemsetD8Async", unsafe {
-            cu::cuMemsetD8Async(
-                buffer.as_device_ptr().as_raw() + offset as u64,
-                0,
-                bytes,
-                stream.as_inner(),
-            )
-        })
+        let buffer = self.buffer.as_ref().expect("reserved above");
+        let start = buffer.as_device_ptr().as_raw();
+        if zeroed > 0 {
+            assert!(zeroed <= bytes, "zeroing past the reserved bytes");
+            // SAFETY: the range lies inside the live scratch allocation (reserved above).
+            check("cuMemsetD8Async", unsafe {
+                cu::cuMemsetD8Async(start, 0, zeroed, stream.as_inner())
+            })?;
+        }
+        Ok(DevicePtrMut::from_address(start))
     }
 }
 

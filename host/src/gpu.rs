@@ -2,7 +2,6 @@
 //! operation is ordered on.
 
 use std::cell::RefCell;
-use std::collections::HashMap;
 
 use cust::context::{Context, CurrentContext};
 use cust::device::Device;
@@ -11,10 +10,11 @@ use cust::memory::{CopyDestination, DeviceCopy};
 use cust::module::Module;
 use cust::stream::{Stream, StreamFlags};
 use cust::sys::CUdevice_attribute as Attr;
+use gpu_kernels::launch::{DeviceLimits, DevicePtrMut, KernelArgs, Launch, ScratchLayout};
 use ndarray::{ArrayBase, ArrayD, Data, Dimension, IxDyn};
 
 use crate::array::{DeviceArray, Element};
-use crate::driver::{self, KernelHandle, LaunchConfig, Scratch};
+use crate::driver::{self, Kernels, LaunchLimits, Scratch, cust_error};
 use crate::error::{Error, Result};
 use crate::image::{self, ImageFormat};
 
@@ -45,10 +45,9 @@ pub struct DeviceInfo {
 /// them. A `Gpu` may move between threads (it makes its context current on every call)
 /// but is not shared between threads at once: wrap it in a `Mutex` for that.
 pub struct Gpu {
-    kernels: HashMap<&'static str, KernelHandle>,
+    kernels: Kernels,
     scratch: RefCell<Scratch>,
     stream: Stream,
-    _module: Module,
     info: DeviceInfo,
     context: Context,
 }
@@ -101,9 +100,6 @@ impl Gpu {
             ),
         }
         .map_err(|e| cust_error("cuModuleLoadData", e))?;
-        let kernels = gpu_kernels::kernel_entry_points()
-            .map(|name| Ok((name, driver::kernel_handle(&module, name)?)))
-            .collect::<Result<_>>()?;
         let stream =
             Stream::new(StreamFlags::NON_BLOCKING, None).map_err(|e| cust_error("cuStreamCreate", e))?;
 
@@ -121,6 +117,11 @@ impl Gpu {
             driver_version: (major, minor),
             kernel_image: format!("{} {:?}", chosen.arch, chosen.format).to_lowercase(),
         };
+        let limits = LaunchLimits {
+            max_threads_per_block: info.max_threads_per_block,
+            max_shared_bytes_per_block: info.max_shared_bytes_per_block,
+        };
+        let kernels = Kernels::load(module, gpu_kernels::entry_points(), limits)?;
         log::debug!(
             "loaded {} on {} (cc {}.{})",
             info.kernel_image,
@@ -132,7 +133,6 @@ impl Gpu {
             kernels,
             scratch: RefCell::default(),
             stream,
-            _module: module,
             info,
             context,
         })
@@ -141,6 +141,14 @@ impl Gpu {
     /// The device's properties.
     pub fn info(&self) -> &DeviceInfo {
         &self.info
+    }
+
+    /// What the kernels' plans need to know of the device.
+    pub(crate) fn limits(&self) -> DeviceLimits {
+        DeviceLimits {
+            multiprocessors: self.info.multiprocessors,
+            max_shared_bytes_per_block: self.info.max_shared_bytes_per_block,
+        }
     }
 
     /// Makes this handle's context current on the calling thread.
@@ -152,32 +160,29 @@ impl Gpu {
         &self.stream
     }
 
-    /// The shared scratch buffer, at least `bytes` long, and its device address.
-    pub(crate) fn scratch(&self, bytes: usize) -> Result<(std::cell::RefMut<'_, Scratch>, u64)> {
+    /// The shared scratch buffer, laid out as `layout` asks (its leading bytes zeroed in
+    /// stream order), and its start. It stays reserved while the guard lives: hold it
+    /// until the launches that use it are queued.
+    pub(crate) fn scratch(
+        &self,
+        layout: ScratchLayout,
+    ) -> Result<(std::cell::RefMut<'_, Scratch>, DevicePtrMut<u8>)> {
         self.bind()?;
         let mut scratch = self.scratch.borrow_mut();
-        let address = scratch.reserve(bytes, &self.stream)?;
-        Ok((scratch, address))
+        let too_large = || Error::TooLarge {
+            shape: vec![layout.bytes as usize],
+            detail: "the operation's scratch memory passes the address space".into(),
+        };
+        let bytes = usize::try_from(layout.bytes).map_err(|_| too_large())?;
+        let zeroed = usize::try_from(layout.zeroed).map_err(|_| too_large())?;
+        let start = scratch.reserve(bytes, zeroed, &self.stream)?;
+        Ok((scratch, start))
     }
 
-    /// Launches an entry point of the loaded module.
-    ///
-    /// # Safety
-    /// As [`driver::launch`]: `args` match the kernel's parameters and every pointer among
-    /// them is valid for what the kernel touches under `config`.
-    pub(crate) unsafe fn launch(
-        &self,
-        kernel: &'static str,
-        config: &LaunchConfig,
-        args: &mut driver::KernelArgs<'_>,
-    ) -> Result<()> {
+    /// Queues a launch that a kernel's plan built.
+    pub(crate) fn launch<A: KernelArgs>(&self, launch: &Launch<A>) -> Result<()> {
         self.bind()?;
-        let handle = *self
-            .kernels
-            .get(kernel)
-            .expect("every entry point was looked up at load");
-        // SAFETY: forwarded from this function's own contract.
-        unsafe { driver::launch((kernel, handle), config, &self.info, &self.stream, args) }
+        self.kernels.launch(&self.stream, launch)
     }
 
     /// Allocates an array of the given shape; its contents are unspecified until written.
@@ -227,6 +232,12 @@ impl Gpu {
         driver::memset_bytes(array, 0xFF, &self.stream)
     }
 
+    /// Sets every element of the array to zero bits, in stream order.
+    pub(crate) fn fill_zero<T: Element>(&self, array: &mut DeviceArray<T>) -> Result<()> {
+        self.bind()?;
+        driver::memset_bytes(array, 0, &self.stream)
+    }
+
     /// Waits for all queued work; reports errors raised inside kernels.
     pub fn synchronize(&self) -> Result<()> {
         self.bind()?;
@@ -266,14 +277,4 @@ fn element_count<T: DeviceCopy>(shape: &[usize]) -> Result<usize> {
             shape: shape.to_vec(),
             detail: "its byte size overflows".into(),
         })
-}
-
-/// A cust error as [`Error::Driver`].
-pub(crate) fn cust_error(call: &'static str, e: cust::error::CudaError) -> Error {
-    Error::Driver {
-        call,
-        code: e as i32,
-        name: format!("{e:?}"),
-        message: e.to_string(),
-    }
 }

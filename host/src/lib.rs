@@ -15,7 +15,7 @@
 //! - [`Gpu`]: one device, its context, the loaded kernels and a stream;
 //! - [`DeviceArray`]: a row-major array in device memory with its shape;
 //! - one module per kernel family, adding its operations to [`Gpu`];
-//! - [`reference`]: the CPU references every kernel is tested against.
+//! - [`reference`](mod@reference): the CPU references every kernel is tested against.
 //!
 //! Every operation validates its arguments before touching the device and returns
 //! [`Error`] on bad input, a missing device or a failing driver.

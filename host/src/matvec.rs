@@ -5,11 +5,10 @@
 //! passed to [`Gpu::matvec_of`] is copied to row-major on upload, so it is never read
 //! wrongly. x is `[n]` or `[n, 1]`, and y takes the same form.
 
-use gpu_kernels::matvec::{self as policy, GemvDType, GemvKernel, GemvPlan, GemvProblem};
+use gpu_kernels::matvec::{self as kernel, GemvOperands, GemvPlan, GemvProblem, GemvType};
 use ndarray::{ArrayBase, ArrayD, Data, Dimension};
 
 use crate::array::{DeviceArray, Element};
-use crate::driver::{LaunchConfig, kernel_args};
 use crate::error::{Error, Result};
 use crate::gpu::Gpu;
 
@@ -23,21 +22,17 @@ pub enum Op {
 }
 
 /// Element types the matvec kernels handle.
-pub trait GemvElement: Element + PartialEq + Into<f64> {
-    #[doc(hidden)]
-    const GEMV_DTYPE: GemvDType;
+pub trait GemvElement: Element + PartialEq + Into<f64> + GemvType {
     const ZERO: Self;
     const ONE: Self;
 }
 
 impl GemvElement for f32 {
-    const GEMV_DTYPE: GemvDType = GemvDType::F32;
     const ZERO: Self = 0.0;
     const ONE: Self = 1.0;
 }
 
 impl GemvElement for f64 {
-    const GEMV_DTYPE: GemvDType = GemvDType::F64;
     const ZERO: Self = 0.0;
     const ONE: Self = 1.0;
 }
@@ -140,73 +135,26 @@ impl Gpu {
         if outputs == 0 {
             return Ok(());
         }
-        let plan = policy::plan(&problem, size_of::<T>(), self.info().multiprocessors);
+        let plan = kernel::plan(&problem, size_of::<T>(), &self.limits());
         log::debug!("gemv {op:?} {:?} x {:?}: {plan:?}", a.shape(), x.shape());
-        let split = plan.split();
-        let (_scratch, partials) = self.scratch(if split > 1 {
-            (outputs * split) as usize * size_of::<T>()
-        } else {
-            0
-        })?;
-        let (a_ptr, x_ptr, y_ptr) = (
-            a.buffer.as_device_ptr().as_raw(),
-            x.buffer.as_device_ptr().as_raw(),
-            y.buffer.as_device_ptr().as_raw(),
-        );
-        let name = |kernel| policy::kernel_name(kernel, T::GEMV_DTYPE);
+        let operands = GemvOperands {
+            a: a.ptr(),
+            x: x.ptr(),
+            y: y.ptr_mut(),
+            alpha,
+            beta,
+            problem,
+        };
+        // With a split, the first pass writes partials to the scratch buffer, which
+        // stays reserved until both passes are queued.
+        let (_scratch, scratch) = self.scratch(plan.scratch(&problem, size_of::<T>()))?;
+        let partials = plan.partials(scratch);
         match plan {
-            GemvPlan::Rows {
-                group_lanes,
-                split,
-                blocks,
-                vector,
-            } => {
-                let vector = vector as u32;
-                let config = LaunchConfig::linear(blocks, policy::BLOCK_THREADS);
-                let mut args = kernel_args![
-                    a_ptr,
-                    x_ptr,
-                    partials,
-                    y_ptr,
-                    alpha,
-                    beta,
-                    problem,
-                    split,
-                    group_lanes,
-                    vector
-                ];
-                // SAFETY: matches rows(a, x, out, y, alpha, beta, problem, split,
-                // group_lanes, vector): a holds rows * cols elements and x cols (shapes
-                // checked), both 256-byte aligned allocations, vector only for aligned
-                // rows; the scratch holds outputs * split partials when split > 1; the
-                // plan's blocks cover every item's lanes.
-                unsafe { self.launch(name(GemvKernel::Rows), &config, &mut args)? };
-            }
-            GemvPlan::Columns { tiles, split, vector } => {
-                let vector = vector as u32;
-                let config = LaunchConfig {
-                    grid: [tiles, split, 1],
-                    block: [policy::BLOCK_THREADS, 1, 1],
-                    shared_bytes: policy::COLUMNS_SHARED_BYTES,
-                };
-                let mut args =
-                    kernel_args![a_ptr, x_ptr, partials, y_ptr, alpha, beta, problem, split, vector];
-                // SAFETY: matches columns(a, x, out, y, alpha, beta, problem, split,
-                // vector): a holds rows * cols elements and x rows, vector only when cols
-                // keeps rows aligned; partials as above; the block and shared memory are
-                // the policy's.
-                unsafe { self.launch(name(GemvKernel::Columns), &config, &mut args)? };
-            }
+            GemvPlan::Rows(rows) => self.launch(&rows.launch(&operands, partials))?,
+            GemvPlan::Columns(columns) => self.launch(&columns.launch(&operands, partials))?,
         }
-        if split > 1 {
-            let config = LaunchConfig::linear(
-                outputs.div_ceil(policy::BLOCK_THREADS as u64),
-                policy::BLOCK_THREADS,
-            );
-            let mut args = kernel_args![partials, y_ptr, alpha, beta, outputs, split];
-            // SAFETY: matches combine(partials, y, alpha, beta, outputs, split): the
-            // scratch holds the first pass's outputs * split partials, y `outputs`.
-            unsafe { self.launch(name(GemvKernel::Combine), &config, &mut args)? };
+        if let Some(combine) = plan.combine(&operands, partials) {
+            self.launch(&combine)?;
         }
         Ok(())
     }

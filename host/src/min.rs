@@ -2,38 +2,33 @@
 //! `torch.min(x, dim)`) and `amin` (values, as `torch.amin`). NaN propagates: a lane
 //! holding NaN gives NaN and the index of its first NaN.
 
-use gpu_kernels::min::{self as policy, MinDType, MinKernel, MinPlan, MinProblem};
+use gpu_kernels::launch::DevicePtrMut;
+use gpu_kernels::min::{self as kernel, MinOutputs, MinPlan, MinProblem, MinType};
 use ndarray::{ArrayBase, ArrayD, Data, Dimension};
 
 use crate::array::{DeviceArray, Element};
-use crate::driver::{LaunchConfig, kernel_args};
 use crate::error::{Error, Result};
 use crate::gpu::Gpu;
 
 /// Element types `min` and `amin` handle.
-pub trait MinElement: Element + PartialOrd {
-    #[doc(hidden)]
-    const MIN_DTYPE: MinDType;
+pub trait MinElement: Element + PartialOrd + MinType {
     /// Whether the value is NaN (never, for integers).
     fn is_nan(self) -> bool;
 }
 
 impl MinElement for f32 {
-    const MIN_DTYPE: MinDType = MinDType::F32;
     fn is_nan(self) -> bool {
         self.is_nan()
     }
 }
 
 impl MinElement for f64 {
-    const MIN_DTYPE: MinDType = MinDType::F64;
     fn is_nan(self) -> bool {
         self.is_nan()
     }
 }
 
 impl MinElement for i32 {
-    const MIN_DTYPE: MinDType = MinDType::I32;
     fn is_nan(self) -> bool {
         false
     }
@@ -174,102 +169,25 @@ impl Gpu {
         if let Some(indices) = &indices {
             check_output("min indices output", indices.shape())?;
         }
-        let outputs = problem.outputs();
-        if outputs == 0 {
+        if problem.outputs() == 0 {
             return Ok(());
         }
-        let with_index = indices.is_some();
-        let plan = policy::plan(&problem, size_of::<T>(), self.info().multiprocessors);
+        let plan = kernel::plan(&problem, size_of::<T>(), &self.limits());
         log::debug!("{op} {:?} axis {axis}: {problem:?} -> {plan:?}", x.shape());
-        let split = plan.split();
-        let address = |a: Option<&DeviceArray<i64>>| a.map_or(0, |a| a.buffer.as_device_ptr().as_raw());
-        let (values_ptr, indices_ptr) = (
-            values.buffer.as_device_ptr().as_raw(),
-            address(indices.as_deref()),
-        );
-
-        // With a split, the first pass writes [output][split] partials (values, then
-        // indices) to the scratch buffer, which stays reserved until both passes are queued.
-        let slots = (outputs * split) as usize;
-        let partial_values_bytes = (slots * size_of::<T>()).next_multiple_of(256);
-        let scratch_bytes = if split > 1 {
-            partial_values_bytes + slots * size_of::<i64>()
-        } else {
-            0
+        let outputs = MinOutputs {
+            values: values.ptr_mut(),
+            indices: indices.map_or(DevicePtrMut::NULL, |i| i.ptr_mut()),
         };
-        let (_scratch, partials) = self.scratch(scratch_bytes)?;
-        let partial_indices = if with_index {
-            partials + partial_values_bytes as u64
-        } else {
-            0
-        };
-        let (first_values, first_indices) = if split > 1 {
-            (partials, partial_indices)
-        } else {
-            (values_ptr, indices_ptr)
-        };
-        let x_ptr = x.buffer.as_device_ptr().as_raw();
-        let name = |kernel| policy::kernel_name(kernel, T::MIN_DTYPE, with_index);
+        // With a split, the first pass writes partials to the scratch buffer, which
+        // stays reserved until both passes are queued.
+        let (_scratch, scratch) = self.scratch(plan.scratch(&problem, size_of::<T>()))?;
+        let first = plan.first_pass_outputs(&problem, outputs, scratch);
         match plan {
-            MinPlan::Rows {
-                group_lanes,
-                split,
-                blocks,
-            } => {
-                let (reduce, items) = (problem.reduce, problem.outer * split);
-                let config = LaunchConfig::linear(blocks, policy::BLOCK_THREADS);
-                let mut args = kernel_args![
-                    x_ptr,
-                    first_values,
-                    first_indices,
-                    reduce,
-                    items,
-                    split,
-                    group_lanes
-                ];
-                // SAFETY: matches rows(x, values, indices, reduce, items, split, group_lanes):
-                // x holds outer * reduce elements (indices 0 = null when not wanted), the
-                // first-pass outputs hold
-                // outer * split slots, and the plan's blocks cover items * group_lanes threads.
-                unsafe { self.launch(name(MinKernel::Rows), &config, &mut args)? };
-            }
-            MinPlan::Strided {
-                vector,
-                split,
-                tiles_per_outer,
-            } => {
-                let config = LaunchConfig {
-                    grid: [problem.outer * tiles_per_outer, split, 1],
-                    block: [policy::BLOCK_THREADS, 1, 1],
-                    shared_bytes: policy::STRIDED_SHARED_BYTES,
-                };
-                let vector = vector as u32;
-                let mut args = kernel_args![
-                    x_ptr,
-                    first_values,
-                    first_indices,
-                    problem,
-                    split,
-                    tiles_per_outer,
-                    vector
-                ];
-                // SAFETY: matches strided(x, values, indices, problem, split, tiles_per_outer,
-                // vector): x holds outer * reduce * inner elements, the outputs
-                // outer * inner * split slots; the plan sets vector only when inner keeps
-                // rows 16-byte aligned; the block and shared memory are the policy's.
-                unsafe { self.launch(name(MinKernel::Strided), &config, &mut args)? };
-            }
+            MinPlan::Rows(rows) => self.launch(&rows.launch(&problem, x.ptr(), first))?,
+            MinPlan::Strided(strided) => self.launch(&strided.launch(&problem, x.ptr(), first))?,
         }
-        if split > 1 {
-            let config = LaunchConfig::linear(
-                outputs.div_ceil(policy::BLOCK_THREADS as u64),
-                policy::BLOCK_THREADS,
-            );
-            let mut args = kernel_args![partials, partial_indices, values_ptr, indices_ptr, outputs, split];
-            // SAFETY: matches combine(partial_values, partial_indices, values, indices,
-            // outputs, split): the scratch holds the first pass's outputs * split slots
-            // of each, the outputs `outputs`; one thread per output.
-            unsafe { self.launch(name(MinKernel::Combine), &config, &mut args)? };
+        if let Some(combine) = plan.combine(&problem, first, outputs) {
+            self.launch(&combine)?;
         }
         Ok(())
     }

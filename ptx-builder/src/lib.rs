@@ -12,6 +12,8 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use gpu_kernels::launch::EntryPoint;
+
 /// Architectures built when none are named.
 pub const DEFAULT_ARCHES: &[&str] = &["sm_80", "sm_90"];
 
@@ -59,6 +61,7 @@ pub enum BuildError {
     BadArch(String),
     Command { what: String, output: String },
     MissingKernel { arch: String, kernel: String },
+    UnlistedKernel { arch: String, kernel: String },
     Io { path: PathBuf, error: std::io::Error },
 }
 
@@ -73,6 +76,10 @@ impl fmt::Display for BuildError {
             Self::MissingKernel { arch, kernel } => {
                 write!(f, "the {arch} PTX has no entry point `{kernel}`")
             }
+            Self::UnlistedKernel { arch, kernel } => write!(
+                f,
+                "the {arch} PTX has an entry point `{kernel}` that gpu_kernels::entry_points() does not list"
+            ),
             Self::Io { path, error } => write!(f, "{}: {error}", path.display()),
         }
     }
@@ -123,9 +130,8 @@ fn build_arch(cfg: &PtxBuild, tools: &Path, arch: &str) -> Result<Artifact, Buil
         return Err(BuildError::BadArch(arch.to_string()));
     }
     let target_dir = cfg.target_dir.join(arch);
-    let mut cargo = Command::new(env::var_os("CARGO").unwrap_or_else(|| "cargo".into()));
+    let mut cargo = nvptx_cargo(&cfg.workspace, tools, arch);
     cargo
-        .current_dir(&cfg.workspace)
         .args([
             "rustc",
             "--quiet",
@@ -143,6 +149,70 @@ fn build_arch(cfg: &PtxBuild, tools: &Path, arch: &str) -> Result<Artifact, Buil
         ])
         .arg("--target-dir")
         .arg(&target_dir);
+    run(&mut cargo, &format!("cargo build of gpu-kernels for {arch}"))?;
+
+    let built = target_dir.join(TARGET).join(PROFILE).join("gpu_kernels.ptx");
+    let ptx = cfg.out_dir.join(format!("gpu_kernels.{arch}.ptx"));
+    let cubin = cfg.out_dir.join(format!("gpu_kernels.{arch}.cubin"));
+    let text = fs::read_to_string(&built).map_err(|error| io(&built, error))?;
+    let text = add_launch_bounds(&text, gpu_kernels::entry_points()).map_err(|kernel| {
+        BuildError::MissingKernel {
+            arch: arch.into(),
+            kernel: kernel.to_string(),
+        }
+    })?;
+    fs::write(&ptx, text).map_err(|error| io(&ptx, error))?;
+
+    let mut ptxas = Command::new(tools.join("ptxas"));
+    ptxas
+        .arg(format!("-arch={arch}"))
+        .arg("-v")
+        .arg(&ptx)
+        .arg("-o")
+        .arg(&cubin);
+    let report = run(&mut ptxas, &format!("ptxas on {}", ptx.display()))?;
+    let kernels = parse_ptxas_report(&report);
+    let listed: Vec<&str> = gpu_kernels::entry_points().map(|e| e.name).collect();
+    if let Some(kernel) = listed.iter().find(|k| !kernels.contains_key(**k)) {
+        return Err(BuildError::MissingKernel {
+            arch: arch.into(),
+            kernel: kernel.to_string(),
+        });
+    }
+    if let Some(kernel) = kernels.keys().find(|k| !listed.contains(&k.as_str())) {
+        return Err(BuildError::UnlistedKernel {
+            arch: arch.into(),
+            kernel: kernel.clone(),
+        });
+    }
+    Ok(Artifact {
+        arch: arch.into(),
+        ptx,
+        cubin,
+        kernels,
+    })
+}
+
+/// Runs clippy on `gpu-kernels` for the nvptx64 target (the code that only the GPU
+/// build compiles), with warnings denied; its report is the error.
+pub fn clippy(workspace: &Path, target_dir: &Path) -> Result<(), BuildError> {
+    let tools = tools_dir(workspace).join("bin");
+    let arch = DEFAULT_ARCHES.last().expect("an architecture");
+    let mut cargo = nvptx_cargo(workspace, &tools, arch);
+    cargo
+        .args(["clippy", "--quiet", "--package", "gpu-kernels"])
+        .args(["--target", TARGET, "-Zbuild-std=core,panic_abort"])
+        .arg("--target-dir")
+        .arg(target_dir)
+        .args(["--", "-D", "warnings"]);
+    run(&mut cargo, &format!("clippy on gpu-kernels for {arch}")).map(drop)
+}
+
+/// A cargo command for the nvptx64 build of `arch`: the host build's settings removed,
+/// the target's flags set, and the project tools first on `PATH`.
+fn nvptx_cargo(workspace: &Path, tools: &Path, arch: &str) -> Command {
+    let mut cargo = Command::new(env::var_os("CARGO").unwrap_or_else(|| "cargo".into()));
+    cargo.current_dir(workspace);
     // Outer cargo runs (build scripts, clippy) leak settings meant for host code.
     for var in [
         "RUSTFLAGS",
@@ -171,59 +241,26 @@ fn build_arch(cfg: &PtxBuild, tools: &Path, arch: &str) -> Result<Artifact, Buil
         .env("CARGO_ENCODED_RUSTFLAGS", rustflags.join("\x1f"))
         .env("RUSTC_BOOTSTRAP", "1")
         .env("PATH", prepend_path(tools));
-    run(&mut cargo, &format!("cargo build of gpu-kernels for {arch}"))?;
-
-    let built = target_dir.join(TARGET).join(PROFILE).join("gpu_kernels.ptx");
-    let ptx = cfg.out_dir.join(format!("gpu_kernels.{arch}.ptx"));
-    let cubin = cfg.out_dir.join(format!("gpu_kernels.{arch}.cubin"));
-    let text = fs::read_to_string(&built).map_err(|error| io(&built, error))?;
-    let text = add_launch_bounds(&text, gpu_kernels::launch_bounds()).map_err(|kernel| {
-        BuildError::MissingKernel {
-            arch: arch.into(),
-            kernel: kernel.to_string(),
-        }
-    })?;
-    fs::write(&ptx, text).map_err(|error| io(&ptx, error))?;
-
-    let mut ptxas = Command::new(tools.join("ptxas"));
-    ptxas
-        .arg(format!("-arch={arch}"))
-        .arg("-v")
-        .arg(&ptx)
-        .arg("-o")
-        .arg(&cubin);
-    let report = run(&mut ptxas, &format!("ptxas on {}", ptx.display()))?;
-    let kernels = parse_ptxas_report(&report);
-    for kernel in gpu_kernels::kernel_entry_points() {
-        if !kernels.contains_key(kernel) {
-            return Err(BuildError::MissingKernel {
-                arch: arch.into(),
-                kernel: kernel.to_string(),
-            });
-        }
-    }
-    Ok(Artifact {
-        arch: arch.into(),
-        ptx,
-        cubin,
-        kernels,
-    })
+    cargo
 }
 
-/// Inserts `.maxntid` and `.minnctapersm` after the parameter list of each bounded
-/// entry point (rustc has no attribute for them); the name of a missing one is the
-/// error.
-pub fn add_launch_bounds<'a>(
+/// Inserts `.maxntid` and `.minnctapersm` after the parameter list of each entry point
+/// that has launch bounds (rustc has no attribute for them); the name of a missing one
+/// is the error.
+pub fn add_launch_bounds(
     ptx: &str,
-    bounds: impl Iterator<Item = &'a gpu_kernels::LaunchBounds>,
-) -> Result<String, &'a str> {
+    entry_points: impl Iterator<Item = EntryPoint>,
+) -> Result<String, &'static str> {
     let mut text = ptx.to_string();
-    for b in bounds {
-        let start = text.find(&format!(".entry {}(", b.kernel)).ok_or(b.kernel)?;
-        let body = start + text[start..].find("\n{").ok_or(b.kernel)?;
+    for entry in entry_points {
+        let Some(bounds) = entry.bounds else {
+            continue;
+        };
+        let start = text.find(&format!(".entry {}(", entry.name)).ok_or(entry.name)?;
+        let body = start + text[start..].find("\n{").ok_or(entry.name)?;
         let directives = format!(
             "\n.maxntid {}, 1, 1\n.minnctapersm {}",
-            b.threads, b.blocks_per_sm
+            bounds.threads, bounds.blocks_per_sm
         );
         text.insert_str(body, &directives);
     }
@@ -317,21 +354,27 @@ mod tests {
     #[test]
     fn launch_bounds_go_between_the_parameters_and_the_body() {
         let ptx = ".visible .entry k(\n\t.param .u64 k_param_0\n)   // @k\n{\n\tret;\n}\n";
-        let bounds = gpu_kernels::LaunchBounds {
-            kernel: "k",
-            threads: 256,
-            blocks_per_sm: 2,
+        let bounded = EntryPoint {
+            name: "k",
+            bounds: Some(gpu_kernels::launch::LaunchBounds {
+                threads: 256,
+                blocks_per_sm: 2,
+            }),
         };
-        let out = add_launch_bounds(ptx, [&bounds].into_iter()).unwrap();
+        let unbounded = EntryPoint {
+            name: "other",
+            bounds: None,
+        };
+        let out = add_launch_bounds(ptx, [bounded, unbounded].into_iter()).unwrap();
         assert_eq!(
             out,
             ".visible .entry k(\n\t.param .u64 k_param_0\n)   // @k\n.maxntid 256, 1, 1\n.minnctapersm 2\n{\n\tret;\n}\n"
         );
-        let missing = gpu_kernels::LaunchBounds {
-            kernel: "other",
-            ..bounds
+        let missing = EntryPoint {
+            name: "other",
+            ..bounded
         };
-        assert_eq!(add_launch_bounds(ptx, [&missing].into_iter()), Err("other"));
+        assert_eq!(add_launch_bounds(ptx, [missing].into_iter()), Err("other"));
     }
 
     #[test]

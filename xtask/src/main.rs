@@ -14,6 +14,8 @@ tasks:
   build-ptx [--arch sm_80,sm_90] [--out DIR]
       build gpu-kernels to PTX per architecture (default target/ptx/), check each
       with ptxas and print registers, shared memory, stack and spills per kernel
+  clippy-ptx
+      clippy on gpu-kernels for the nvptx64 target, warnings denied
   bundle
       gather the release GPU test binaries, the bench binary, the PTX and cubins and
       the run scripts into target/bundle/, for a GPU machine without Rust
@@ -30,6 +32,7 @@ fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let result = match args.first().map(String::as_str) {
         Some("build-ptx") => build_ptx(&args[1..]).map(drop),
+        Some("clippy-ptx") => clippy_ptx(),
         Some("bundle") => bundle().map(drop),
         Some("sanitize") => bundle().and_then(|dir| run_script(&dir.join("sanitize.sh"), &[])),
         Some("bench") => bundle().and_then(|dir| run_script(&dir.join("run.sh"), &["bench"])),
@@ -95,6 +98,13 @@ fn build_ptx(args: &[String]) -> Result<Vec<ptx_builder::Artifact>> {
         }
     }
     Ok(artifacts)
+}
+
+fn clippy_ptx() -> Result {
+    let root = workspace_root();
+    ptx_builder::clippy(&root, &root.join("target/ptx-clippy"))?;
+    println!("clippy on gpu-kernels for nvptx64: no warnings");
+    Ok(())
 }
 
 /// Builds the release test and bench executables and gathers them, the PTX and the

@@ -11,7 +11,11 @@
 //!   relaxed load; [`TileStatus`] (width 1) keeps flags and values apart for 8-byte
 //!   values, published with release and read with acquire order;
 //! - one value per thread of the block, for one running sum per column
-//!   ([`TileStatus::publish_each`], [`TileStatus::look_back_block`]).
+//!   ([`TileStatus::chain_columns`]).
+//!
+//! The step every look-back kernel takes once its tile's aggregate is out is written
+//! once here: [`TileChain::look_back_and_share`] for chains of one value per tile,
+//! [`TileStatus::chain_columns`] for one value per column.
 
 use core::marker::PhantomData;
 
@@ -72,7 +76,7 @@ impl<T: ScanOp + Coherent> TileStatus<T> {
     /// # Safety
     /// Every thread of the block calls it; `tile` is in range.
     #[inline(always)]
-    pub unsafe fn publish_each(&self, tile: u64, value: T, flag: u32) {
+    unsafe fn publish_each(&self, tile: u64, value: T, flag: u32) {
         let lane = thread_idx_x();
         if lane < self.width {
             let target = if flag == INCLUSIVE {
@@ -103,7 +107,7 @@ impl<T: ScanOp + Coherent> TileStatus<T> {
     /// publishes an inclusive prefix without waiting on this tile; `shared_flag` is a
     /// shared `u32` no other code uses meanwhile.
     #[inline(always)]
-    pub unsafe fn look_back_block(&self, tile: u64, step: u64, shared_flag: *mut u32) -> T {
+    unsafe fn look_back_block(&self, tile: u64, step: u64, shared_flag: *mut u32) -> T {
         let lane = thread_idx_x();
         let mut prefix = T::identity();
         let mut predecessor = tile;
@@ -139,10 +143,36 @@ impl<T: ScanOp + Coherent> TileStatus<T> {
             }
         }
     }
+
+    /// Chains a tile of columns (one value per thread) to the tiles `step`, `2 * step`,
+    /// ... before it: publishes each column's `total` as the tile's aggregate, looks
+    /// back to the nearest inclusive prefix, publishes each column's inclusive prefix,
+    /// and returns each thread's prefix. Tiles below `step` start their chains: they
+    /// publish `total` as their inclusive prefix at once and return the identity.
+    ///
+    /// # Safety
+    /// Every thread of the block calls it; `tile` is in range; every chain of a launch
+    /// starts at a tile below `step`, which never waits; `shared_flag` is a shared `u32`
+    /// no other code uses meanwhile.
+    #[inline(always)]
+    pub unsafe fn chain_columns(&self, tile: u64, step: u64, total: T, shared_flag: *mut u32) -> T {
+        // SAFETY: forwarded; a chain's first tile publishes without waiting.
+        unsafe {
+            if tile < step {
+                self.publish_each(tile, total, INCLUSIVE);
+                T::identity()
+            } else {
+                self.publish_each(tile, total, AGGREGATE);
+                let prefix = self.look_back_block(tile, step, shared_flag);
+                self.publish_each(tile, prefix.combine(total), INCLUSIVE);
+                prefix
+            }
+        }
+    }
 }
 
 /// A chain of tiles with one value each: publish, and look back.
-pub trait TileChain<T> {
+pub trait TileChain<T: ScanOp> {
     /// Publishes `tile`'s value under `flag`. Called by one thread.
     ///
     /// # Safety
@@ -157,6 +187,38 @@ pub trait TileChain<T> {
     /// All 32 lanes of one warp call it; a predecessor of `tile` publishes an inclusive
     /// prefix without waiting on `tile`, and tile 0 publishes one.
     unsafe fn look_back<const WINDOW: usize>(&self, tile: u64) -> T;
+
+    /// The step of a tile whose prefix lies with its predecessors, for warp 0 of its
+    /// block once the tile's `aggregate` is published: looks back for the prefix, writes
+    /// it to `shared_prefix` for the block, and publishes the tile's inclusive prefix
+    /// (the prefix, then the aggregate) unless `inclusive_published` (a tile that
+    /// holds the start of a new chain published it with its aggregate). The block
+    /// reads `shared_prefix` after its next barrier.
+    ///
+    /// # Safety
+    /// Warp 0 entire calls it, as for [`Self::look_back`]; `shared_prefix` is shared
+    /// memory that no thread touches between this call and the block's next barrier.
+    #[inline(always)]
+    unsafe fn look_back_and_share<const WINDOW: usize>(
+        &self,
+        tile: u64,
+        aggregate: T,
+        inclusive_published: bool,
+        shared_prefix: *mut T,
+    ) {
+        // SAFETY: forwarded from the caller.
+        let prefix = unsafe { self.look_back::<WINDOW>(tile) };
+        if thread_idx_x() == 0 {
+            // SAFETY: thread 0 alone writes the shared prefix before the barrier; this
+            // tile's status.
+            unsafe {
+                *shared_prefix = prefix;
+                if !inclusive_published {
+                    self.publish(tile, prefix.combine(aggregate), INCLUSIVE);
+                }
+            }
+        }
+    }
 }
 
 /// The look-back walk of both layouts. Lane `i` polls predecessors `i`, `i + 32`, ...

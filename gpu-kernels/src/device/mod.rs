@@ -9,6 +9,7 @@ mod memory;
 mod shared;
 mod shuffle;
 mod thread;
+mod vector;
 
 pub use async_copy::{STAGE_BARRIER_BYTES, StagedCopy};
 pub use math::{fma_f32, fma_f64};
@@ -19,7 +20,8 @@ pub use memory::{
 pub use shared::{
     SharedCarver, load_shared_f32, load_shared_v4_f32, shared_base, store_shared_f32, store_shared_v4_f32,
 };
-pub use shuffle::{Shuffle, WARP_SIZE, ballot};
+pub use shuffle::{Lane, Shuffle, WARP_SIZE, ballot};
 pub use thread::{
     block_dim_x, block_idx_x, block_idx_y, grid_dim_x, lane_id, sync_threads, thread_idx_x, trap,
 };
+pub use vector::VectorElement;

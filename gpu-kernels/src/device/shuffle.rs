@@ -1,15 +1,26 @@
-//! Warp shuffles (`shfl.sync`) over the full warp, for 32- and 64-bit values.
+//! Warp shuffles (`shfl.sync`) over the full warp, for 32- and 64-bit values and for
+//! structs of them.
 
 use core::arch::asm;
 
 /// Threads in a warp.
 pub const WARP_SIZE: u32 = 32;
 
+/// Which lane a shuffle reads from.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Lane {
+    /// Lane `lane_id ^ mask`.
+    Xor(u32),
+    /// Lane `lane_id + delta`; lanes past 31 keep their own.
+    Down(u32),
+    /// Lane `lane_id - delta`; lanes below `delta` keep their own.
+    Up(u32),
+    /// Lane `src`.
+    Index(u32),
+}
+
 /// One full-warp `shfl.sync.<mode>.b32`; the clamp is 31, or 0 for `up`.
 macro_rules! shfl_b32 {
-    ($mode:literal, $value:expr, $operand:expr) => {
-        shfl_b32!($mode, $value, $operand, 0x1f)
-    };
     ($mode:literal, $value:expr, $operand:expr, $clamp:literal) => {{
         let out: u32;
         // SAFETY: every lane of the warp executes the shuffle together (the contract of
@@ -27,67 +38,55 @@ macro_rules! shfl_b32 {
     }};
 }
 
-/// A value that can move between the lanes of a warp.
+/// A value that can move between the lanes of a warp: a struct shuffles field by
+/// field, so it implements [`Shuffle::shuffle`] alone.
 ///
 /// Every method is a collective: all 32 lanes of the warp must call it together
 /// (converged), or the result is undefined.
 pub trait Shuffle: Copy {
+    /// The value of the lane `from` names.
+    fn shuffle(self, from: Lane) -> Self;
+
     /// The value of lane `lane_id ^ mask`.
-    fn shfl_xor(self, mask: u32) -> Self;
+    #[inline(always)]
+    fn shfl_xor(self, mask: u32) -> Self {
+        self.shuffle(Lane::Xor(mask))
+    }
     /// The value of lane `lane_id + delta`; lanes past 31 keep their own.
-    fn shfl_down(self, delta: u32) -> Self;
+    #[inline(always)]
+    fn shfl_down(self, delta: u32) -> Self {
+        self.shuffle(Lane::Down(delta))
+    }
     /// The value of lane `lane_id - delta`; lanes below `delta` keep their own.
-    fn shfl_up(self, delta: u32) -> Self;
+    #[inline(always)]
+    fn shfl_up(self, delta: u32) -> Self {
+        self.shuffle(Lane::Up(delta))
+    }
     /// The value of lane `src`.
-    fn shfl_idx(self, src: u32) -> Self;
+    #[inline(always)]
+    fn shfl_idx(self, src: u32) -> Self {
+        self.shuffle(Lane::Index(src))
+    }
 }
 
 impl Shuffle for u32 {
     #[inline(always)]
-    fn shfl_xor(self, mask: u32) -> Self {
-        shfl_b32!("bfly", self, mask)
-    }
-    #[inline(always)]
-    fn shfl_down(self, delta: u32) -> Self {
-        shfl_b32!("down", self, delta)
-    }
-    #[inline(always)]
-    fn shfl_up(self, delta: u32) -> Self {
-        shfl_b32!("up", self, delta, 0)
-    }
-    #[inline(always)]
-    fn shfl_idx(self, src: u32) -> Self {
-        shfl_b32!("idx", self, src)
+    fn shuffle(self, from: Lane) -> Self {
+        match from {
+            Lane::Xor(mask) => shfl_b32!("bfly", self, mask, 0x1f),
+            Lane::Down(delta) => shfl_b32!("down", self, delta, 0x1f),
+            Lane::Up(delta) => shfl_b32!("up", self, delta, 0),
+            Lane::Index(src) => shfl_b32!("idx", self, src, 0x1f),
+        }
     }
 }
 
 impl Shuffle for u64 {
     #[inline(always)]
-    fn shfl_xor(self, mask: u32) -> Self {
-        join(split(self).map(|w| w.shfl_xor(mask)))
+    fn shuffle(self, from: Lane) -> Self {
+        let [lo, hi] = [self as u32, (self >> 32) as u32].map(|w| w.shuffle(from));
+        lo as u64 | (hi as u64) << 32
     }
-    #[inline(always)]
-    fn shfl_down(self, delta: u32) -> Self {
-        join(split(self).map(|w| w.shfl_down(delta)))
-    }
-    #[inline(always)]
-    fn shfl_up(self, delta: u32) -> Self {
-        join(split(self).map(|w| w.shfl_up(delta)))
-    }
-    #[inline(always)]
-    fn shfl_idx(self, src: u32) -> Self {
-        join(split(self).map(|w| w.shfl_idx(src)))
-    }
-}
-
-#[inline(always)]
-fn split(v: u64) -> [u32; 2] {
-    [v as u32, (v >> 32) as u32]
-}
-
-#[inline(always)]
-fn join([lo, hi]: [u32; 2]) -> u64 {
-    lo as u64 | (hi as u64) << 32
 }
 
 /// Types that shuffle as the bits of `u32` or `u64`.
@@ -95,20 +94,8 @@ macro_rules! shuffle_as_bits {
     ($($t:ty => $bits:ty, $to:expr, $from:expr;)*) => {$(
         impl Shuffle for $t {
             #[inline(always)]
-            fn shfl_xor(self, mask: u32) -> Self {
-                $from(<$bits>::shfl_xor($to(self), mask))
-            }
-            #[inline(always)]
-            fn shfl_down(self, delta: u32) -> Self {
-                $from(<$bits>::shfl_down($to(self), delta))
-            }
-            #[inline(always)]
-            fn shfl_up(self, delta: u32) -> Self {
-                $from(<$bits>::shfl_up($to(self), delta))
-            }
-            #[inline(always)]
-            fn shfl_idx(self, src: u32) -> Self {
-                $from(<$bits>::shfl_idx($to(self), src))
+            fn shuffle(self, from: Lane) -> Self {
+                $from(<$bits>::shuffle($to(self), from))
             }
         }
     )*};

@@ -8,7 +8,8 @@ use rayon::prelude::*;
 use crate::conv::{Conv2dParams, conv2d_problem};
 use crate::error::Result;
 
-/// The geometry shared by the four functions.
+/// The geometry shared by the four functions: the validated problem, whose output size
+/// the kernels use too, in `usize`.
 #[derive(Clone, Copy)]
 struct Geometry {
     in_per_group: usize,
@@ -16,20 +17,25 @@ struct Geometry {
     kernel: [usize; 2],
     input: [usize; 2],
     output: [usize; 2],
-    params: Conv2dParams,
+    stride: [usize; 2],
+    padding: [usize; 2],
+    dilation: [usize; 2],
 }
 
 impl Geometry {
     fn new(x_shape: &[usize], w_shape: &[usize], params: &Conv2dParams) -> Result<(Self, Vec<usize>)> {
-        let (_, y_shape) = conv2d_problem(x_shape, w_shape, params)?;
+        let (p, y_shape) = conv2d_problem(x_shape, w_shape, params)?;
+        let pair = |a: u32, b: u32| [a as usize, b as usize];
         Ok((
             Self {
-                in_per_group: x_shape[1] / params.groups,
-                out_per_group: w_shape[0] / params.groups,
-                kernel: [w_shape[2], w_shape[3]],
-                input: [x_shape[2], x_shape[3]],
-                output: [y_shape[2], y_shape[3]],
-                params: *params,
+                in_per_group: p.in_per_group() as usize,
+                out_per_group: p.out_per_group() as usize,
+                kernel: pair(p.kernel_h, p.kernel_w),
+                input: pair(p.height, p.width),
+                output: pair(p.out_h, p.out_w),
+                stride: pair(p.stride_h, p.stride_w),
+                padding: pair(p.pad_h, p.pad_w),
+                dilation: pair(p.dilation_h, p.dilation_w),
             },
             y_shape,
         ))
@@ -38,14 +44,16 @@ impl Geometry {
     /// Calls `f(out_y, out_x, in_y, in_x)` for every output pixel whose window puts tap
     /// (r, s) inside the input.
     fn for_each_pair(&self, r: usize, s: usize, mut f: impl FnMut(usize, usize, usize, usize)) {
-        let p = &self.params;
+        let input = |axis: usize, out: usize, tap: usize| {
+            (out * self.stride[axis] + tap * self.dilation[axis]).wrapping_sub(self.padding[axis])
+        };
         for oy in 0..self.output[0] {
-            let iy = (oy * p.stride[0] + r * p.dilation[0]).wrapping_sub(p.padding[0]);
+            let iy = input(0, oy, r);
             if iy >= self.input[0] {
                 continue;
             }
             for ox in 0..self.output[1] {
-                let ix = (ox * p.stride[1] + s * p.dilation[1]).wrapping_sub(p.padding[1]);
+                let ix = input(1, ox, s);
                 if ix < self.input[1] {
                     f(oy, ox, iy, ix);
                 }

@@ -1,0 +1,56 @@
+//! Elements packed in 128-bit vectors, as the vector loads and stores move them: four
+//! 32-bit words holding four 4-byte or two 8-byte elements.
+
+/// A 4- or 8-byte element of a 128-bit vector.
+pub trait VectorElement: Copy {
+    /// Elements in one vector.
+    const PER_VECTOR: usize;
+    /// Element `i` of a vector loaded as four words.
+    fn from_words(words: [u32; 4], i: usize) -> Self;
+    /// Writes the element into its place `i` of a vector.
+    fn into_words(self, words: &mut [u32; 4], i: usize);
+}
+
+macro_rules! vector_element_32 {
+    ($($t:ty => $to:expr, $from:expr;)*) => {$(
+        impl VectorElement for $t {
+            const PER_VECTOR: usize = 4;
+            #[inline(always)]
+            fn from_words(words: [u32; 4], i: usize) -> Self {
+                $from(words[i])
+            }
+            #[inline(always)]
+            fn into_words(self, words: &mut [u32; 4], i: usize) {
+                words[i] = $to(self);
+            }
+        }
+    )*};
+}
+
+macro_rules! vector_element_64 {
+    ($($t:ty => $to:expr, $from:expr;)*) => {$(
+        impl VectorElement for $t {
+            const PER_VECTOR: usize = 2;
+            #[inline(always)]
+            fn from_words(words: [u32; 4], i: usize) -> Self {
+                $from(words[2 * i] as u64 | (words[2 * i + 1] as u64) << 32)
+            }
+            #[inline(always)]
+            fn into_words(self, words: &mut [u32; 4], i: usize) {
+                let bits: u64 = $to(self);
+                words[2 * i] = bits as u32;
+                words[2 * i + 1] = (bits >> 32) as u32;
+            }
+        }
+    )*};
+}
+
+vector_element_32! {
+    f32 => f32::to_bits, f32::from_bits;
+    i32 => |v: i32| v as u32, |w: u32| w as i32;
+}
+
+vector_element_64! {
+    f64 => f64::to_bits, f64::from_bits;
+    i64 => |v: i64| v as u64, |w: u64| w as i64;
+}

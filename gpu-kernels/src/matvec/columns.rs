@@ -1,0 +1,229 @@
+//! The columns kernel of `y = A^T x`: blocks of `COLUMNS_TX` lanes along `cols` by
+//! `COLUMNS_TY` slices of rows, summed through shared memory.
+
+use super::{BLOCK_THREADS, GemvOperands, GemvProblem};
+use crate::launch::{DevicePtr, DevicePtrMut, Kernel, Launch, LaunchGeometry, kernel_args};
+
+/// Lanes of a `columns` block along `cols`.
+pub const COLUMNS_TX: u32 = 32;
+/// Slices of rows in a `columns` block.
+pub const COLUMNS_TY: u32 = BLOCK_THREADS / COLUMNS_TX;
+/// Rows of A each `columns` thread loads before the first use.
+pub const COLUMNS_UNROLL: usize = 4;
+/// Dynamic shared memory of a `columns` block: one sum (at most 8 bytes) per slice and
+/// column, 16 bytes of columns per lane.
+pub const COLUMNS_SHARED_BYTES: u32 = COLUMNS_TY * COLUMNS_TX * 16;
+
+const _: () = assert!(COLUMNS_TX == 32);
+
+/// Column tiles by parts of the rows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ColumnsPlan {
+    /// Blocks along `cols`.
+    pub tiles: u64,
+    /// Blocks along `rows` (grid y).
+    pub split: u64,
+    /// Whether rows are 16-byte aligned (128-bit loads).
+    pub vector: bool,
+}
+
+kernel_args! {
+    /// The columns kernel's arguments: `y = alpha * A^T x + beta * y`, or with
+    /// `split > 1` the `[col][split]` partials of `A^T x` in `out`; `vector` (1 or 0)
+    /// says whether rows keep 16-byte alignment.
+    pub struct ColumnsArgs<T> {
+        pub a: DevicePtr<T>,
+        pub x: DevicePtr<T>,
+        pub out: DevicePtrMut<T>,
+        pub y: DevicePtrMut<T>,
+        pub alpha: T,
+        pub beta: T,
+        pub problem: GemvProblem,
+        pub split: u64,
+        pub vector: u32,
+    }
+    impl ColumnsKernel for f32 {
+        const COLUMNS = "gemv_columns_f32" => kernel::columns_of::<f32, 4>;
+    }
+    impl ColumnsKernel for f64 {
+        const COLUMNS = "gemv_columns_f64" => kernel::columns_of::<f64, 2>;
+    }
+    entry points in ENTRY_POINTS;
+}
+
+/// The columns kernel of one element type.
+pub trait ColumnsKernel: Sized {
+    const COLUMNS: Kernel<ColumnsArgs<Self>>;
+}
+
+impl ColumnsPlan {
+    /// The launch of the first pass, writing y, or `partials` with a split.
+    pub fn launch<T: ColumnsKernel + Copy>(
+        &self,
+        operands: &GemvOperands<T>,
+        partials: DevicePtrMut<T>,
+    ) -> Launch<ColumnsArgs<T>> {
+        let GemvOperands {
+            a,
+            x,
+            y,
+            alpha,
+            beta,
+            problem,
+        } = *operands;
+        let geometry = LaunchGeometry {
+            grid: [self.tiles, self.split, 1],
+            threads: BLOCK_THREADS,
+            shared_bytes: COLUMNS_SHARED_BYTES,
+        };
+        let args = ColumnsArgs {
+            a,
+            x,
+            out: partials,
+            y,
+            alpha,
+            beta,
+            problem,
+            split: self.split,
+            vector: self.vector as u32,
+        };
+        Launch::new(T::COLUMNS, geometry, args)
+    }
+}
+
+#[cfg(target_arch = "nvptx64")]
+mod kernel {
+    use super::*;
+    use crate::device::{
+        SharedCarver, block_idx_x, block_idx_y, load_global_nc_v4, sync_threads, thread_idx_x,
+    };
+    use crate::launch::chunk;
+    use crate::matvec::value::{GemvValue, finish};
+
+    /// [`columns`], with 128-bit loads or not as `args.vector` says.
+    ///
+    /// # Safety
+    /// As [`columns`]; `COLUMNS` is `T::PER_VECTOR`; `vector` only when `cols` is a
+    /// multiple of it.
+    #[inline(always)]
+    pub unsafe fn columns_of<T: GemvValue, const COLUMNS: usize>(args: ColumnsArgs<T>) {
+        // SAFETY: forwarded from the caller.
+        unsafe {
+            if args.vector != 0 {
+                columns::<T, COLUMNS, true>(args)
+            } else {
+                columns::<T, COLUMNS, false>(args)
+            }
+        }
+    }
+
+    /// `y = alpha * A^T x + beta * y`, or the `[col][split]` partials of `A^T x`.
+    /// Block (x, y) = (column tile, part of the rows).
+    ///
+    /// # Safety
+    /// `a` holds `rows * cols` elements, `x` `rows`, `a` 16-byte aligned, `VECTOR` only
+    /// when `cols` is a multiple of `COLUMNS`; `out` holds `cols * split` partials when
+    /// `split > 1`, else `y` holds `cols`; blocks of `BLOCK_THREADS` threads with
+    /// `COLUMNS_SHARED_BYTES` of dynamic shared memory.
+    #[inline(always)]
+    unsafe fn columns<T: GemvValue, const COLUMNS: usize, const VECTOR: bool>(args: ColumnsArgs<T>) {
+        let ColumnsArgs {
+            alpha,
+            beta,
+            problem,
+            split,
+            ..
+        } = args;
+        let (a, x, out, y) = (
+            args.a.as_ptr(),
+            args.x.as_ptr(),
+            args.out.as_mut_ptr(),
+            args.y.as_mut_ptr(),
+        );
+        let GemvProblem { rows, cols, .. } = problem;
+        let (tile, part) = (block_idx_x() as u64, block_idx_y() as u64);
+        let (tx, ty) = (thread_idx_x() % COLUMNS_TX, thread_idx_x() / COLUMNS_TX);
+        let block_columns = COLUMNS_TX as u64 * COLUMNS as u64;
+        let column = tile * block_columns + tx as u64 * COLUMNS as u64;
+        let valid = cols.saturating_sub(column).min(COLUMNS as u64);
+        let (begin, end) = chunk(rows, split, part, 1);
+        let mut sums = [T::ZERO; COLUMNS];
+        if valid > 0 {
+            let load = |r: u64| -> [T; COLUMNS] {
+                let at = (r * cols + column) as usize;
+                let mut row = [T::ZERO; COLUMNS];
+                if VECTOR {
+                    // SAFETY: cols and column are multiples of COLUMNS == PER_VECTOR.
+                    let words = unsafe { load_global_nc_v4(a.add(at) as *const u32) };
+                    for (i, v) in row.iter_mut().enumerate() {
+                        *v = T::from_words(words, i);
+                    }
+                } else {
+                    for (i, v) in row.iter_mut().enumerate() {
+                        if (i as u64) < valid {
+                            // SAFETY: r < rows, column + i < cols.
+                            *v = unsafe { *a.add(at + i) };
+                        }
+                    }
+                }
+                row
+            };
+            let step = COLUMNS_TY as u64;
+            let mut r = begin + ty as u64;
+            while r + (COLUMNS_UNROLL as u64 - 1) * step < end {
+                let mut held = [([T::ZERO; COLUMNS], T::ZERO); COLUMNS_UNROLL];
+                for (u, h) in held.iter_mut().enumerate() {
+                    let row = r + u as u64 * step;
+                    // SAFETY: row < rows.
+                    *h = (load(row), unsafe { *x.add(row as usize) });
+                }
+                for (values, xr) in &held {
+                    for (s, &v) in sums.iter_mut().zip(values) {
+                        *s = s.mul_add(v, *xr);
+                    }
+                }
+                r += COLUMNS_UNROLL as u64 * step;
+            }
+            while r < end {
+                // SAFETY: r < rows.
+                let xr = unsafe { *x.add(r as usize) };
+                for (s, &v) in sums.iter_mut().zip(&load(r)) {
+                    *s = s.mul_add(v, xr);
+                }
+                r += step;
+            }
+        }
+
+        let mut carver = SharedCarver::new();
+        // SAFETY: the launch gives COLUMNS_SHARED_BYTES, enough for [TY][block_columns]
+        // values; each thread writes its own slots before the barrier.
+        let shared = unsafe { carver.take::<T>((COLUMNS_TY as u64 * block_columns) as usize) };
+        for (i, s) in sums.iter().enumerate() {
+            let slot = (ty as u64 * block_columns + tx as u64 * COLUMNS as u64 + i as u64) as usize;
+            // SAFETY: slot < TY * block_columns.
+            unsafe { *shared.add(slot) = *s };
+        }
+        // SAFETY: every thread reaches the barrier.
+        unsafe { sync_threads() };
+        let mut c = thread_idx_x() as u64;
+        while c < block_columns {
+            let column = tile * block_columns + c;
+            if column < cols {
+                let mut sum = T::ZERO;
+                for slice in 0..COLUMNS_TY as u64 {
+                    // SAFETY: written before the barrier.
+                    sum = sum + unsafe { *shared.add((slice * block_columns + c) as usize) };
+                }
+                // SAFETY: column < cols, part < split.
+                unsafe {
+                    if split == 1 {
+                        finish(sum, alpha, beta, y.add(column as usize));
+                    } else {
+                        *out.add((column * split + part) as usize) = sum;
+                    }
+                }
+            }
+            c += BLOCK_THREADS as u64;
+        }
+    }
+}

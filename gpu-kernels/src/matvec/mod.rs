@@ -1,0 +1,146 @@
+//! Matrix-vector products `y = alpha * op(A) x + beta * y`, `op(A)` = A or A^T, for a
+//! row-major A of shape `[rows, cols]`; deterministic (every sum is taken in a fixed
+//! order, no floating-point atomics).
+//!
+//! - [`rows`] (`y = A x`): a group of `group_lanes` lanes (1..=32) per work item, an
+//!   item being one row or, when the rows alone cannot fill the GPU, one of `split`
+//!   chunks of a row, over `ROWS_PER_ITEM` rows at once so that each load of x serves
+//!   them all; 128-bit loads of A (read-only path) and of x (from L2) when `cols` keeps
+//!   rows aligned, `ROWS_UNROLL` vectors per row in flight with as many accumulators,
+//!   then a shuffle reduction inside the group;
+//! - [`columns`] (`y = A^T x`): blocks of `TX` lanes along `cols` (16 bytes of columns
+//!   each) by `TY` slices of rows, summed through shared memory, rows split over
+//!   `split` blocks when the columns cannot fill the GPU.
+//!
+//! With `split > 1` the first pass writes `[output][split]` partials and [`combine`]
+//! adds them in order and applies alpha and beta; otherwise the first pass does. With
+//! `beta == 0`, y is not read (it may hold anything, NaN included).
+
+pub mod columns;
+pub mod combine;
+pub mod rows;
+#[cfg(target_arch = "nvptx64")]
+mod value;
+
+use crate::launch::{
+    DeviceLimits, DevicePtr, DevicePtrMut, EntryPoint, Launch, ScratchLayout, THREADS_PER_SM,
+};
+use columns::{COLUMNS_TX, ColumnsKernel, ColumnsPlan};
+use combine::{CombineArgs, CombineKernel};
+use rows::{MIN_SPLIT_CHUNK, ROWS_ITEMS_PER_SM, ROWS_PER_ITEM, ROWS_UNROLL, RowsKernel, RowsPlan};
+
+/// Threads per block of every matvec kernel.
+pub const BLOCK_THREADS: u32 = 256;
+
+const _: () = assert!(BLOCK_THREADS.is_multiple_of(32));
+
+/// A as `[rows, cols]`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GemvProblem {
+    pub rows: u64,
+    pub cols: u64,
+    /// Whether y = A^T x (else y = A x).
+    pub transpose: bool,
+}
+
+impl GemvProblem {
+    /// Elements of y.
+    pub const fn outputs(&self) -> u64 {
+        if self.transpose { self.cols } else { self.rows }
+    }
+}
+
+/// An element type of the matrix-vector products: every matvec entry point exists for
+/// it.
+pub trait GemvType: RowsKernel + ColumnsKernel + CombineKernel + Copy {}
+
+impl GemvType for f32 {}
+impl GemvType for f64 {}
+
+/// Every matvec entry point.
+pub const ENTRY_POINTS: &[&[EntryPoint]] =
+    &[rows::ENTRY_POINTS, columns::ENTRY_POINTS, combine::ENTRY_POINTS];
+
+/// What a product takes: `y = alpha * op(A) x + beta * y`.
+#[derive(Debug, Clone, Copy)]
+pub struct GemvOperands<T> {
+    pub a: DevicePtr<T>,
+    pub x: DevicePtr<T>,
+    pub y: DevicePtrMut<T>,
+    pub alpha: T,
+    pub beta: T,
+    pub problem: GemvProblem,
+}
+
+/// Which kernel takes the first pass.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GemvPlan {
+    Rows(RowsPlan),
+    Columns(ColumnsPlan),
+}
+
+impl GemvPlan {
+    /// The split (1: no partials, no combine pass).
+    pub const fn split(&self) -> u64 {
+        match self {
+            GemvPlan::Rows(p) => p.split,
+            GemvPlan::Columns(p) => p.split,
+        }
+    }
+
+    /// The scratch memory of the partials, `[output][split]`; none without a split.
+    pub const fn scratch(&self, problem: &GemvProblem, element_bytes: usize) -> ScratchLayout {
+        let bytes = if self.split() > 1 {
+            problem.outputs() * self.split() * element_bytes as u64
+        } else {
+            0
+        };
+        ScratchLayout { bytes, zeroed: 0 }
+    }
+
+    /// Where the first pass writes its partials: `scratch` with a split, else nowhere
+    /// (it writes y).
+    pub fn partials<T>(&self, scratch: DevicePtrMut<u8>) -> DevicePtrMut<T> {
+        if self.split() > 1 {
+            scratch.cast()
+        } else {
+            DevicePtrMut::NULL
+        }
+    }
+
+    /// The second pass, with a split: the partials added in order into y.
+    pub fn combine<T: CombineKernel + Copy>(
+        &self,
+        operands: &GemvOperands<T>,
+        partials: DevicePtrMut<T>,
+    ) -> Option<Launch<CombineArgs<T>>> {
+        (self.split() > 1).then(|| combine::launch(operands, partials, self.split()))
+    }
+}
+
+/// The plan for a product with `element_bytes`-byte elements.
+pub fn plan(problem: &GemvProblem, element_bytes: usize, device: &DeviceLimits) -> GemvPlan {
+    let per_vector = (16 / element_bytes) as u64;
+    let vector = problem.cols.is_multiple_of(per_vector);
+    let sms = device.multiprocessors as u64;
+    if !problem.transpose {
+        let vectors = problem.cols.div_ceil(per_vector * ROWS_UNROLL as u64);
+        let group_lanes = vectors.next_power_of_two().clamp(1, 32) as u32;
+        let groups = problem.rows.div_ceil(ROWS_PER_ITEM as u64);
+        let wanted = (sms * ROWS_ITEMS_PER_SM).div_ceil(groups.max(1));
+        let split = wanted.min(problem.cols / MIN_SPLIT_CHUNK).max(1);
+        let threads = groups * split * group_lanes as u64;
+        GemvPlan::Rows(RowsPlan {
+            group_lanes,
+            split,
+            blocks: threads.div_ceil(BLOCK_THREADS as u64),
+            vector,
+        })
+    } else {
+        let tiles = problem.cols.div_ceil(COLUMNS_TX as u64 * per_vector);
+        let wanted = (sms * THREADS_PER_SM).div_ceil(tiles * BLOCK_THREADS as u64);
+        let split = wanted.min(problem.rows / 256).clamp(1, 65535);
+        GemvPlan::Columns(ColumnsPlan { tiles, split, vector })
+    }
+}

@@ -1,0 +1,103 @@
+//! The combine kernel of a split min reduction: each output's `split` partials merged
+//! in order.
+
+use super::{BLOCK_THREADS, MinOutputs};
+use crate::launch::{DevicePtr, DevicePtrMut, Kernel, Launch, LaunchGeometry, kernel_args};
+
+kernel_args! {
+    /// The combine kernel's arguments: `[output][split]` partial values and indices
+    /// (the indices unused for `amin`), merged into `outputs` values and indices.
+    pub struct CombineArgs<T> {
+        pub partial_values: DevicePtr<T>,
+        pub partial_indices: DevicePtr<i64>,
+        pub values: DevicePtrMut<T>,
+        pub indices: DevicePtrMut<i64>,
+        pub outputs: u64,
+        pub split: u64,
+    }
+    impl CombineKernel for f32 {
+        const MIN_COMBINE = "min_combine_f32" => kernel::combine::<f32, true>;
+        const AMIN_COMBINE = "amin_combine_f32" => kernel::combine::<f32, false>;
+    }
+    impl CombineKernel for f64 {
+        const MIN_COMBINE = "min_combine_f64" => kernel::combine::<f64, true>;
+        const AMIN_COMBINE = "amin_combine_f64" => kernel::combine::<f64, false>;
+    }
+    impl CombineKernel for i32 {
+        const MIN_COMBINE = "min_combine_i32" => kernel::combine::<i32, true>;
+        const AMIN_COMBINE = "amin_combine_i32" => kernel::combine::<i32, false>;
+    }
+    entry points in ENTRY_POINTS;
+}
+
+/// The combine kernel of one element type, with indices (`min`) and without (`amin`).
+pub trait CombineKernel: Sized {
+    const MIN_COMBINE: Kernel<CombineArgs<Self>>;
+    const AMIN_COMBINE: Kernel<CombineArgs<Self>>;
+}
+
+/// The launch merging `split` partials per output into `outputs`, one thread each.
+pub fn launch<T: CombineKernel>(
+    outputs: u64,
+    split: u64,
+    partials: MinOutputs<T>,
+    to: MinOutputs<T>,
+) -> Launch<CombineArgs<T>> {
+    let kernel = if to.with_index() {
+        T::MIN_COMBINE
+    } else {
+        T::AMIN_COMBINE
+    };
+    let args = CombineArgs {
+        partial_values: partials.values.as_const(),
+        partial_indices: partials.indices.as_const(),
+        values: to.values,
+        indices: to.indices,
+        outputs,
+        split,
+    };
+    Launch::new(kernel, LaunchGeometry::per_item(outputs, BLOCK_THREADS), args)
+}
+
+#[cfg(target_arch = "nvptx64")]
+mod kernel {
+    use super::*;
+    use crate::device::{block_dim_x, block_idx_x, thread_idx_x};
+    use crate::min::argmin::{ArgMin, MinValue};
+
+    /// Merges the `split` partials of each output in order, one thread per output.
+    ///
+    /// # Safety
+    /// The partials hold `outputs * split` slots (`partial_indices` too when `INDEX`),
+    /// the outputs `outputs`.
+    #[inline(always)]
+    pub unsafe fn combine<T: MinValue, const INDEX: bool>(args: CombineArgs<T>) {
+        let CombineArgs { outputs, split, .. } = args;
+        let (partial_values, partial_indices) = (args.partial_values.as_ptr(), args.partial_indices.as_ptr());
+        let (values, indices) = (args.values.as_mut_ptr(), args.indices.as_mut_ptr());
+        let m = block_idx_x() as u64 * block_dim_x() as u64 + thread_idx_x() as u64;
+        if m >= outputs {
+            return;
+        }
+        let read = |s: u64| {
+            let slot = (m * split + s) as usize;
+            // SAFETY: slot < outputs * split.
+            unsafe {
+                ArgMin::<T, INDEX> {
+                    value: *partial_values.add(slot),
+                    index: if INDEX {
+                        *partial_indices.add(slot) as u64
+                    } else {
+                        s
+                    },
+                }
+            }
+        };
+        let mut merged = read(0);
+        for s in 1..split {
+            merged = merged.merge(read(s));
+        }
+        // SAFETY: m < outputs.
+        unsafe { merged.store(values, indices, m) };
+    }
+}

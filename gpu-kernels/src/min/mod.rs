@@ -1,0 +1,298 @@
+//! Min reduction along one axis: values and the index of the first minimum
+//! (`torch.min(x, dim)`), or values alone (`torch.amin`). NaN wins: a lane holding NaN
+//! reduces to NaN and the index of its first NaN.
+//!
+//! The array is seen as `[outer, reduce, inner]` (row-major), the output as
+//! `[outer, inner]`. Two layouts, two kernels:
+//! - [`rows`] (`inner == 1`, the reduced axis contiguous): a group of `group_lanes` lanes
+//!   (1..=32, a power of two) per row, 128-bit loads after a scalar head that reaches
+//!   alignment, then a shuffle reduction inside the group;
+//! - [`strided`] (`inner > 1`): a block of `TX` lanes along `inner` (each lane 16 bytes of
+//!   consecutive columns, one 128-bit load when `inner` keeps rows aligned) by `TY`
+//!   slices of the reduced axis, combined through shared memory.
+//!
+//! When the output alone cannot fill the GPU, the reduced axis is also split over
+//! `split` work items per output; those write `[output][split]` partials that the
+//! [`combine`] kernel reduces in a fixed order. All offsets are 64-bit.
+
+#[cfg(target_arch = "nvptx64")]
+mod argmin;
+pub mod combine;
+pub mod rows;
+pub mod strided;
+
+use crate::launch::{DeviceLimits, DevicePtrMut, EntryPoint, Launch, ScratchLayout, THREADS_PER_SM};
+use combine::{CombineArgs, CombineKernel};
+use rows::{RowsKernel, RowsPlan};
+use strided::{STRIDED_TX, StridedKernel, StridedPlan};
+
+/// Threads per block of every min kernel.
+pub const BLOCK_THREADS: u32 = 256;
+/// Bytes of one vector load.
+pub const VECTOR_BYTES: usize = 16;
+/// A split never makes a work item shorter than this many elements of the reduced axis.
+pub const MIN_SPLIT_CHUNK: u64 = 2048;
+
+const _: () = assert!(BLOCK_THREADS.is_multiple_of(32));
+
+/// The array as `[outer, reduce, inner]`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MinProblem {
+    pub outer: u64,
+    pub reduce: u64,
+    pub inner: u64,
+}
+
+impl MinProblem {
+    /// The number of output elements.
+    pub const fn outputs(&self) -> u64 {
+        self.outer * self.inner
+    }
+}
+
+/// An element type of `min` and `amin`: every min entry point exists for it.
+pub trait MinType: RowsKernel + StridedKernel + CombineKernel {}
+
+impl MinType for f32 {}
+impl MinType for f64 {}
+impl MinType for i32 {}
+
+/// Every min entry point.
+pub const ENTRY_POINTS: &[&[EntryPoint]] =
+    &[rows::ENTRY_POINTS, strided::ENTRY_POINTS, combine::ENTRY_POINTS];
+
+/// Where a reduction writes: values, and indices (null for `amin`).
+#[derive(Debug, Clone, Copy)]
+pub struct MinOutputs<T> {
+    pub values: DevicePtrMut<T>,
+    pub indices: DevicePtrMut<i64>,
+}
+
+impl<T> MinOutputs<T> {
+    /// Whether indices are wanted (`min`, not `amin`).
+    pub fn with_index(&self) -> bool {
+        !self.indices.is_null()
+    }
+}
+
+/// Which kernel takes the first pass.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MinPlan {
+    Rows(RowsPlan),
+    Strided(StridedPlan),
+}
+
+impl MinPlan {
+    /// The split of the reduced axis (1: no partials, no combine pass).
+    pub const fn split(&self) -> u64 {
+        match self {
+            MinPlan::Rows(p) => p.split,
+            MinPlan::Strided(p) => p.split,
+        }
+    }
+
+    /// The scratch memory of the partials: `[output][split]` values (256-byte aligned),
+    /// then as many indices; none without a split.
+    pub const fn scratch(&self, problem: &MinProblem, element_bytes: usize) -> ScratchLayout {
+        if self.split() == 1 {
+            return ScratchLayout { bytes: 0, zeroed: 0 };
+        }
+        let slots = problem.outputs() * self.split();
+        ScratchLayout {
+            bytes: (slots * element_bytes as u64).next_multiple_of(256) + slots * 8,
+            zeroed: 0,
+        }
+    }
+
+    /// Where the first pass writes: `outputs`, or with a split the partials in
+    /// `scratch` (laid out by [`Self::scratch`]).
+    pub fn first_pass_outputs<T>(
+        &self,
+        problem: &MinProblem,
+        outputs: MinOutputs<T>,
+        scratch: DevicePtrMut<u8>,
+    ) -> MinOutputs<T> {
+        if self.split() == 1 {
+            return outputs;
+        }
+        let values_bytes = (problem.outputs() * self.split() * size_of::<T>() as u64).next_multiple_of(256);
+        MinOutputs {
+            values: scratch.cast(),
+            indices: if outputs.with_index() {
+                scratch.offset(values_bytes).cast()
+            } else {
+                DevicePtrMut::NULL
+            },
+        }
+    }
+
+    /// The second pass, with a split: the partials merged in order into `outputs`.
+    pub fn combine<T: CombineKernel>(
+        &self,
+        problem: &MinProblem,
+        partials: MinOutputs<T>,
+        outputs: MinOutputs<T>,
+    ) -> Option<Launch<CombineArgs<T>>> {
+        (self.split() > 1).then(|| combine::launch(problem.outputs(), self.split(), partials, outputs))
+    }
+}
+
+/// The launch plan for a problem of `element_bytes`-byte elements. The problem must be
+/// non-empty.
+pub fn plan(problem: &MinProblem, element_bytes: usize, device: &DeviceLimits) -> MinPlan {
+    let target_threads = device.multiprocessors as u64 * THREADS_PER_SM;
+    let per_vector = (VECTOR_BYTES / element_bytes) as u64;
+    // More work items per output only while each stays long, and never past grid y.
+    let split_for = |threads: u64| {
+        let wanted = target_threads.div_ceil(threads.max(1));
+        let split = wanted.min(problem.reduce / MIN_SPLIT_CHUNK).clamp(1, 65535);
+        even_split(problem.reduce, split)
+    };
+    if problem.inner == 1 {
+        // Enough lanes that each loads a few vectors; whole warps for long rows.
+        let vectors = problem.reduce.div_ceil(per_vector * rows::UNROLL as u64);
+        let group_lanes = vectors.next_power_of_two().clamp(1, 32) as u32;
+        let split = split_for(problem.outer * group_lanes as u64);
+        let threads = problem.outer * split * group_lanes as u64;
+        MinPlan::Rows(RowsPlan {
+            group_lanes,
+            split,
+            blocks: threads.div_ceil(BLOCK_THREADS as u64),
+        })
+    } else {
+        let vector = problem.inner.is_multiple_of(per_vector);
+        let columns_per_block = STRIDED_TX as u64 * per_vector;
+        let tiles_per_outer = problem.inner.div_ceil(columns_per_block);
+        let split = split_for(problem.outer * tiles_per_outer * BLOCK_THREADS as u64);
+        MinPlan::Strided(StridedPlan {
+            vector,
+            split,
+            tiles_per_outer,
+        })
+    }
+}
+
+/// The number of chunks of `ceil(reduce / split)` elements that covers `reduce`: at
+/// most `split`, none empty, and with the same chunk length (the kernels recompute it).
+const fn even_split(reduce: u64, split: u64) -> u64 {
+    reduce.div_ceil(reduce.div_ceil(split))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const H100: DeviceLimits = DeviceLimits {
+        multiprocessors: 132,
+        max_shared_bytes_per_block: 227 * 1024,
+    };
+
+    fn plan_of(outer: u64, reduce: u64, inner: u64, bytes: usize) -> MinPlan {
+        plan(&MinProblem { outer, reduce, inner }, bytes, &H100)
+    }
+
+    #[test]
+    fn headline_axes_fill_the_gpu_without_a_split() {
+        assert_eq!(
+            plan_of(128 * 4096, 4095, 1, 4),
+            MinPlan::Rows(RowsPlan {
+                group_lanes: 32,
+                split: 1,
+                blocks: 65536
+            })
+        );
+        assert_eq!(
+            plan_of(128, 4096, 4095, 4),
+            MinPlan::Strided(StridedPlan {
+                vector: false,
+                split: 1,
+                tiles_per_outer: 32
+            })
+        );
+        assert_eq!(
+            plan_of(1, 128, 4096 * 4095, 4),
+            MinPlan::Strided(StridedPlan {
+                vector: true,
+                split: 1,
+                tiles_per_outer: 4096 * 4095 / 128
+            })
+        );
+    }
+
+    #[test]
+    fn few_outputs_split_the_axis_into_nonempty_chunks() {
+        for (outer, reduce, inner, bytes) in [
+            (1, 1 << 31, 1, 4),
+            (3, 1_000_003, 1, 8),
+            (1, 200_000, 3, 4),
+            (2, 65_537 * 2048 + 5, 1, 4),
+        ] {
+            let plan = plan_of(outer, reduce, inner, bytes);
+            let split = plan.split();
+            assert!(split > 1 && split <= 65535, "{plan:?}");
+            let size = reduce.div_ceil(split);
+            assert!(size >= MIN_SPLIT_CHUNK && (split - 1) * size < reduce, "{plan:?}");
+            assert_eq!(
+                crate::launch::chunk(reduce, split, split - 1, 1).1,
+                reduce,
+                "{plan:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn short_rows_share_warps_and_odd_inner_loads_scalars() {
+        let rows = |reduce| match plan_of(1000, reduce, 1, 4) {
+            MinPlan::Rows(p) => p.group_lanes,
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(
+            (rows(1), rows(16), rows(17), rows(100), rows(4096)),
+            (1, 1, 2, 8, 32)
+        );
+        let vector = |inner, bytes| matches!(plan_of(5, 7, inner, bytes), MinPlan::Strided(p) if p.vector);
+        assert!(vector(8, 4) && vector(6, 8) && !vector(6, 4) && !vector(3, 8));
+    }
+
+    #[test]
+    fn partials_sit_in_scratch_only_with_a_split() {
+        let problem = MinProblem {
+            outer: 3,
+            reduce: 1_000_003,
+            inner: 1,
+        };
+        let plan = plan(&problem, 8, &H100);
+        let split = plan.split();
+        assert_eq!(
+            plan.scratch(&problem, 8).bytes,
+            (3 * split * 8).next_multiple_of(256) + 3 * split * 8
+        );
+        let outputs = MinOutputs::<f64> {
+            values: DevicePtrMut::from_address(1 << 30),
+            indices: DevicePtrMut::NULL,
+        };
+        let first = plan.first_pass_outputs(&problem, outputs, DevicePtrMut::from_address(1 << 20));
+        assert_eq!(first.values.address(), 1 << 20);
+        assert!(first.indices.is_null());
+        let unsplit = plan_of(128 * 4096, 4095, 1, 4);
+        let problem = MinProblem {
+            outer: 128 * 4096,
+            reduce: 4095,
+            inner: 1,
+        };
+        assert_eq!(unsplit.scratch(&problem, 4).bytes, 0);
+        assert!(
+            unsplit
+                .combine::<f32>(&problem, outputs_f32(), outputs_f32())
+                .is_none()
+        );
+    }
+
+    fn outputs_f32() -> MinOutputs<f32> {
+        MinOutputs {
+            values: DevicePtrMut::from_address(256),
+            indices: DevicePtrMut::from_address(512),
+        }
+    }
+}

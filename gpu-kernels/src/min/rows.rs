@@ -1,0 +1,190 @@
+//! The rows kernel of the min reduction: the reduced axis contiguous (`inner == 1`), a
+//! group of lanes per row (or per chunk of a row, with a split), 128-bit loads.
+
+use super::{BLOCK_THREADS, MinOutputs, MinProblem};
+use crate::launch::{DevicePtr, DevicePtrMut, Kernel, Launch, LaunchGeometry, kernel_args};
+
+/// Vector loads each thread of the rows kernel issues before it uses the first.
+pub const UNROLL: usize = 4;
+
+/// Rows reduced by groups of `group_lanes` lanes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RowsPlan {
+    /// Lanes per row (work item), a power of two up to 32.
+    pub group_lanes: u32,
+    /// Work items per row.
+    pub split: u64,
+    pub blocks: u64,
+}
+
+kernel_args! {
+    /// The rows kernel's arguments: `x` as rows of `reduce` elements, reduced in
+    /// `items` work items of `group_lanes` lanes (`split` per row) into `values` and
+    /// `indices` (null for `amin`), one slot per work item.
+    pub struct RowsArgs<T> {
+        pub x: DevicePtr<T>,
+        pub values: DevicePtrMut<T>,
+        pub indices: DevicePtrMut<i64>,
+        pub reduce: u64,
+        pub items: u64,
+        pub split: u64,
+        pub group_lanes: u32,
+    }
+    impl RowsKernel for f32 {
+        const MIN_ROWS = "min_rows_f32" => kernel::rows::<f32, true>;
+        const AMIN_ROWS = "amin_rows_f32" => kernel::rows::<f32, false>;
+    }
+    impl RowsKernel for f64 {
+        const MIN_ROWS = "min_rows_f64" => kernel::rows::<f64, true>;
+        const AMIN_ROWS = "amin_rows_f64" => kernel::rows::<f64, false>;
+    }
+    impl RowsKernel for i32 {
+        const MIN_ROWS = "min_rows_i32" => kernel::rows::<i32, true>;
+        const AMIN_ROWS = "amin_rows_i32" => kernel::rows::<i32, false>;
+    }
+    entry points in ENTRY_POINTS;
+}
+
+/// The rows kernel of one element type, with indices (`min`) and without (`amin`).
+pub trait RowsKernel: Sized {
+    const MIN_ROWS: Kernel<RowsArgs<Self>>;
+    const AMIN_ROWS: Kernel<RowsArgs<Self>>;
+}
+
+impl RowsPlan {
+    /// The launch reducing `x` into `outputs` (the partials, with a split).
+    pub fn launch<T: RowsKernel>(
+        &self,
+        problem: &MinProblem,
+        x: DevicePtr<T>,
+        outputs: MinOutputs<T>,
+    ) -> Launch<RowsArgs<T>> {
+        let kernel = if outputs.with_index() {
+            T::MIN_ROWS
+        } else {
+            T::AMIN_ROWS
+        };
+        let args = RowsArgs {
+            x,
+            values: outputs.values,
+            indices: outputs.indices,
+            reduce: problem.reduce,
+            items: problem.outer * self.split,
+            split: self.split,
+            group_lanes: self.group_lanes,
+        };
+        Launch::new(kernel, LaunchGeometry::linear(self.blocks, BLOCK_THREADS), args)
+    }
+}
+
+#[cfg(target_arch = "nvptx64")]
+mod kernel {
+    use super::*;
+    use crate::device::{block_dim_x, block_idx_x, load_global_nc_v4, thread_idx_x};
+    use crate::launch::chunk;
+    use crate::min::argmin::{ArgMin, MinValue};
+
+    /// Reduces one row segment per group of `group_lanes` lanes.
+    ///
+    /// Work item `w` (one per group) is chunk `w % split` of row `w / split`; with
+    /// `split == 1` it writes the output, else the partial at `w`.
+    ///
+    /// # Safety
+    /// `x` holds `items / split` rows of `reduce` elements, 16-byte aligned; `values`
+    /// and `indices` hold `items` slots; the grid covers `items * group_lanes` threads.
+    #[inline(always)]
+    pub unsafe fn rows<T: MinValue, const INDEX: bool>(args: RowsArgs<T>) {
+        let RowsArgs {
+            reduce,
+            items,
+            split,
+            group_lanes,
+            ..
+        } = args;
+        let (x, values, indices) = (
+            args.x.as_ptr(),
+            args.values.as_mut_ptr(),
+            args.indices.as_mut_ptr(),
+        );
+        let thread = block_idx_x() as u64 * block_dim_x() as u64 + thread_idx_x() as u64;
+        let item = thread / group_lanes as u64;
+        let lane = (thread % group_lanes as u64) as u32;
+        // SAFETY: `x` holds at least one element (the host never launches empty problems).
+        let mut state = ArgMin::<T, INDEX>::empty(unsafe { *x });
+        if item < items {
+            let (row, part) = (item / split, item % split);
+            let (begin, end) = chunk(reduce, split, part, 1);
+            // SAFETY: [begin, end) lies inside row `row`.
+            unsafe { scan_segment(&mut state, x, row * reduce, begin, end, lane, group_lanes) };
+        }
+        let state = state.merge_group(group_lanes);
+        if item < items && lane == 0 {
+            // SAFETY: `item < items`.
+            unsafe { state.store(values, indices, item) };
+        }
+    }
+
+    /// Pushes elements `[begin, end)` of the row starting at flat offset `row_start`
+    /// into `state`, this lane taking its share in increasing index order: a scalar head
+    /// up to 16-byte alignment, whole vectors, then a scalar tail.
+    ///
+    /// # Safety
+    /// The elements lie inside `x`, which is 16-byte aligned.
+    #[inline(always)]
+    unsafe fn scan_segment<T: MinValue, const INDEX: bool>(
+        state: &mut ArgMin<T, INDEX>,
+        x: *const T,
+        row_start: u64,
+        begin: u64,
+        end: u64,
+        lane: u32,
+        lanes: u32,
+    ) {
+        let per_vector = T::PER_VECTOR as u64;
+        let (lane, lanes) = (lane as u64, lanes as u64);
+        let (flat_begin, flat_end) = (row_start + begin, row_start + end);
+        let aligned = flat_begin.next_multiple_of(per_vector).min(flat_end);
+        let vectors = (flat_end - aligned) / per_vector;
+        let tail = aligned + vectors * per_vector;
+        let element = |flat: u64| {
+            // SAFETY: every `flat` below is in [flat_begin, flat_end).
+            unsafe { *x.add(flat as usize) }
+        };
+        let vector = |v: u64| {
+            // SAFETY: vector `v < vectors` lies in [aligned, tail), 16-byte aligned.
+            unsafe { load_global_nc_v4(x.add((aligned + v * per_vector) as usize) as *const u32) }
+        };
+        // Head and tail hold fewer than PER_VECTOR elements, but a group may be narrower.
+        let mut flat = flat_begin + lane;
+        while flat < aligned {
+            state.push(element(flat), flat - row_start);
+            flat += lanes;
+        }
+        let push_vector = |state: &mut ArgMin<T, INDEX>, v: u64, words: [u32; 4]| {
+            let first = aligned + v * per_vector - row_start;
+            for i in 0..T::PER_VECTOR {
+                state.push(T::from_words(words, i), first + i as u64);
+            }
+        };
+        let mut v = lane;
+        while v + (UNROLL as u64 - 1) * lanes < vectors {
+            let mut held = [[0u32; 4]; UNROLL];
+            for (u, words) in held.iter_mut().enumerate() {
+                *words = vector(v + u as u64 * lanes);
+            }
+            for (u, words) in held.iter().enumerate() {
+                push_vector(state, v + u as u64 * lanes, *words);
+            }
+            v += UNROLL as u64 * lanes;
+        }
+        while v < vectors {
+            push_vector(state, v, vector(v));
+            v += lanes;
+        }
+        let mut flat = tail + lane;
+        while flat < flat_end {
+            state.push(element(flat), flat - row_start);
+            flat += lanes;
+        }
+    }
+}

@@ -1,0 +1,258 @@
+//! The strided kernel of the min reduction (`inner > 1`): blocks of `STRIDED_TX` lanes
+//! along `inner` by `STRIDED_TY` slices of the reduced axis, merged through shared
+//! memory.
+
+use super::{BLOCK_THREADS, MinOutputs, MinProblem};
+use crate::launch::{DevicePtr, DevicePtrMut, Kernel, Launch, LaunchGeometry, kernel_args};
+
+/// Lanes of a strided block along `inner`.
+pub const STRIDED_TX: u32 = 32;
+/// Slices of the reduced axis in a strided block.
+pub const STRIDED_TY: u32 = BLOCK_THREADS / STRIDED_TX;
+/// Rows each strided thread loads before it uses the first.
+pub const STRIDED_ROWS: usize = 4;
+/// Dynamic shared memory of a strided block: a value (at most 8 bytes) and an index per
+/// slice and column, for the widest vector (4 columns per lane).
+pub const STRIDED_SHARED_BYTES: u32 = STRIDED_TY * STRIDED_TX * 4 * 16;
+
+const _: () = assert!(STRIDED_TX == 32);
+
+/// Blocks of columns by slices of the reduced axis.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StridedPlan {
+    /// Whether each lane loads its columns as one 128-bit vector (rows aligned).
+    pub vector: bool,
+    /// Work items per output column (grid y).
+    pub split: u64,
+    /// Blocks along `inner` for one `outer` index.
+    pub tiles_per_outer: u64,
+}
+
+kernel_args! {
+    /// The strided kernel's arguments: `x` as `[outer, reduce, inner]`, reduced into
+    /// `outer * inner * split` slots of `values` and `indices` (null for `amin`);
+    /// `vector` (1 or 0) says whether rows keep 16-byte alignment.
+    pub struct StridedArgs<T> {
+        pub x: DevicePtr<T>,
+        pub values: DevicePtrMut<T>,
+        pub indices: DevicePtrMut<i64>,
+        pub problem: MinProblem,
+        pub split: u64,
+        pub tiles_per_outer: u64,
+        pub vector: u32,
+    }
+    impl StridedKernel for f32 {
+        const MIN_STRIDED = "min_strided_f32" => kernel::strided_rows::<f32, true, { super::VECTOR_BYTES / 4 }>;
+        const AMIN_STRIDED = "amin_strided_f32" => kernel::strided_rows::<f32, false, { super::VECTOR_BYTES / 4 }>;
+    }
+    impl StridedKernel for f64 {
+        const MIN_STRIDED = "min_strided_f64" => kernel::strided_rows::<f64, true, { super::VECTOR_BYTES / 8 }>;
+        const AMIN_STRIDED = "amin_strided_f64" => kernel::strided_rows::<f64, false, { super::VECTOR_BYTES / 8 }>;
+    }
+    impl StridedKernel for i32 {
+        const MIN_STRIDED = "min_strided_i32" => kernel::strided_rows::<i32, true, { super::VECTOR_BYTES / 4 }>;
+        const AMIN_STRIDED = "amin_strided_i32" => kernel::strided_rows::<i32, false, { super::VECTOR_BYTES / 4 }>;
+    }
+    entry points in ENTRY_POINTS;
+}
+
+/// The strided kernel of one element type, with indices (`min`) and without (`amin`).
+pub trait StridedKernel: Sized {
+    const MIN_STRIDED: Kernel<StridedArgs<Self>>;
+    const AMIN_STRIDED: Kernel<StridedArgs<Self>>;
+}
+
+impl StridedPlan {
+    /// The launch reducing `x` into `outputs` (the partials, with a split).
+    pub fn launch<T: StridedKernel>(
+        &self,
+        problem: &MinProblem,
+        x: DevicePtr<T>,
+        outputs: MinOutputs<T>,
+    ) -> Launch<StridedArgs<T>> {
+        let kernel = if outputs.with_index() {
+            T::MIN_STRIDED
+        } else {
+            T::AMIN_STRIDED
+        };
+        let geometry = LaunchGeometry {
+            grid: [problem.outer * self.tiles_per_outer, self.split, 1],
+            threads: BLOCK_THREADS,
+            shared_bytes: STRIDED_SHARED_BYTES,
+        };
+        let args = StridedArgs {
+            x,
+            values: outputs.values,
+            indices: outputs.indices,
+            problem: *problem,
+            split: self.split,
+            tiles_per_outer: self.tiles_per_outer,
+            vector: self.vector as u32,
+        };
+        Launch::new(kernel, geometry, args)
+    }
+}
+
+#[cfg(target_arch = "nvptx64")]
+mod kernel {
+    use super::*;
+    use crate::device::{
+        SharedCarver, block_idx_x, block_idx_y, load_global_nc_v4, sync_threads, thread_idx_x,
+    };
+    use crate::launch::chunk;
+    use crate::min::argmin::{ArgMin, MinValue};
+
+    /// [`strided`], aligned or not as `args.vector` says.
+    ///
+    /// # Safety
+    /// As [`strided`]; `COLUMNS` is `T::PER_VECTOR`; `vector` only when `inner` is a
+    /// multiple of it.
+    #[inline(always)]
+    pub unsafe fn strided_rows<T: MinValue, const INDEX: bool, const COLUMNS: usize>(args: StridedArgs<T>) {
+        // SAFETY: forwarded from the caller.
+        unsafe {
+            if args.vector != 0 {
+                strided::<T, INDEX, COLUMNS, true>(args)
+            } else {
+                strided::<T, INDEX, COLUMNS, false>(args)
+            }
+        }
+    }
+
+    /// Reduces `reduce` rows of `STRIDED_TX * COLUMNS` columns per block: each lane
+    /// takes `COLUMNS` consecutive columns (`COLUMNS = T::PER_VECTOR`, one 128-bit load
+    /// per row when `ALIGNED`, else one load per column, so that a warp still reads whole
+    /// sectors when rows are not 16-byte aligned); each of the `STRIDED_TY` slices takes
+    /// every `STRIDED_TY`-th row of its chunk, then the lanes merge the slices through
+    /// shared memory (one barrier).
+    ///
+    /// Block (x, y): x = outer index * tiles_per_outer + tile, y = chunk of the reduced
+    /// axis. Output column `m = outer * inner + column`; with `split > 1` the partial
+    /// goes to slot `m * split + chunk`.
+    ///
+    /// # Safety
+    /// `x` holds `outer * reduce * inner` elements, 16-byte aligned; `ALIGNED` only when
+    /// `inner` is a multiple of `COLUMNS`; the output holds `outer * inner * split`
+    /// slots; the block has `BLOCK_THREADS` threads and `STRIDED_SHARED_BYTES` of
+    /// dynamic shared memory.
+    #[inline(always)]
+    unsafe fn strided<T: MinValue, const INDEX: bool, const COLUMNS: usize, const ALIGNED: bool>(
+        args: StridedArgs<T>,
+    ) {
+        let StridedArgs {
+            problem,
+            split,
+            tiles_per_outer,
+            ..
+        } = args;
+        let (x, values, indices) = (
+            args.x.as_ptr(),
+            args.values.as_mut_ptr(),
+            args.indices.as_mut_ptr(),
+        );
+        let MinProblem { reduce, inner, .. } = problem;
+        let (outer, tile) = (
+            block_idx_x() as u64 / tiles_per_outer,
+            block_idx_x() as u64 % tiles_per_outer,
+        );
+        let part = block_idx_y() as u64;
+        let (tx, ty) = (thread_idx_x() % STRIDED_TX, thread_idx_x() / STRIDED_TX);
+        let block_columns = STRIDED_TX as u64 * COLUMNS as u64;
+        let column = tile * block_columns + tx as u64 * COLUMNS as u64;
+        let (begin, end) = chunk(reduce, split, part, 1);
+
+        // SAFETY: `x` holds at least one element.
+        let fill = unsafe { *x };
+        let mut states = [ArgMin::<T, INDEX>::empty(fill); COLUMNS];
+        let valid = inner.saturating_sub(column).min(COLUMNS as u64);
+        if valid > 0 {
+            let load = |r: u64| -> [T; COLUMNS] {
+                let at = (outer * reduce + r) * inner + column;
+                let mut out = [fill; COLUMNS];
+                if ALIGNED {
+                    // SAFETY: `inner` and `column` are multiples of COLUMNS == PER_VECTOR,
+                    // so the vector is aligned and inside the row.
+                    let words = unsafe { load_global_nc_v4(x.add(at as usize) as *const u32) };
+                    for (i, o) in out.iter_mut().enumerate() {
+                        *o = T::from_words(words, i);
+                    }
+                } else {
+                    for (i, o) in out.iter_mut().enumerate() {
+                        if (i as u64) < valid {
+                            // SAFETY: row r < reduce, column + i < inner.
+                            *o = unsafe { *x.add(at as usize + i) };
+                        }
+                    }
+                }
+                out
+            };
+            let push = |states: &mut [ArgMin<T, INDEX>; COLUMNS], row: &[T; COLUMNS], r: u64| {
+                for (i, (s, &value)) in states.iter_mut().zip(row).enumerate() {
+                    if (i as u64) < valid {
+                        s.push(value, r);
+                    }
+                }
+            };
+            let step = STRIDED_TY as u64;
+            let mut r = begin + ty as u64;
+            while r + (STRIDED_ROWS as u64 - 1) * step < end {
+                let mut held = [[fill; COLUMNS]; STRIDED_ROWS];
+                for (u, h) in held.iter_mut().enumerate() {
+                    *h = load(r + u as u64 * step);
+                }
+                for (u, h) in held.iter().enumerate() {
+                    push(&mut states, h, r + u as u64 * step);
+                }
+                r += STRIDED_ROWS as u64 * step;
+            }
+            while r < end {
+                push(&mut states, &load(r), r);
+                r += step;
+            }
+        }
+
+        // Shared: [STRIDED_TY][block_columns] values, then the same of indices.
+        let mut carver = SharedCarver::new();
+        // SAFETY: the launch gives STRIDED_SHARED_BYTES, enough for both regions at the
+        // widest vector; each thread writes only its own slots before the barrier.
+        let (shared_values, shared_indices) = unsafe {
+            let slots = (STRIDED_TY as u64 * block_columns) as usize;
+            (carver.take::<T>(slots), carver.take::<u64>(slots))
+        };
+        for (v, s) in states.iter().enumerate() {
+            let slot = (ty as u64 * block_columns + tx as u64 * COLUMNS as u64 + v as u64) as usize;
+            // SAFETY: slot < STRIDED_TY * block_columns.
+            unsafe {
+                *shared_values.add(slot) = s.value;
+                *shared_indices.add(slot) = s.index;
+            }
+        }
+        // SAFETY: every thread of the block reaches this barrier.
+        unsafe { sync_threads() };
+        let mut c = thread_idx_x() as u64;
+        while c < block_columns {
+            let column = tile * block_columns + c;
+            if column < inner {
+                let read = |slice: u64| {
+                    let slot = (slice * block_columns + c) as usize;
+                    // SAFETY: written before the barrier by the thread owning the slot.
+                    unsafe {
+                        ArgMin::<T, INDEX> {
+                            value: *shared_values.add(slot),
+                            index: *shared_indices.add(slot),
+                        }
+                    }
+                };
+                let mut merged = read(0);
+                for slice in 1..STRIDED_TY as u64 {
+                    merged = merged.merge(read(slice));
+                }
+                let m = outer * inner + column;
+                let slot = if split == 1 { m } else { m * split + part };
+                // SAFETY: m < outer * inner, part < split.
+                unsafe { merged.store(values, indices, slot) };
+            }
+            c += BLOCK_THREADS as u64;
+        }
+    }
+}
