@@ -32,6 +32,7 @@ pub mod conv;
 pub mod copy;
 pub mod matvec;
 pub mod min;
+pub mod primitives;
 pub mod scan;
 
 /// Every kernel entry point the module exports. The PTX build fails if one is missing
@@ -44,6 +45,7 @@ pub fn entry_points() -> impl Iterator<Item = launch::EntryPoint> {
         min::ENTRY_POINTS,
         matvec::ENTRY_POINTS,
         conv::ENTRY_POINTS,
+        primitives::ENTRY_POINTS,
     ]
     .into_iter()
     .flatten()

@@ -330,6 +330,18 @@ impl Gpu {
         Ok((download(gx)?, download(gw)?, download(gb)?))
     }
 
+    /// The algorithm and plan of one pass of a convolution of x by w on this device.
+    pub fn conv2d_algorithm(
+        &self,
+        x_shape: &[usize],
+        w_shape: &[usize],
+        params: &Conv2dParams,
+        pass: ConvPass,
+    ) -> Result<ConvAlgorithm> {
+        let (problem, _) = conv2d_problem(x_shape, w_shape, params)?;
+        Ok(self.algorithm(&problem, pass))
+    }
+
     fn algorithm(&self, problem: &ConvProblem, pass: ConvPass) -> ConvAlgorithm {
         let algorithm = kernel::algorithm(problem, pass, self.info().multiprocessors);
         log::debug!("conv2d {pass:?} {problem:?}: {algorithm:?}");

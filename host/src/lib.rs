@@ -29,6 +29,7 @@ mod gpu;
 mod image;
 mod matvec;
 mod min;
+pub mod primitives;
 pub mod reference;
 mod scan;
 
@@ -39,3 +40,18 @@ pub use gpu::{DeviceInfo, Gpu};
 pub use matvec::{GemvElement, Op, gemv_problem};
 pub use min::{MinElement, min_problem, reduced_shape};
 pub use scan::{ScanElement, ScanKind, scan_problem};
+
+/// The plans the operations choose, which their `*_plan` methods report.
+pub mod plans {
+    pub use gpu_kernels::conv::{ConvAlgorithm, ConvPass, GemmPlan, WinogradProblem};
+    pub use gpu_kernels::matvec::{
+        GemvPlan, columns::ColumnsPlan as GemvColumnsPlan, rows::RowsPlan as GemvRowsPlan,
+    };
+    pub use gpu_kernels::min::{
+        MinPlan, rows::RowsPlan as MinRowsPlan, strided::StridedPlan as MinStridedPlan,
+    };
+    pub use gpu_kernels::scan::{
+        ScanPlan, columns::ColumnsPlan, contiguous::ContiguousPlan, rows::RowsPlan, segments::SegmentsPlan,
+        strided::StridedPlan,
+    };
+}

@@ -112,6 +112,18 @@ impl Gpu {
         Ok(y)
     }
 
+    /// The plan of `op(A) x` for the shapes of A and x on this device: which kernels run
+    /// it and how (`None` for an empty y, which launches nothing).
+    pub fn gemv_plan<T: GemvElement>(
+        &self,
+        a_shape: &[usize],
+        x_shape: &[usize],
+        op: Op,
+    ) -> Result<Option<GemvPlan>> {
+        let (problem, _) = gemv_problem(a_shape, x_shape, op)?;
+        Ok((problem.outputs() > 0).then(|| kernel::plan(&problem, size_of::<T>(), &self.limits())))
+    }
+
     /// `y = alpha * op(A) x + beta * y`. With `beta == 0`, y's contents are not read.
     /// y may be `[n]` or `[n, 1]` whatever the form of x.
     pub fn gemv<T: GemvElement>(
@@ -132,10 +144,9 @@ impl Gpu {
                 actual: y.shape().to_vec(),
             });
         }
-        if outputs == 0 {
+        let Some(plan) = self.gemv_plan::<T>(a.shape(), x.shape(), op)? else {
             return Ok(());
-        }
-        let plan = kernel::plan(&problem, size_of::<T>(), &self.limits());
+        };
         log::debug!("gemv {op:?} {:?} x {:?}: {plan:?}", a.shape(), x.shape());
         let operands = GemvOperands {
             a: a.ptr(),

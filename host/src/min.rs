@@ -144,6 +144,13 @@ impl Gpu {
         self.download(&self.amin(&self.upload(x)?, axis, keepdim)?)
     }
 
+    /// The plan of a min or amin of an array of `shape` along `axis` on this device:
+    /// which kernel runs it and how (`None` for an empty output, which launches nothing).
+    pub fn min_plan<T: MinElement>(&self, shape: &[usize], axis: usize) -> Result<Option<MinPlan>> {
+        let problem = min_problem("min", shape, axis)?;
+        Ok((problem.outputs() > 0).then(|| kernel::plan(&problem, size_of::<T>(), &self.limits())))
+    }
+
     fn reduce_min<T: MinElement>(
         &self,
         op: &'static str,
@@ -169,10 +176,9 @@ impl Gpu {
         if let Some(indices) = &indices {
             check_output("min indices output", indices.shape())?;
         }
-        if problem.outputs() == 0 {
+        let Some(plan) = self.min_plan::<T>(x.shape(), axis)? else {
             return Ok(());
-        }
-        let plan = kernel::plan(&problem, size_of::<T>(), &self.limits());
+        };
         log::debug!("{op} {:?} axis {axis}: {problem:?} -> {plan:?}", x.shape());
         let outputs = MinOutputs {
             values: values.ptr_mut(),

@@ -132,6 +132,13 @@ impl Gpu {
         self.download(&device)
     }
 
+    /// The plan of a scan of an array of `shape` along `axis` on this device: which
+    /// kernel runs it and how (`None` for an empty array, which launches nothing).
+    pub fn cumsum_plan<T: ScanElement>(&self, shape: &[usize], axis: usize) -> Result<Option<ScanPlan>> {
+        let problem = scan_problem(shape, axis)?;
+        Ok((problem.elements() > 0).then(|| kernel::plan(&problem, size_of::<T>(), &self.limits())))
+    }
+
     /// Scans the array of `shape` at `x` into `y`, which is `x` itself or another
     /// array of that shape.
     fn scan<T: ScanElement>(
@@ -144,10 +151,9 @@ impl Gpu {
         reverse: bool,
     ) -> Result<()> {
         let problem = scan_problem(shape, axis)?;
-        if problem.elements() == 0 {
+        let Some(plan) = self.cumsum_plan::<T>(shape, axis)? else {
             return Ok(());
-        }
-        let plan = kernel::plan(&problem, size_of::<T>(), &self.limits());
+        };
         log::debug!("cumsum {shape:?} axis {axis}: {problem:?} -> {plan:?}");
         // Tile ids come from a 32-bit counter, which persistent blocks draw past the
         // last tile once per stage.

@@ -37,7 +37,7 @@ pub mod rows;
 pub mod segments;
 pub mod strided;
 #[cfg(target_arch = "nvptx64")]
-mod tile;
+pub(crate) mod tile;
 
 use crate::launch::{DeviceLimits, DevicePtr, DevicePtrMut, EntryPoint, ScratchLayout};
 use columns::{

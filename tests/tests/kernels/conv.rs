@@ -1,16 +1,17 @@
 //! conv2d and its gradients on the GPU against the f64 CPU reference: random batch,
 //! channels, groups, kernels (square or not), stride, padding, dilation, bias and odd
 //! spatial sizes (half the cases on the Winograd path: 3x3, stride 1, no dilation),
-//! with outputs poisoned (NaN) before each run. Each result within a
-//! relative norm error of 1e-5; two runs of the backward pass bit-identical.
+//! with outputs poisoned (NaN) before each run. x and dy are integers in [-4, 4], w and
+//! the bias such integers times 2^-3: every product, every sum of the GEMMs and every
+//! Winograd transform and product of these sizes is exact in FP32, so each result must
+//! equal the reference exactly. Two runs of the backward pass are bit-identical; a
+//! fixed case per kernel path checks that the plan takes it.
 
+use host::plans::{ConvAlgorithm, ConvPass};
 use host::{Conv2dParams, ConvGradients, Error, Gpu, conv2d_problem, reference};
 use ndarray::{Array1, Array4, ArrayD};
 use proptest::prelude::*;
 use tests::{gpu_or_skip, random_words, runner};
-
-/// Relative norm error that every FP32 pass must stay under.
-const TOLERANCE: f64 = 1e-5;
 
 #[derive(Debug, Clone)]
 struct Case {
@@ -80,24 +81,23 @@ fn case() -> impl Strategy<Value = Case> {
     )
 }
 
-fn values(shape: [usize; 4], seed: u64) -> Array4<f32> {
+/// Integers in [-4, 4] times `unit` (a power of two).
+fn values(shape: [usize; 4], seed: u64, unit: f32) -> Array4<f32> {
     let mut next = random_words(seed);
-    Array4::from_shape_simple_fn(shape, || {
-        ((next() >> 11) as f64 / (1u64 << 52) as f64 - 1.0) as f32
-    })
+    Array4::from_shape_simple_fn(shape, || (((next() >> 40) % 9) as f32 - 4.0) * unit)
 }
 
-/// `||got - want|| / ||want||` over all elements (`want` nonzero somewhere).
-fn relative_error(got: &ArrayD<f32>, want: &[f64]) -> f64 {
-    let (mut diff, mut norm) = (0.0, 0.0);
-    for (&g, &w) in got.iter().zip(want) {
-        diff += (g as f64 - w).powi(2);
-        norm += w * w;
-    }
-    if got.iter().any(|v| v.is_nan()) {
-        return f64::INFINITY;
-    }
-    (diff / norm.max(f64::MIN_POSITIVE)).sqrt()
+/// The data tensors' unit, and the weights'.
+const DATA: f32 = 1.0;
+const WEIGHTS: f32 = 0.125;
+
+/// The first element where `got` differs from `want`, with both values.
+fn first_difference(got: &ArrayD<f32>, want: &[f64]) -> Option<(usize, f32, f64)> {
+    got.iter()
+        .zip(want)
+        .enumerate()
+        .find(|&(_, (&g, &w))| g as f64 != w)
+        .map(|(i, (&g, &w))| (i, g, w))
 }
 
 struct Tensors {
@@ -114,9 +114,9 @@ fn tensors(c: &Case) -> Tensors {
         c.kernel[1],
     ];
     Tensors {
-        x: values([c.batch, c.in_channels, c.size[0], c.size[1]], c.seed),
-        w: values(w_shape, c.seed ^ 1),
-        b: values([1, 1, 1, c.out_channels], c.seed ^ 2)
+        x: values([c.batch, c.in_channels, c.size[0], c.size[1]], c.seed, DATA),
+        w: values(w_shape, c.seed ^ 1, WEIGHTS),
+        b: values([1, 1, 1, c.out_channels], c.seed ^ 2, WEIGHTS)
             .into_shape_with_order(c.out_channels)
             .unwrap(),
     }
@@ -136,15 +136,18 @@ fn check_forward(gpu: &Gpu, c: Case) -> Result<(), TestCaseError> {
     gpu.conv2d_into(&x, &w, c.bias.then_some(&b), &c.params, &mut y)
         .unwrap();
     let got = gpu.download(&y).unwrap();
-    let error = relative_error(&got, want.as_slice().unwrap());
-    prop_assert!(error <= TOLERANCE, "{c:?}: forward relative error {error:e}");
+    let difference = first_difference(&got, want.as_slice().unwrap());
+    prop_assert!(
+        difference.is_none(),
+        "{c:?}: forward (index, got, want) {difference:?}"
+    );
     Ok(())
 }
 
 fn check_backward(gpu: &Gpu, c: Case) -> Result<(), TestCaseError> {
     let t = tensors(&c);
     let (_, y_shape) = conv2d_problem(t.x.shape(), t.w.shape(), &c.params).unwrap();
-    let dy = values([y_shape[0], y_shape[1], y_shape[2], y_shape[3]], c.seed ^ 3);
+    let dy = values([y_shape[0], y_shape[1], y_shape[2], y_shape[3]], c.seed ^ 3, DATA);
     let p = &c.params;
     let want_dx = reference::conv::conv2d_grad_input(dy.view(), t.w.view(), t.x.shape(), p).unwrap();
     let want_dw = reference::conv::conv2d_grad_weight(t.x.view(), dy.view(), t.w.shape(), p).unwrap();
@@ -174,10 +177,10 @@ fn check_backward(gpu: &Gpu, c: Case) -> Result<(), TestCaseError> {
         want_db.as_slice().unwrap(),
     ];
     for ((got, want), name) in first.iter().zip(wants).zip(names) {
-        let error = relative_error(got, want);
+        let difference = first_difference(got, want);
         prop_assert!(
-            error <= TOLERANCE,
-            "{c:?}: {name} gradient relative error {error:e}"
+            difference.is_none(),
+            "{c:?}: {name} gradient (index, got, want) {difference:?}"
         );
     }
     let second = run();
@@ -225,43 +228,74 @@ fn every_conv_kernel_matches_the_reference_on_fixed_cases() {
         seed: 7,
     };
     let p = Conv2dParams::default();
+    // What each pass must take: Winograd, or the implicit GEMM with a weight gradient
+    // split into partials or not.
+    #[derive(Clone, Copy, PartialEq, Debug)]
+    enum Path {
+        Winograd,
+        Gemm,
+        SplitGemm,
+    }
+    use Path::{Gemm, SplitGemm, Winograd};
     let cases = [
         // Winograd in all three passes, with a bias.
-        case(
-            2,
-            [5, 40],
-            [3, 3],
-            [9, 70],
-            Conv2dParams { padding: [1, 1], ..p },
-            true,
+        (
+            case(
+                2,
+                [5, 40],
+                [3, 3],
+                [9, 70],
+                Conv2dParams { padding: [1, 1], ..p },
+                true,
+            ),
+            [Winograd, Winograd, Winograd],
         ),
         // Winograd forward and weight gradient; padding 3 sends dx to the implicit GEMM.
-        case(
-            1,
-            [3, 4],
-            [3, 3],
-            [6, 7],
-            Conv2dParams { padding: [3, 3], ..p },
-            false,
+        (
+            case(
+                1,
+                [3, 4],
+                [3, 3],
+                [6, 7],
+                Conv2dParams { padding: [3, 3], ..p },
+                false,
+            ),
+            [Winograd, Gemm, Winograd],
         ),
         // The implicit GEMM everywhere, split weight gradient.
-        case(
-            2,
-            [4, 6],
-            [2, 3],
-            [11, 9],
-            Conv2dParams {
-                stride: [2, 1],
-                padding: [1, 2],
-                dilation: [2, 1],
-                groups: 2,
-            },
-            true,
+        (
+            case(
+                2,
+                [4, 6],
+                [2, 3],
+                [11, 9],
+                Conv2dParams {
+                    stride: [2, 1],
+                    padding: [1, 2],
+                    dilation: [2, 1],
+                    groups: 2,
+                },
+                true,
+            ),
+            [Gemm, Gemm, SplitGemm],
         ),
         // A weight gradient short enough for one split (no partials).
-        case(1, [2, 3], [1, 1], [2, 2], p, false),
+        (case(1, [2, 3], [1, 1], [2, 2], p, false), [Gemm, Gemm, Gemm]),
     ];
-    for c in cases {
+    let passes = [ConvPass::Forward, ConvPass::InputGrad, ConvPass::WeightGrad];
+    for (c, paths) in cases {
+        let t = tensors(&c);
+        for (pass, expected) in passes.into_iter().zip(paths) {
+            let path = match gpu
+                .conv2d_algorithm(t.x.shape(), t.w.shape(), &c.params, pass)
+                .unwrap()
+            {
+                ConvAlgorithm::Winograd(_) => Winograd,
+                ConvAlgorithm::ImplicitGemm(plan) if plan.split > 1 => SplitGemm,
+                ConvAlgorithm::ImplicitGemm(_) => Gemm,
+            };
+            assert_eq!(path, expected, "{c:?} {pass:?}");
+        }
         check_forward(&gpu, c.clone()).unwrap();
         check_backward(&gpu, c).unwrap();
     }
@@ -272,9 +306,9 @@ fn conv2d_backward_computes_only_what_is_asked() {
     let Some(gpu) = gpu_or_skip("conv2d_backward_computes_only_what_is_asked") else {
         return;
     };
-    let x = gpu.upload(&values([2, 3, 9, 7], 1)).unwrap();
-    let w = gpu.upload(&values([4, 3, 3, 3], 2)).unwrap();
-    let dy = gpu.upload(&values([2, 4, 7, 5], 3)).unwrap();
+    let x = gpu.upload(&values([2, 3, 9, 7], 1, DATA)).unwrap();
+    let w = gpu.upload(&values([4, 3, 3, 3], 2, DATA)).unwrap();
+    let dy = gpu.upload(&values([2, 4, 7, 5], 3, DATA)).unwrap();
     let p = Conv2dParams::default();
     let only_weight = ConvGradients {
         input: false,
@@ -290,8 +324,8 @@ fn conv2d_backward_computes_only_what_is_asked() {
         (&[2, 3, 9, 7][..], &[4, 3, 3, 3][..], &[4][..])
     );
     // An empty batch gives empty outputs and a zero weight gradient.
-    let x0 = gpu.upload(&values([0, 3, 9, 7], 4)).unwrap();
-    let dy0 = gpu.upload(&values([0, 4, 7, 5], 5)).unwrap();
+    let x0 = gpu.upload(&values([0, 3, 9, 7], 4, DATA)).unwrap();
+    let dy0 = gpu.upload(&values([0, 4, 7, 5], 5, DATA)).unwrap();
     assert_eq!(gpu.conv2d(&x0, &w, None, &p).unwrap().shape(), &[0, 4, 7, 5]);
     let (_, dw, db) = gpu
         .conv2d_backward(&x0, &w, &dy0, &p, ConvGradients::ALL)
@@ -393,14 +427,14 @@ fn invalid_conv2d_parameters_are_errors_that_name_them() {
     let Some(gpu) = gpu_or_skip("invalid_conv2d_parameters_are_errors_that_name_them (GPU part)") else {
         return;
     };
-    let x = gpu.upload(&values([1, 2, 5, 5], 1)).unwrap();
-    let w = gpu.upload(&values([3, 2, 3, 3], 2)).unwrap();
+    let x = gpu.upload(&values([1, 2, 5, 5], 1, DATA)).unwrap();
+    let w = gpu.upload(&values([3, 2, 3, 3], 2, DATA)).unwrap();
     let b = gpu.upload(&Array1::<f32>::zeros(2)).unwrap();
     assert!(matches!(
         gpu.conv2d(&x, &w, Some(&b), &p),
         Err(Error::ShapeMismatch { .. })
     ));
-    let dy = gpu.upload(&values([1, 3, 3, 4], 3)).unwrap();
+    let dy = gpu.upload(&values([1, 3, 3, 4], 3, DATA)).unwrap();
     assert!(matches!(
         gpu.conv2d_backward(&x, &w, &dy, &p, ConvGradients::ALL),
         Err(Error::ShapeMismatch { .. })

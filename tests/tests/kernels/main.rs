@@ -6,5 +6,6 @@ mod conv;
 mod copy;
 mod matvec;
 mod min;
+mod primitives;
 mod runtime;
 mod scan;

@@ -1,7 +1,8 @@
 //! `min` and `amin` on the GPU against the CPU reference: random ranks 1-4, awkward
 //! extents, every axis, keepdim, NaN and infinities, many ties. Values and indices must
-//! match exactly.
+//! match exactly. A fixed case per kernel path checks that the plan takes it.
 
+use host::plans::MinPlan;
 use host::{Error, Gpu, MinElement, reference};
 use ndarray::{ArrayD, IxDyn};
 use proptest::prelude::*;
@@ -224,4 +225,57 @@ fn invalid_reductions_are_errors_on_the_gpu_too() {
     assert!(matches!(gpu.min(&empty, 1, false), Err(Error::EmptyAxis { .. })));
     let (v, i) = gpu.min(&empty, 2, true).unwrap();
     assert_eq!((v.shape(), i.shape()), (&[4, 0, 1][..], &[4, 0, 1][..]));
+}
+
+/// One case per kernel path, each checked to take it: the rows kernel with and without
+/// a split of the reduced axis, the strided kernel with 128-bit and scalar loads, and
+/// split (partials merged by the combine kernel).
+#[test]
+fn every_min_kernel_path_matches_the_reference() {
+    let Some(gpu) = gpu_or_skip("every_min_kernel_path_matches_the_reference") else {
+        return;
+    };
+    type Path = fn(&MinPlan) -> bool;
+    let cases: [(Vec<usize>, usize, Path); 6] = [
+        (
+            vec![1000, 17],
+            1,
+            |p| matches!(p, MinPlan::Rows(r) if r.split == 1),
+        ),
+        (
+            vec![3, 1_000_003],
+            1,
+            |p| matches!(p, MinPlan::Rows(r) if r.split > 1),
+        ),
+        (
+            vec![40, 1000, 64],
+            1,
+            |p| matches!(p, MinPlan::Strided(s) if s.vector && s.split == 1),
+        ),
+        (
+            vec![40, 1000, 33],
+            1,
+            |p| matches!(p, MinPlan::Strided(s) if !s.vector && s.split == 1),
+        ),
+        (
+            vec![200_003, 4],
+            0,
+            |p| matches!(p, MinPlan::Strided(s) if s.vector && s.split > 1),
+        ),
+        (
+            vec![200_003, 3],
+            0,
+            |p| matches!(p, MinPlan::Strided(s) if !s.vector && s.split > 1),
+        ),
+    ];
+    for (shape, axis, expected) in cases {
+        let plan = gpu.min_plan::<f32>(&shape, axis).unwrap();
+        assert!(
+            plan.as_ref().is_some_and(expected),
+            "{shape:?} axis {axis}: {plan:?}"
+        );
+        for keepdim in [false, true] {
+            check_min::<f32>(&gpu, (shape.clone(), axis, keepdim, 17, 1)).unwrap();
+        }
+    }
 }

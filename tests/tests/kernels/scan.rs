@@ -1,10 +1,12 @@
 //! `cumsum` on the GPU against the CPU reference: random ranks 1-4, awkward extents
 //! around tile sizes, one very long axis, every axis, both kinds, reversed or not, in
-//! place or not. Integers must match exactly (wrapping); floats within the recursive-
-//! summation bound `len * eps * sum(|x|)` of the f64 prefix.
+//! place or not. Every result must match exactly: integers wrap, and floats are small
+//! integers times a power of two, so every prefix sum is exact whatever the order of
+//! the additions. Tests meant for one kernel check that the plan picks it.
 
+use host::plans::ScanPlan;
 use host::{Error, Gpu, ScanElement, ScanKind, reference};
-use ndarray::{ArrayD, Axis, IxDyn, Zip};
+use ndarray::{ArrayD, IxDyn};
 use proptest::prelude::*;
 use proptest::sample::select;
 use tests::{gpu_or_skip, random_words, runner};
@@ -78,38 +80,22 @@ fn case() -> impl Strategy<Value = Case> {
     })
 }
 
-/// Random values: floats in [-1, 1), integers over their whole range (so sums wrap).
+/// Random values whose prefix sums are exact: floats are integers in [-3, 3] times
+/// 2^-5 (f32: every prefix of up to 5.5M elements stays under 2^24 units of 2^-5) or in
+/// [-1000, 1000] times 2^-10 (f64), integers span their whole range (so sums wrap).
 trait TestValue: ScanElement {
     fn draw(bits: u64) -> Self;
-    /// |self| as f64, and the unit roundoff bound per addition (0 for exact integers).
-    fn magnitude(self) -> f64;
-    const EPSILON: f64;
-    fn to_f64(self) -> f64;
 }
 
 impl TestValue for f32 {
     fn draw(bits: u64) -> Self {
-        (bits >> 40) as f32 / (1u64 << 23) as f32 - 1.0
-    }
-    fn magnitude(self) -> f64 {
-        self.abs() as f64
-    }
-    const EPSILON: f64 = f32::EPSILON as f64;
-    fn to_f64(self) -> f64 {
-        self as f64
+        ((bits >> 40) % 7) as f32 / 32.0 - 3.0 / 32.0
     }
 }
 
 impl TestValue for f64 {
     fn draw(bits: u64) -> Self {
-        (bits >> 11) as f64 / (1u64 << 52) as f64 - 1.0
-    }
-    fn magnitude(self) -> f64 {
-        self.abs()
-    }
-    const EPSILON: f64 = f64::EPSILON;
-    fn to_f64(self) -> f64 {
-        self
+        ((bits >> 20) % 2001) as f64 / 1024.0 - 1000.0 / 1024.0
     }
 }
 
@@ -117,25 +103,11 @@ impl TestValue for i32 {
     fn draw(bits: u64) -> Self {
         bits as i32
     }
-    fn magnitude(self) -> f64 {
-        0.0
-    }
-    const EPSILON: f64 = 0.0;
-    fn to_f64(self) -> f64 {
-        self as f64
-    }
 }
 
 impl TestValue for i64 {
     fn draw(bits: u64) -> Self {
         bits as i64
-    }
-    fn magnitude(self) -> f64 {
-        0.0
-    }
-    const EPSILON: f64 = 0.0;
-    fn to_f64(self) -> f64 {
-        self as f64
     }
 }
 
@@ -159,43 +131,38 @@ fn check_scan<T: TestValue>(gpu: &Gpu, c: Case) -> Result<(), TestCaseError> {
             .unwrap();
         gpu.download(&y).unwrap()
     };
-    // Bound per element: len * eps * (sum of |x| over the whole lane), from the f64
-    // prefix of magnitudes (zero for integers: exact).
-    let magnitudes = x.mapv(T::magnitude);
-    let scale = (c.shape[c.axis] as f64) * T::EPSILON;
-    let mut worst: Option<String> = None;
-    Zip::from(got.lanes(Axis(c.axis)))
-        .and(want.lanes(Axis(c.axis)))
-        .and(magnitudes.lanes(Axis(c.axis)))
-        .for_each(|g, w, m| {
-            let lane_abs: f64 = m.sum();
-            for i in 0..g.len() {
-                let (g, w) = (g[i], w[i]);
-                let ok = if T::EPSILON == 0.0 {
-                    g == w
-                } else {
-                    (g.to_f64() - w.to_f64()).abs() <= scale * lane_abs + 1e-30
-                };
-                if !ok && worst.is_none() {
-                    worst = Some(format!("at {i}: got {g:?}, want {w:?}"));
-                }
-            }
-        });
-    prop_assert!(worst.is_none(), "{:?}: {}", c, worst.unwrap());
+    let first_difference = got.iter().zip(&want).position(|(g, w)| g != w);
+    prop_assert!(
+        first_difference.is_none(),
+        "{:?}: element {} is {:?}, want {:?}",
+        c,
+        first_difference.unwrap_or_default(),
+        got.iter().nth(first_difference.unwrap_or_default()),
+        want.iter().nth(first_difference.unwrap_or_default())
+    );
     Ok(())
 }
 
+/// Asserts that a scan of `shape` along `axis` takes the kernel `expected` names.
+fn assert_plan<T: ScanElement>(gpu: &Gpu, shape: &[usize], axis: usize, expected: fn(&ScanPlan) -> bool) {
+    let plan = gpu.cumsum_plan::<T>(shape, axis).unwrap();
+    assert!(
+        plan.as_ref().is_some_and(expected),
+        "{shape:?} axis {axis}: {plan:?}"
+    );
+}
+
 #[test]
-fn cumsum_f32_matches_the_reference() {
-    let Some(gpu) = gpu_or_skip("cumsum_f32_matches_the_reference") else {
+fn cumsum_f32_matches_the_reference_exactly() {
+    let Some(gpu) = gpu_or_skip("cumsum_f32_matches_the_reference_exactly") else {
         return;
     };
     runner().run(&case(), |c| check_scan::<f32>(&gpu, c)).unwrap();
 }
 
 #[test]
-fn cumsum_f64_matches_the_reference() {
-    let Some(gpu) = gpu_or_skip("cumsum_f64_matches_the_reference") else {
+fn cumsum_f64_matches_the_reference_exactly() {
+    let Some(gpu) = gpu_or_skip("cumsum_f64_matches_the_reference_exactly") else {
         return;
     };
     runner().run(&case(), |c| check_scan::<f64>(&gpu, c)).unwrap();
@@ -280,9 +247,14 @@ fn cumsum_of_many_long_rows() {
             in_place: i == 1,
             seed: 77 + i as u64,
         };
+        let rows = |p: &ScanPlan| matches!(p, ScanPlan::Rows(_));
+        assert_plan::<f32>(&gpu, &[2048, 4096 + 16], 1, rows);
         check_scan::<f32>(&gpu, case(vec![2048, 4096 + 16])).unwrap();
+        assert_plan::<i32>(&gpu, &[2049, 8192], 1, rows);
         check_scan::<i32>(&gpu, case(vec![2049, 8192])).unwrap();
+        assert_plan::<f64>(&gpu, &[2048, 2048 + 8], 1, rows);
         check_scan::<f64>(&gpu, case(vec![2048, 2048 + 8])).unwrap();
+        assert_plan::<i64>(&gpu, &[2050, 4096], 1, rows);
         check_scan::<i64>(&gpu, case(vec![2050, 4096])).unwrap();
     }
 }
@@ -297,8 +269,10 @@ fn cumsum_down_many_columns() {
         return;
     };
     use ScanKind::{Exclusive, Inclusive};
+    let columns = |p: &ScanPlan| matches!(p, ScanPlan::Columns(_));
     check_cases::<f32>(
         &gpu,
+        columns,
         &[
             (&[300, 33_000], 0, Exclusive, false, false),
             (&[5, 301, 2001], 1, Exclusive, true, false),
@@ -306,6 +280,7 @@ fn cumsum_down_many_columns() {
     );
     check_cases::<i32>(
         &gpu,
+        columns,
         &[
             (&[3, 77, 12_000], 1, Inclusive, true, true),
             (&[1, 32_768], 0, Exclusive, false, true),
@@ -315,6 +290,7 @@ fn cumsum_down_many_columns() {
     );
     check_cases::<i64>(
         &gpu,
+        columns,
         &[
             (&[40, 40_001], 0, Exclusive, true, false),
             (&[517, 4100], 0, Exclusive, false, true),
@@ -322,6 +298,7 @@ fn cumsum_down_many_columns() {
     );
     check_cases::<f64>(
         &gpu,
+        columns,
         &[
             (&[2, 33, 20_000], 1, Inclusive, false, true),
             (&[2, 129, 4096], 1, Inclusive, true, false),
@@ -329,9 +306,15 @@ fn cumsum_down_many_columns() {
     );
 }
 
-/// `check_scan` of each `(shape, axis, kind, reverse, in_place)`.
-fn check_cases<T: TestValue>(gpu: &Gpu, cases: &[(&[usize], usize, ScanKind, bool, bool)]) {
+/// `check_scan` of each `(shape, axis, kind, reverse, in_place)`, after checking that
+/// the plan is the one `expected` names.
+fn check_cases<T: TestValue>(
+    gpu: &Gpu,
+    expected: fn(&ScanPlan) -> bool,
+    cases: &[(&[usize], usize, ScanKind, bool, bool)],
+) {
     for &(shape, axis, kind, reverse, in_place) in cases {
+        assert_plan::<T>(gpu, shape, axis, expected);
         let case = Case {
             shape: shape.to_vec(),
             axis,
@@ -360,6 +343,15 @@ fn cumsum_of_very_long_axes() {
         in_place,
         seed: 5 + reverse as u64,
     };
+    let segments = |p: &ScanPlan| matches!(p, ScanPlan::Segments(_));
+    for shape in [vec![1, 1 << 24], vec![3, (1 << 22) + 3]] {
+        assert_plan::<i32>(&gpu, &shape, 1, segments);
+    }
+    for shape in [vec![2, (1 << 22) + 1], vec![1, 1 << 23]] {
+        assert_plan::<i64>(&gpu, &shape, 1, segments);
+    }
+    assert_plan::<f32>(&gpu, &[2, 1 << 22], 1, segments);
+    assert_plan::<f64>(&gpu, &[1, (1 << 22) + 7], 1, segments);
     for reverse in [false, true] {
         check_scan::<i32>(&gpu, case(vec![1, 1 << 24], ScanKind::Exclusive, reverse, true)).unwrap();
         check_scan::<i32>(
@@ -380,4 +372,43 @@ fn cumsum_of_very_long_axes() {
         )
         .unwrap();
     }
+}
+
+/// Rows laid end to end in look-back tiles (contiguous: rows too few for a block each,
+/// too short for segments), and down-axis scans of few columns chained by look-back
+/// (strided): short rows ending inside tiles, partial last tiles, aligned or not.
+#[test]
+fn cumsum_of_look_back_tiles() {
+    let Some(gpu) = gpu_or_skip("cumsum_of_look_back_tiles") else {
+        return;
+    };
+    use ScanKind::{Exclusive, Inclusive};
+    let contiguous = |p: &ScanPlan| matches!(p, ScanPlan::Contiguous(_));
+    check_cases::<f32>(
+        &gpu,
+        contiguous,
+        &[
+            (&[3, 16000], 1, Exclusive, false, false),
+            (&[1000, 17], 1, Inclusive, true, true),
+            (&[5, 4099], 1, Exclusive, true, false),
+        ],
+    );
+    check_cases::<i64>(
+        &gpu,
+        contiguous,
+        &[
+            (&[33, 1000], 1, Inclusive, false, true),
+            (&[1, 1], 0, Exclusive, false, false),
+        ],
+    );
+    let strided = |p: &ScanPlan| matches!(p, ScanPlan::Strided(_));
+    check_cases::<f64>(&gpu, strided, &[(&[7, 1000, 33], 1, Exclusive, false, false)]);
+    check_cases::<i32>(
+        &gpu,
+        strided,
+        &[
+            (&[4000, 17], 0, Inclusive, true, true),
+            (&[2, 65, 300], 1, Exclusive, true, false),
+        ],
+    );
 }
