@@ -56,6 +56,16 @@ def scans(reps):
     v = torch.rand(1 << 28, device="cuda") * 2 - 1
     results["scan1d"] = {"ms": median_ms(lambda: torch.cumsum(v, 0), reps), "op": "torch.cumsum(x, 0), 2^28 f32"}
     del v
+    # Beyond the headline: odd-length rows, and an axis of few columns.
+    odd = torch.rand(65536, 4095, device="cuda") * 2 - 1
+    results["scan1_odd"] = {"ms": median_ms(lambda: torch.cumsum(odd, 1), reps), "op": "torch.cumsum(x, 1), 65536x4095 f32"}
+    del odd
+    narrow = torch.rand(65536, 2048, device="cuda") * 2 - 1
+    results["scan0_narrow"] = {
+        "ms": median_ms(lambda: torch.cumsum(narrow, 0), reps),
+        "op": "torch.cumsum(x, 0), 65536x2048 f32",
+    }
+    del narrow
     return results
 
 

@@ -240,10 +240,24 @@ fn scan_rows(gpu: &Gpu, reps: usize) -> Result<Vec<Row>> {
     use host::ScanKind::Exclusive;
     let mut rows = Vec::new();
     let square = [32768usize, 32768];
-    let cases: [(&str, &[usize], usize, &str); 3] = [
+    // Beyond the headline: rows of an odd length (look-back tiles laid end to end), and
+    // an axis of fewer columns than the columns kernel takes (look-back down columns).
+    let cases: [(&str, &[usize], usize, &str); 5] = [
         ("scan1", &square, 1, "exclusive cumsum 32768x32768, dim 1"),
         ("scan0", &square, 0, "exclusive cumsum 32768x32768, dim 0"),
         ("scan1d", &[1 << 28], 0, "exclusive cumsum 2^28, 1-D"),
+        (
+            "scan1_odd",
+            &[65536, 4095],
+            1,
+            "exclusive cumsum 65536x4095, dim 1",
+        ),
+        (
+            "scan0_narrow",
+            &[65536, 2048],
+            0,
+            "exclusive cumsum 65536x2048, dim 0",
+        ),
     ];
     for (key, shape, axis, what) in cases {
         let host = random_f32(shape, 3);

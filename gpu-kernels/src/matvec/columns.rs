@@ -1,8 +1,8 @@
 //! The columns kernel of `y = A^T x`: blocks of `COLUMNS_TX` lanes along `cols` by
 //! `COLUMNS_TY` slices of rows, summed through shared memory.
 
-use super::{BLOCK_THREADS, GemvOperands, GemvProblem};
-use crate::launch::{DevicePtr, DevicePtrMut, Kernel, Launch, LaunchGeometry, kernel_args};
+use super::{BLOCK_THREADS, FirstPassKernels, GemvArgs, GemvOperands};
+use crate::launch::{DevicePtrMut, Launch, LaunchGeometry};
 
 /// Lanes of a `columns` block along `cols`.
 pub const COLUMNS_TX: u32 = 32;
@@ -27,77 +27,31 @@ pub struct ColumnsPlan {
     pub vector: bool,
 }
 
-kernel_args! {
-    /// The columns kernel's arguments: `y = alpha * A^T x + beta * y`, or with
-    /// `split > 1` the `[col][split]` partials of `A^T x` in `out`; `vector` (1 or 0)
-    /// says whether rows keep 16-byte alignment.
-    pub struct ColumnsArgs<T> {
-        pub a: DevicePtr<T>,
-        pub x: DevicePtr<T>,
-        pub out: DevicePtrMut<T>,
-        pub y: DevicePtrMut<T>,
-        pub alpha: T,
-        pub beta: T,
-        pub problem: GemvProblem,
-        pub split: u64,
-        pub vector: u32,
-    }
-    impl ColumnsKernel for f32 {
-        const COLUMNS = "gemv_columns_f32" => kernel::columns_of::<f32, 4>;
-    }
-    impl ColumnsKernel for f64 {
-        const COLUMNS = "gemv_columns_f64" => kernel::columns_of::<f64, 2>;
-    }
-    entry points in ENTRY_POINTS;
-}
-
-/// The columns kernel of one element type.
-pub trait ColumnsKernel: Sized {
-    const COLUMNS: Kernel<ColumnsArgs<Self>>;
-}
-
 impl ColumnsPlan {
     /// The launch of the first pass, writing y, or `partials` with a split.
-    pub fn launch<T: ColumnsKernel + Copy>(
+    pub fn launch<T: FirstPassKernels + Copy>(
         &self,
         operands: &GemvOperands<T>,
         partials: DevicePtrMut<T>,
-    ) -> Launch<ColumnsArgs<T>> {
-        let GemvOperands {
-            a,
-            x,
-            y,
-            alpha,
-            beta,
-            problem,
-        } = *operands;
+    ) -> Launch<GemvArgs<T>> {
         let geometry = LaunchGeometry {
             grid: [self.tiles, self.split, 1],
             threads: BLOCK_THREADS,
             shared_bytes: COLUMNS_SHARED_BYTES,
         };
-        let args = ColumnsArgs {
-            a,
-            x,
-            out: partials,
-            y,
-            alpha,
-            beta,
-            problem,
-            split: self.split,
-            vector: self.vector as u32,
-        };
+        let args = operands.arguments(partials, self.split, 0, self.vector);
         Launch::new(T::COLUMNS, geometry, args)
     }
 }
 
 #[cfg(target_arch = "nvptx64")]
-mod kernel {
+pub(super) mod kernel {
     use super::*;
     use crate::device::{
         SharedCarver, block_idx_x, block_idx_y, load_global_nc_v4, sync_threads, thread_idx_x,
     };
     use crate::launch::chunk;
+    use crate::matvec::GemvProblem;
     use crate::matvec::value::{GemvValue, finish};
 
     /// [`columns`], with 128-bit loads or not as `args.vector` says.
@@ -106,7 +60,7 @@ mod kernel {
     /// As [`columns`]; `COLUMNS` is `T::PER_VECTOR`; `vector` only when `cols` is a
     /// multiple of it.
     #[inline(always)]
-    pub unsafe fn columns_of<T: GemvValue, const COLUMNS: usize>(args: ColumnsArgs<T>) {
+    pub unsafe fn columns_of<T: GemvValue, const COLUMNS: usize>(args: GemvArgs<T>) {
         // SAFETY: forwarded from the caller.
         unsafe {
             if args.vector != 0 {
@@ -126,20 +80,15 @@ mod kernel {
     /// `split > 1`, else `y` holds `cols`; blocks of `BLOCK_THREADS` threads with
     /// `COLUMNS_SHARED_BYTES` of dynamic shared memory.
     #[inline(always)]
-    unsafe fn columns<T: GemvValue, const COLUMNS: usize, const VECTOR: bool>(args: ColumnsArgs<T>) {
-        let ColumnsArgs {
+    unsafe fn columns<T: GemvValue, const COLUMNS: usize, const VECTOR: bool>(args: GemvArgs<T>) {
+        let GemvArgs {
             alpha,
             beta,
             problem,
             split,
             ..
         } = args;
-        let (a, x, out, y) = (
-            args.a.as_ptr(),
-            args.x.as_ptr(),
-            args.out.as_mut_ptr(),
-            args.y.as_mut_ptr(),
-        );
+        let (a, x, out, y) = args.pointers();
         let GemvProblem { rows, cols, .. } = problem;
         let (tile, part) = (block_idx_x() as u64, block_idx_y() as u64);
         let (tx, ty) = (thread_idx_x() % COLUMNS_TX, thread_idx_x() / COLUMNS_TX);

@@ -23,11 +23,12 @@ pub mod rows;
 mod value;
 
 use crate::launch::{
-    DeviceLimits, DevicePtr, DevicePtrMut, EntryPoint, Launch, ScratchLayout, THREADS_PER_SM,
+    DeviceLimits, DevicePtr, DevicePtrMut, EntryPoint, Kernel, Launch, ScratchLayout, THREADS_PER_SM,
+    kernel_args,
 };
-use columns::{COLUMNS_TX, ColumnsKernel, ColumnsPlan};
+use columns::{COLUMNS_TX, ColumnsPlan};
 use combine::{CombineArgs, CombineKernel};
-use rows::{MIN_SPLIT_CHUNK, ROWS_ITEMS_PER_SM, ROWS_PER_ITEM, ROWS_UNROLL, RowsKernel, RowsPlan};
+use rows::{MIN_SPLIT_CHUNK, ROWS_ITEMS_PER_SM, ROWS_PER_ITEM, ROWS_UNROLL, RowsPlan};
 
 /// Threads per block of every matvec kernel.
 pub const BLOCK_THREADS: u32 = 256;
@@ -53,14 +54,47 @@ impl GemvProblem {
 
 /// An element type of the matrix-vector products: every matvec entry point exists for
 /// it.
-pub trait GemvType: RowsKernel + ColumnsKernel + CombineKernel + Copy {}
+pub trait GemvType: FirstPassKernels + CombineKernel + Copy {}
+
+/// The first-pass kernels of one element type: rows (`A x`) and columns (`A^T x`).
+pub trait FirstPassKernels: Sized {
+    const ROWS: Kernel<GemvArgs<Self>>;
+    const COLUMNS: Kernel<GemvArgs<Self>>;
+}
 
 impl GemvType for f32 {}
 impl GemvType for f64 {}
 
 /// Every matvec entry point.
-pub const ENTRY_POINTS: &[&[EntryPoint]] =
-    &[rows::ENTRY_POINTS, columns::ENTRY_POINTS, combine::ENTRY_POINTS];
+pub const ENTRY_POINTS: &[&[EntryPoint]] = &[FIRST_PASS_ENTRY_POINTS, combine::ENTRY_POINTS];
+
+kernel_args! {
+    /// The first pass's arguments, for either kernel: `y = alpha * op(A) x + beta * y`,
+    /// or with `split > 1` the `[output][split]` partials of `op(A) x` in `out`;
+    /// `group_lanes` (the rows kernel's lanes per item) and `vector` (1 or 0: rows keep
+    /// 16-byte alignment) as the plan says.
+    pub struct GemvArgs<T> {
+        pub a: DevicePtr<T>,
+        pub x: DevicePtr<T>,
+        pub out: DevicePtrMut<T>,
+        pub y: DevicePtrMut<T>,
+        pub alpha: T,
+        pub beta: T,
+        pub problem: GemvProblem,
+        pub split: u64,
+        pub group_lanes: u32,
+        pub vector: u32,
+    }
+    impl FirstPassKernels for f32 {
+        const ROWS = "gemv_rows_f32" => rows::kernel::rows_of::<f32>;
+        const COLUMNS = "gemv_columns_f32" => columns::kernel::columns_of::<f32, 4>;
+    }
+    impl FirstPassKernels for f64 {
+        const ROWS = "gemv_rows_f64" => rows::kernel::rows_of::<f64>;
+        const COLUMNS = "gemv_columns_f64" => columns::kernel::columns_of::<f64, 2>;
+    }
+    entry points in FIRST_PASS_ENTRY_POINTS;
+}
 
 /// What a product takes: `y = alpha * op(A) x + beta * y`.
 #[derive(Debug, Clone, Copy)]
@@ -71,6 +105,30 @@ pub struct GemvOperands<T> {
     pub alpha: T,
     pub beta: T,
     pub problem: GemvProblem,
+}
+
+impl<T: Copy> GemvOperands<T> {
+    /// The first pass's arguments, writing y, or `partials` with a split.
+    pub const fn arguments(
+        &self,
+        partials: DevicePtrMut<T>,
+        split: u64,
+        group_lanes: u32,
+        vector: bool,
+    ) -> GemvArgs<T> {
+        GemvArgs {
+            a: self.a,
+            x: self.x,
+            out: partials,
+            y: self.y,
+            alpha: self.alpha,
+            beta: self.beta,
+            problem: self.problem,
+            split,
+            group_lanes,
+            vector: vector as u32,
+        }
+    }
 }
 
 /// Which kernel takes the first pass.

@@ -1,8 +1,8 @@
 //! The rows kernel of `y = A x`: a group of lanes per work item of `ROWS_PER_ITEM` rows
 //! (or a chunk of them, with a split), so that each load of x serves them all.
 
-use super::{BLOCK_THREADS, GemvOperands, GemvProblem};
-use crate::launch::{DevicePtr, DevicePtrMut, Kernel, Launch, LaunchGeometry, kernel_args};
+use super::{BLOCK_THREADS, FirstPassKernels, GemvArgs, GemvOperands};
+use crate::launch::{DevicePtrMut, Launch, LaunchGeometry};
 
 /// Work items per SM that `rows` aims at, so that every SM gets many.
 pub const ROWS_ITEMS_PER_SM: u64 = 256;
@@ -24,69 +24,20 @@ pub struct RowsPlan {
     pub vector: bool,
 }
 
-kernel_args! {
-    /// The rows kernel's arguments: `y = alpha * A x + beta * y`, or with `split > 1`
-    /// the `[row][split]` partials of `A x` in `out`; `vector` (1 or 0) says whether
-    /// rows keep 16-byte alignment.
-    pub struct RowsArgs<T> {
-        pub a: DevicePtr<T>,
-        pub x: DevicePtr<T>,
-        pub out: DevicePtrMut<T>,
-        pub y: DevicePtrMut<T>,
-        pub alpha: T,
-        pub beta: T,
-        pub problem: GemvProblem,
-        pub split: u64,
-        pub group_lanes: u32,
-        pub vector: u32,
-    }
-    impl RowsKernel for f32 {
-        const ROWS = "gemv_rows_f32" => kernel::rows_of::<f32>;
-    }
-    impl RowsKernel for f64 {
-        const ROWS = "gemv_rows_f64" => kernel::rows_of::<f64>;
-    }
-    entry points in ENTRY_POINTS;
-}
-
-/// The rows kernel of one element type.
-pub trait RowsKernel: Sized {
-    const ROWS: Kernel<RowsArgs<Self>>;
-}
-
 impl RowsPlan {
     /// The launch of the first pass, writing y, or `partials` with a split.
-    pub fn launch<T: RowsKernel + Copy>(
+    pub fn launch<T: FirstPassKernels + Copy>(
         &self,
         operands: &GemvOperands<T>,
         partials: DevicePtrMut<T>,
-    ) -> Launch<RowsArgs<T>> {
-        let GemvOperands {
-            a,
-            x,
-            y,
-            alpha,
-            beta,
-            problem,
-        } = *operands;
-        let args = RowsArgs {
-            a,
-            x,
-            out: partials,
-            y,
-            alpha,
-            beta,
-            problem,
-            split: self.split,
-            group_lanes: self.group_lanes,
-            vector: self.vector as u32,
-        };
+    ) -> Launch<GemvArgs<T>> {
+        let args = operands.arguments(partials, self.split, self.group_lanes, self.vector);
         Launch::new(T::ROWS, LaunchGeometry::linear(self.blocks, BLOCK_THREADS), args)
     }
 }
 
 #[cfg(target_arch = "nvptx64")]
-mod kernel {
+pub(super) mod kernel {
     use super::*;
     use crate::device::{block_dim_x, block_idx_x, load_global_nc_v4, thread_idx_x};
     use crate::launch::chunk;
@@ -98,7 +49,7 @@ mod kernel {
     /// # Safety
     /// As [`rows`]; `vector` only when `cols` is a multiple of `PER_VECTOR`.
     #[inline(always)]
-    pub unsafe fn rows_of<T: GemvValue>(args: RowsArgs<T>) {
+    pub unsafe fn rows_of<T: GemvValue>(args: GemvArgs<T>) {
         // SAFETY: forwarded from the caller.
         unsafe {
             if args.vector != 0 {
@@ -119,8 +70,8 @@ mod kernel {
     /// `split > 1`, else `y` holds `rows`; the grid covers
     /// `ceil(rows / ROWS_PER_ITEM) * split * group_lanes` threads.
     #[inline(always)]
-    unsafe fn rows<T: GemvValue, const VECTOR: bool>(args: RowsArgs<T>) {
-        let RowsArgs {
+    unsafe fn rows<T: GemvValue, const VECTOR: bool>(args: GemvArgs<T>) {
+        let GemvArgs {
             alpha,
             beta,
             problem,
@@ -128,12 +79,7 @@ mod kernel {
             group_lanes,
             ..
         } = args;
-        let (a, x, out, y) = (
-            args.a.as_ptr(),
-            args.x.as_ptr(),
-            args.out.as_mut_ptr(),
-            args.y.as_mut_ptr(),
-        );
+        let (a, x, out, y) = args.pointers();
         const R: usize = ROWS_PER_ITEM;
         let thread = block_idx_x() as u64 * block_dim_x() as u64 + thread_idx_x() as u64;
         let item = thread / group_lanes as u64;

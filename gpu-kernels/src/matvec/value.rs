@@ -1,6 +1,7 @@
 //! Device pieces the matvec kernels share: the element trait and the final
 //! `alpha * sum + beta * y`.
 
+use super::GemvArgs;
 use crate::device::{Shuffle, VectorElement, fma_f32, fma_f64};
 
 /// A float type the matvec kernels multiply.
@@ -42,4 +43,17 @@ pub unsafe fn finish<T: GemvValue>(sum: T, alpha: T, beta: T, y: *mut T) {
             (alpha * sum).mul_add(beta, *y)
         }
     };
+}
+
+impl<T> GemvArgs<T> {
+    /// A, x, the partials and y, as the kernels address them.
+    #[inline(always)]
+    pub fn pointers(&self) -> (*const T, *const T, *mut T, *mut T) {
+        (
+            self.a.as_ptr(),
+            self.x.as_ptr(),
+            self.out.as_mut_ptr(),
+            self.y.as_mut_ptr(),
+        )
+    }
 }

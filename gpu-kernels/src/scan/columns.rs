@@ -70,12 +70,7 @@ pub trait ColumnsKernel: Sized {
 impl ColumnsPlan {
     /// The launch of the scan.
     pub fn launch<T: ColumnsKernel>(&self, operands: ScanOperands<T>) -> Launch<ColumnsArgs<T>> {
-        let ScanOperands {
-            x,
-            y,
-            problem,
-            options,
-        } = operands;
+        let (x, y, problem, options) = operands.parts();
         let geometry =
             LaunchGeometry::linear(self.column_blocks, BLOCK_THREADS).with_shared(COLUMN_SHARED_BYTES);
         let parts = self.parts;

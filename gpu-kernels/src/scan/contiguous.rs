@@ -3,7 +3,7 @@
 //! chain, so one tile may hold the ends of several short rows, and a long row spans
 //! many tiles.
 
-use super::{BLOCK_THREADS, LaunchStatus, SHARED_BYTES, ScanOperands, ScanProblem};
+use super::{BLOCK_THREADS, LaunchStatus, SHARED_BYTES, ScanOperands, ScanProblem, layout_variant};
 use crate::launch::{DevicePtr, DevicePtrMut, Kernel, Launch, LaunchGeometry, kernel_args};
 
 /// Rows that fill no GPU alone: tiles of `BLOCK_THREADS` runs of consecutive elements.
@@ -68,19 +68,15 @@ impl ContiguousPlan {
         operands: ScanOperands<T>,
         scratch: DevicePtrMut<u8>,
     ) -> Launch<ContiguousArgs<T>> {
-        let ScanOperands {
-            x,
-            y,
-            problem,
-            options,
-        } = operands;
+        let (x, y, problem, options) = operands.parts();
         let status = LaunchStatus::in_scratch(scratch, self.tiles, 1);
-        let kernel = match (self.vector, operands.reverse()) {
-            (false, false) => T::CONTIGUOUS,
-            (false, true) => T::CONTIGUOUS_REVERSE,
-            (true, false) => T::CONTIGUOUS_VECTOR,
-            (true, true) => T::CONTIGUOUS_VECTOR_REVERSE,
-        };
+        let kernels = [
+            T::CONTIGUOUS,
+            T::CONTIGUOUS_REVERSE,
+            T::CONTIGUOUS_VECTOR,
+            T::CONTIGUOUS_VECTOR_REVERSE,
+        ];
+        let kernel = layout_variant(kernels, self.vector, operands.reverse());
         let geometry = LaunchGeometry::linear(self.tiles, BLOCK_THREADS).with_shared(SHARED_BYTES);
         Launch::new(
             kernel,

@@ -114,6 +114,23 @@ impl<T> ScanOperands<T> {
     pub const fn reverse(&self) -> bool {
         self.options & REVERSE != 0
     }
+
+    /// The input, the output, the problem and the options, in the order every scan
+    /// kernel's arguments start with.
+    pub const fn parts(&self) -> (DevicePtr<T>, DevicePtrMut<T>, ScanProblem, u32) {
+        (self.x, self.y, self.problem, self.options)
+    }
+}
+
+/// Of a look-back kernel's entry points `[scalar, reversed, vector, vector reversed]`,
+/// the one for vector runs or not, forward or reversed.
+pub const fn layout_variant<K: Copy>(kernels: [K; 4], vector: bool, reverse: bool) -> K {
+    match (vector, reverse) {
+        (false, false) => kernels[0],
+        (false, true) => kernels[1],
+        (true, false) => kernels[2],
+        (true, true) => kernels[3],
+    }
 }
 
 /// An element type of the scans: every scan entry point exists for it.

@@ -60,12 +60,7 @@ pub trait RowsKernel: Sized {
 impl RowsPlan {
     /// The launch of the scan.
     pub fn launch<T: RowsKernel>(&self, operands: ScanOperands<T>) -> Launch<RowsArgs<T>> {
-        let ScanOperands {
-            x,
-            y,
-            problem,
-            options,
-        } = operands;
+        let (x, y, problem, options) = operands.parts();
         let kernel = if operands.reverse() {
             T::ROWS_REVERSE
         } else {

@@ -3,7 +3,7 @@
 //! SM, walk the segments through shared-memory stages that bulk copies (sm_90) fill and
 //! drain while the block scans.
 
-use super::{LaunchStatus, SHARED_BYTES, ScanOperands, ScanProblem};
+use super::{LaunchStatus, SHARED_BYTES, ScanOperands, ScanProblem, layout_variant};
 use crate::launch::{DevicePtr, DevicePtrMut, Kernel, Launch, LaunchGeometry, kernel_args};
 
 /// Threads per block of the segments kernel: as many as three stages of
@@ -113,19 +113,15 @@ impl SegmentsPlan {
         operands: ScanOperands<T>,
         scratch: DevicePtrMut<u8>,
     ) -> Launch<SegmentsArgs<T>> {
-        let ScanOperands {
-            x,
-            y,
-            problem,
-            options,
-        } = operands;
+        let (x, y, problem, options) = operands.parts();
         let status = LaunchStatus::in_scratch(scratch, self.tiles, 1);
-        let kernel = match (self.vector, operands.reverse()) {
-            (false, false) => T::SEGMENTS,
-            (false, true) => T::SEGMENTS_REVERSE,
-            (true, false) => T::SEGMENTS_VECTOR,
-            (true, true) => T::SEGMENTS_VECTOR_REVERSE,
-        };
+        let kernels = [
+            T::SEGMENTS,
+            T::SEGMENTS_REVERSE,
+            T::SEGMENTS_VECTOR,
+            T::SEGMENTS_VECTOR_REVERSE,
+        ];
+        let kernel = layout_variant(kernels, self.vector, operands.reverse());
         let geometry = LaunchGeometry::linear(self.blocks, SEGMENT_THREADS)
             .with_shared(segment_shared_bytes(self.stages));
         let stages = self.stages;

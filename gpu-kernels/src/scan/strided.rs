@@ -61,12 +61,7 @@ impl StridedPlan {
         operands: ScanOperands<T>,
         scratch: DevicePtrMut<u8>,
     ) -> Launch<StridedArgs<T>> {
-        let ScanOperands {
-            x,
-            y,
-            problem,
-            options,
-        } = operands;
+        let (x, y, problem, options) = operands.parts();
         let status = LaunchStatus::in_scratch(scratch, self.column_blocks * self.chunks, BLOCK_THREADS);
         let geometry =
             LaunchGeometry::linear(self.column_blocks * self.chunks, BLOCK_THREADS).with_shared(SHARED_BYTES);
