@@ -10,7 +10,8 @@ use crate::launch::{DevicePtr, DevicePtrMut, Kernel, Launch, LaunchGeometry, ker
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ContiguousPlan {
     pub tiles: u64,
-    /// Whether rows keep 16-byte alignment (128-bit loads and stores).
+    /// Whether the flat length is a multiple of a 128-bit vector: every whole run is
+    /// then 16-byte aligned, forward or reversed (128-bit loads and stores).
     pub vector: bool,
 }
 
@@ -104,7 +105,7 @@ mod kernel {
     ///
     /// # Safety
     /// `x` and `y` hold `outer * scan` elements, 16-byte aligned (they may be the same
-    /// array); `VECTOR` only when `scan` is a multiple of `PER_VECTOR`; the status holds
+    /// array); `VECTOR` only when `outer * scan` is a multiple of `PER_VECTOR`; the status holds
     /// `tiles` zeroed words (packed) or flags and values after a zero counter; the grid
     /// has `tiles` blocks of `BLOCK_THREADS` threads with `SHARED_BYTES` of dynamic
     /// shared memory.

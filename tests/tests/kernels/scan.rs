@@ -383,21 +383,41 @@ fn cumsum_of_look_back_tiles() {
         return;
     };
     use ScanKind::{Exclusive, Inclusive};
-    let contiguous = |p: &ScanPlan| matches!(p, ScanPlan::Contiguous(_));
+    // 128-bit runs wherever the flat length is a multiple of a vector, whatever the
+    // rows' length; scalar runs otherwise.
+    let vector = |p: &ScanPlan| matches!(p, ScanPlan::Contiguous(c) if c.vector);
+    let scalar = |p: &ScanPlan| matches!(p, ScanPlan::Contiguous(c) if !c.vector);
     check_cases::<f32>(
         &gpu,
-        contiguous,
+        vector,
         &[
             (&[3, 16000], 1, Exclusive, false, false),
             (&[1000, 17], 1, Inclusive, true, true),
+            (&[8, 4095], 1, Exclusive, true, false),
+            (&[12, 4095], 1, Inclusive, false, true),
+        ],
+    );
+    check_cases::<f32>(
+        &gpu,
+        scalar,
+        &[
             (&[5, 4099], 1, Exclusive, true, false),
+            (&[7, 4095], 1, Inclusive, false, false),
         ],
     );
     check_cases::<i64>(
         &gpu,
-        contiguous,
+        vector,
         &[
+            (&[34, 1001], 1, Inclusive, true, true),
             (&[33, 1000], 1, Inclusive, false, true),
+        ],
+    );
+    check_cases::<i64>(
+        &gpu,
+        scalar,
+        &[
+            (&[33, 1001], 1, Exclusive, true, false),
             (&[1, 1], 0, Exclusive, false, false),
         ],
     );
