@@ -115,10 +115,19 @@ def convs(reps):
         ),
         reps,
     )
-    del x, w, dy
+    # TF32 (PyTorch's default for convolutions), NCHW and channels last.
+    torch.backends.cudnn.allow_tf32 = True
+    forward_tf32 = median_ms(lambda: torch.nn.functional.conv2d(x, w), reps)
+    x_last = x.contiguous(memory_format=torch.channels_last)
+    w_last = w.contiguous(memory_format=torch.channels_last)
+    forward_tf32_nhwc = median_ms(lambda: torch.nn.functional.conv2d(x_last, w_last), reps)
+    torch.backends.cudnn.allow_tf32 = False
+    del x, w, dy, x_last, w_last
     return {
         "conv_fwd": {"ms": forward, "op": "F.conv2d, x 8x64x512x1024, w 128x64x3x3, FP32 cuDNN"},
         "conv_bwd": {"ms": backward, "op": "convolution_backward, input + weight grads, FP32 cuDNN"},
+        "conv_fwd_tf32": {"ms": forward_tf32, "op": "F.conv2d, TF32 cuDNN, NCHW"},
+        "conv_fwd_tf32_nhwc": {"ms": forward_tf32_nhwc, "op": "F.conv2d, TF32 cuDNN, channels_last"},
     }
 
 

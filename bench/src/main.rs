@@ -356,6 +356,7 @@ fn sample_indices(count: usize, samples: usize) -> Vec<usize> {
 fn conv_rows(gpu: &Gpu, reps: usize) -> Result<Vec<Row>> {
     use ndarray::Ix4;
     const TOLERANCE: f64 = 1e-5;
+    const TF32_TOLERANCE: f64 = 5e-3;
     let params = host::Conv2dParams::default();
     let (x_shape, w_shape) = ([8, 64, 512, 1024], [128, 64, 3, 3]);
     let (_, y_shape) = host::conv2d_problem(&x_shape, &w_shape, &params)?;
@@ -402,7 +403,74 @@ fn conv_rows(gpu: &Gpu, reps: usize) -> Result<Vec<Row>> {
     check("forward", samples)?;
     drop(got);
     let forward = time(gpu, reps, |g| g.conv2d_into(&x, &w, None, &params, &mut y))?;
-    drop(y);
+
+    // TF32 on the tensor cores: from NCHW tensors (changed to NHWC and back around the
+    // kernel), and from NHWC tensors; checked against the same FP64 sums through a
+    // layout change on the GPU, within TF32's rounding.
+    let tf32 = |layout| host::Conv2dParams {
+        precision: host::ConvPrecision::Tf32,
+        layout,
+        ..params
+    };
+    let (x_last, w_last) = (gpu.to_channels_last(&x)?, gpu.to_channels_last(&w)?);
+    let mut y_last = gpu.to_channels_last(&y)?;
+    let mut tf32_rows = Vec::new();
+    for (layout, key, what) in [
+        (
+            host::ConvLayout::Nchw,
+            "conv_fwd_tf32",
+            "conv2d forward TF32, NCHW",
+        ),
+        (
+            host::ConvLayout::Nhwc,
+            "conv_fwd_tf32_nhwc",
+            "conv2d forward TF32, NHWC",
+        ),
+    ] {
+        let p = tf32(layout);
+        let (xs, ws, ys) = match layout {
+            host::ConvLayout::Nchw => (&x, &w, &mut y),
+            host::ConvLayout::Nhwc => (&x_last, &w_last, &mut y_last),
+        };
+        gpu.poison(ys)?;
+        gpu.conv2d_into(xs, ws, None, &p, ys)?;
+        let got = match layout {
+            host::ConvLayout::Nchw => gpu.download(ys)?,
+            host::ConvLayout::Nhwc => gpu.download(&gpu.to_channels_first(ys)?)?,
+        };
+        let got = got.into_dimensionality::<Ix4>()?;
+        let samples: Vec<(f32, f64)> = sample_indices(got.len(), 10_000)
+            .into_par_iter()
+            .map(|e| {
+                let (n, o, r) = (e / (128 * oh * ow), e / (oh * ow) % 128, e % (oh * ow));
+                let (i, j) = (r / ow, r % ow);
+                let mut sum = 0.0f64;
+                for c in 0..64 {
+                    for (a, b) in (0..3).flat_map(|a| (0..3).map(move |b| (a, b))) {
+                        sum += hx[[n, c, i + a, j + b]] as f64 * hw[[o, c, a, b]] as f64;
+                    }
+                }
+                (got.as_slice().unwrap()[e], sum)
+            })
+            .collect();
+        let error = sampled_error(&samples);
+        eprintln!(
+            "conv {what}: relative error {error:.2e} over {} sampled outputs",
+            samples.len()
+        );
+        if error > TF32_TOLERANCE {
+            return Err(format!("conv {what}: relative error {error:e} over {TF32_TOLERANCE:e}").into());
+        }
+        let times = time(gpu, reps, |g| g.conv2d_into(xs, ws, None, &p, ys))?;
+        tf32_rows.push(Row {
+            key,
+            what: what.into(),
+            times_ms: times,
+            bytes: (x.bytes() + w.bytes() + ys.bytes()) as f64,
+            flops,
+        });
+    }
+    drop((y, y_last, x_last, w_last));
 
     let (mut dx, mut dw) = (gpu.alloc::<f32>(&x_shape)?, gpu.alloc::<f32>(&w_shape)?);
     gpu.poison(&mut dx)?;
@@ -456,7 +524,7 @@ fn conv_rows(gpu: &Gpu, reps: usize) -> Result<Vec<Row>> {
         g.conv2d_backward_into(&x, &w, &dy, &params, (None, Some(&mut dw), None))
     })?;
     let bytes = (x.bytes() + w.bytes() + dy.bytes()) as f64;
-    Ok(vec![
+    let mut rows = vec![
         Row {
             key: "conv_fwd",
             what: "conv2d forward 8x64x512x1024, 3x3".into(),
@@ -485,7 +553,9 @@ fn conv_rows(gpu: &Gpu, reps: usize) -> Result<Vec<Row>> {
             bytes,
             flops,
         },
-    ])
+    ];
+    rows.extend(tf32_rows);
+    Ok(rows)
 }
 
 fn main() -> Result {

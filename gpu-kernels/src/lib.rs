@@ -34,6 +34,7 @@ pub mod matvec;
 pub mod min;
 pub mod primitives;
 pub mod scan;
+pub mod transpose;
 
 /// Every kernel entry point the module exports. The PTX build fails if one is missing
 /// or if the PTX has one that is not listed; the host looks each one up when it loads
@@ -46,6 +47,7 @@ pub fn entry_points() -> impl Iterator<Item = launch::EntryPoint> {
         matvec::ENTRY_POINTS,
         conv::ENTRY_POINTS,
         primitives::ENTRY_POINTS,
+        &[transpose::ENTRY_POINTS][..],
     ]
     .into_iter()
     .flatten()

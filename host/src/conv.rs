@@ -1,17 +1,20 @@
-//! 2-D convolution in FP32, NCHW, as `torch.nn.functional.conv2d`: forward with an
-//! optional bias, and the gradients of input, weight and bias. Every sum is taken in
-//! a fixed order, so results are the same from run to run.
+//! 2-D convolution of f32 tensors as `torch.nn.functional.conv2d`: forward with an
+//! optional bias, and the gradients of input, weight and bias, in FP32 or TF32
+//! ([`ConvPrecision`]), channels first or last ([`ConvLayout`]). Every sum is taken in a
+//! fixed order, so results are the same from run to run.
 //!
-//! x is `[batch, in_channels, height, width]`, w `[out_channels, in_channels / groups,
-//! kernel_h, kernel_w]`, y `[batch, out_channels, out_h, out_w]` with torch's
-//! `out = (in + 2 * padding - dilation * (kernel - 1) - 1) / stride + 1`. Host arrays
-//! and views of any layout go through [`Gpu::conv2d_of`] and
-//! [`Gpu::conv2d_backward_of`], which upload them row-major.
+//! In NCHW, x is `[batch, in_channels, height, width]`, w `[out_channels, in_channels /
+//! groups, kernel_h, kernel_w]`, y `[batch, out_channels, out_h, out_w]`, with torch's
+//! `out = (in + 2 * padding - dilation * (kernel - 1) - 1) / stride + 1`; in NHWC the
+//! channels come last in each. A pass whose kernels read the other layout changes the
+//! layout around them. Host arrays and views of any memory order go through
+//! [`Gpu::conv2d_of`] and [`Gpu::conv2d_backward_of`], which upload them row-major.
 
 use gpu_kernels::conv::{
-    self as kernel, ConvAlgorithm, ConvPass, ConvProblem, ConvShape, ConvShapeError, WinogradProblem,
-    WinogradSplit, reduce,
+    self as kernel, ConvAlgorithm, ConvPass, ConvProblem, ConvShape, ConvShapeError, CudaCoreAlgorithm,
+    WinogradProblem, WinogradSplit, reduce,
 };
+pub use gpu_kernels::conv::{ConvLayout, ConvPrecision};
 use gpu_kernels::launch::{DevicePtr, DevicePtrMut};
 use ndarray::{ArrayBase, ArrayD, Data, Dimension};
 
@@ -19,24 +22,46 @@ use crate::array::DeviceArray;
 use crate::error::{Error, Result};
 use crate::gpu::Gpu;
 
-/// Stride, padding, dilation (each `[along height, along width]`) and groups.
+/// Stride, padding, dilation (each `[along height, along width]`), groups, the
+/// tensors' layout and the arithmetic.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Conv2dParams {
     pub stride: [usize; 2],
     pub padding: [usize; 2],
     pub dilation: [usize; 2],
     pub groups: usize,
+    pub layout: ConvLayout,
+    pub precision: ConvPrecision,
 }
 
 impl Default for Conv2dParams {
-    /// Stride 1, no padding, no dilation, one group: torch's defaults.
+    /// Stride 1, no padding, no dilation, one group, NCHW, FP32: torch's defaults
+    /// (with TF32 off).
     fn default() -> Self {
         Self {
             stride: [1, 1],
             padding: [0, 0],
             dilation: [1, 1],
             groups: 1,
+            layout: ConvLayout::Nchw,
+            precision: ConvPrecision::Fp32,
         }
+    }
+}
+
+/// A 4-D shape in `layout` as NCHW (`[n, c, h, w]`; the weights' `[out, in, kh, kw]`).
+fn channels_first(shape: [usize; 4], layout: ConvLayout) -> [usize; 4] {
+    match layout {
+        ConvLayout::Nchw => shape,
+        ConvLayout::Nhwc => [shape[0], shape[3], shape[1], shape[2]],
+    }
+}
+
+/// An NCHW shape in `layout`.
+fn in_layout(shape: [usize; 4], layout: ConvLayout) -> [usize; 4] {
+    match layout {
+        ConvLayout::Nchw => shape,
+        ConvLayout::Nhwc => [shape[0], shape[2], shape[3], shape[1]],
     }
 }
 
@@ -74,12 +99,12 @@ pub fn conv2d_problem(
     let rank4 = |what, shape: &[usize]| {
         <[usize; 4]>::try_from(shape).map_err(|_| Error::WrongRank {
             what,
-            expected: "rank 4 (NCHW)",
+            expected: "rank 4",
             shape: shape.to_vec(),
         })
     };
-    let x = rank4("the input x", x_shape)?;
-    let w = rank4("the weight w", w_shape)?;
+    let x = channels_first(rank4("the input x", x_shape)?, params.layout);
+    let w = channels_first(rank4("the weight w", w_shape)?, params.layout);
     let too_large = || Error::TooLarge {
         shape: x_shape.to_vec(),
         detail: "a dimension, or a GEMM extent of the convolution, passes the kernels' 32-bit index limits"
@@ -97,7 +122,7 @@ pub fn conv2d_problem(
         groups: narrow(params.groups)?,
     };
     let problem = ConvProblem::new(&shape).map_err(|e| shape_error(e, x, w, params, too_large()))?;
-    let y_shape = problem.output_shape().map(|d| d as usize).to_vec();
+    let y_shape = in_layout(problem.output_shape().map(|d| d as usize), params.layout).to_vec();
     Ok((problem, y_shape))
 }
 
@@ -210,13 +235,46 @@ impl Gpu {
             return Ok(());
         }
         let bias = bias.map_or(DevicePtr::NULL, DeviceArray::ptr);
-        match self.algorithm(&problem, ConvPass::Forward) {
+        let algorithm = self.algorithm(&problem, ConvPass::Forward, params.precision);
+        let native = algorithm.layout();
+        if native == params.layout {
+            return self.forward(&problem, algorithm, x, w, bias, y);
+        }
+        // The kernels read the other layout: x and w change to it, and y back.
+        let (x, w) = (self.relayout(x, params.layout)?, self.relayout(w, params.layout)?);
+        let mut y_native = self.alloc(&in_layout(problem.output_shape().map(|d| d as usize), native))?;
+        self.forward(&problem, algorithm, &x, &w, bias, &mut y_native)?;
+        self.change_layout(&y_native, y, native)
+    }
+
+    /// The forward pass by `algorithm`, over tensors in its layout.
+    fn forward(
+        &self,
+        problem: &ConvProblem,
+        algorithm: ConvAlgorithm,
+        x: &DeviceArray<f32>,
+        w: &DeviceArray<f32>,
+        bias: DevicePtr<f32>,
+        y: &mut DeviceArray<f32>,
+    ) -> Result<()> {
+        match algorithm {
             ConvAlgorithm::Winograd(winograd) => {
                 self.winograd(&winograd, x.ptr(), w.ptr(), bias, y.ptr_mut())
             }
             ConvAlgorithm::ImplicitGemm(plan) => {
-                self.launch(&plan.forward(&problem, x.ptr(), w.ptr(), bias, y.ptr_mut()))
+                self.launch(&plan.forward(problem, x.ptr(), w.ptr(), bias, y.ptr_mut()))
             }
+            ConvAlgorithm::TensorCore(plan) => {
+                self.launch(&plan.forward_nhwc(problem, x.ptr(), w.ptr(), bias, y.ptr_mut()))
+            }
+        }
+    }
+
+    /// `a`, in `layout`, in the other layout.
+    fn relayout(&self, a: &DeviceArray<f32>, layout: ConvLayout) -> Result<DeviceArray<f32>> {
+        match layout {
+            ConvLayout::Nchw => self.to_channels_last(a),
+            ConvLayout::Nhwc => self.to_channels_first(a),
         }
     }
 
@@ -294,14 +352,45 @@ impl Gpu {
                 expect_shape(what, shape.to_vec(), g.shape())?;
             }
         }
+        if params.layout == ConvLayout::Nchw {
+            return self.backward(&problem, x, w, grad_y, (input, weight, bias));
+        }
+        // The backward kernels read NCHW: the tensors change to it, and the gradients
+        // back.
+        let nchw = |a: &DeviceArray<f32>| self.to_channels_first(a);
+        let (x, w, grad_y) = (nchw(x)?, nchw(w)?, nchw(grad_y)?);
+        let alloc = |g: &Option<&mut DeviceArray<f32>>, shape: &[usize]| {
+            g.as_ref().map(|_| self.alloc(shape)).transpose()
+        };
+        let (mut dx, mut dw) = (alloc(&input, x.shape())?, alloc(&weight, w.shape())?);
+        self.backward(&problem, &x, &w, &grad_y, (dx.as_mut(), dw.as_mut(), bias))?;
+        for (native, gradient) in [(dx, input), (dw, weight)] {
+            if let (Some(native), Some(gradient)) = (native, gradient) {
+                self.change_layout(&native, gradient, ConvLayout::Nchw)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The backward passes over NCHW tensors, on the CUDA cores in FP32 whatever the
+    /// precision asked (more exact than TF32).
+    fn backward(
+        &self,
+        problem: &ConvProblem,
+        x: &DeviceArray<f32>,
+        w: &DeviceArray<f32>,
+        grad_y: &DeviceArray<f32>,
+        gradients: ConvGradientArrays<&mut DeviceArray<f32>>,
+    ) -> Result<()> {
+        let (input, weight, bias) = gradients;
         if let Some(dx) = input {
-            self.input_grad(&problem, grad_y, w, dx)?;
+            self.input_grad(problem, grad_y, w, dx)?;
         }
         if let Some(dw) = weight {
-            self.weight_grad(&problem, x, grad_y, dw)?;
+            self.weight_grad(problem, x, grad_y, dw)?;
         }
         if let Some(db) = bias {
-            self.bias_grad(&problem, grad_y, db)?;
+            self.bias_grad(problem, grad_y, db)?;
         }
         Ok(())
     }
@@ -339,11 +428,17 @@ impl Gpu {
         pass: ConvPass,
     ) -> Result<ConvAlgorithm> {
         let (problem, _) = conv2d_problem(x_shape, w_shape, params)?;
-        Ok(self.algorithm(&problem, pass))
+        Ok(self.algorithm(&problem, pass, params.precision))
     }
 
-    fn algorithm(&self, problem: &ConvProblem, pass: ConvPass) -> ConvAlgorithm {
-        let algorithm = kernel::algorithm(problem, pass, self.info().multiprocessors);
+    fn algorithm(&self, problem: &ConvProblem, pass: ConvPass, precision: ConvPrecision) -> ConvAlgorithm {
+        let algorithm = kernel::algorithm(problem, pass, precision, self.info().multiprocessors);
+        log::debug!("conv2d {pass:?} {precision:?} {problem:?}: {algorithm:?}");
+        algorithm
+    }
+
+    fn cuda_core_algorithm(&self, problem: &ConvProblem, pass: ConvPass) -> CudaCoreAlgorithm {
+        let algorithm = kernel::cuda_core_algorithm(problem, pass, self.info().multiprocessors);
         log::debug!("conv2d {pass:?} {problem:?}: {algorithm:?}");
         algorithm
     }
@@ -373,11 +468,11 @@ impl Gpu {
         if dx.is_empty() {
             return Ok(());
         }
-        match self.algorithm(problem, ConvPass::InputGrad) {
-            ConvAlgorithm::Winograd(winograd) => {
+        match self.cuda_core_algorithm(problem, ConvPass::InputGrad) {
+            CudaCoreAlgorithm::Winograd(winograd) => {
                 self.winograd(&winograd, grad_y.ptr(), w.ptr(), DevicePtr::NULL, dx.ptr_mut())
             }
-            ConvAlgorithm::ImplicitGemm(plan) => {
+            CudaCoreAlgorithm::ImplicitGemm(plan) => {
                 self.launch(&plan.input_grad(problem, grad_y.ptr(), w.ptr(), dx.ptr_mut()))
             }
         }
@@ -394,8 +489,8 @@ impl Gpu {
             return self.fill_zero(dw);
         }
         let (x, dy, dw) = (x.ptr(), grad_y.ptr(), dw.ptr_mut());
-        match self.algorithm(problem, ConvPass::WeightGrad) {
-            ConvAlgorithm::Winograd(winograd) => {
+        match self.cuda_core_algorithm(problem, ConvPass::WeightGrad) {
+            CudaCoreAlgorithm::Winograd(winograd) => {
                 let split = WinogradSplit::new(&winograd, self.info().multiprocessors);
                 log::debug!("conv2d weight gradient: Winograd {split:?}");
                 let (_scratch, partials) = self.scratch(split.scratch(&winograd))?;
@@ -403,7 +498,7 @@ impl Gpu {
                 self.launch(&split.weight_grad(&winograd, x, dy, partials))?;
                 self.launch(&split.finish(&winograd, partials.as_const(), dw))
             }
-            ConvAlgorithm::ImplicitGemm(plan) => {
+            CudaCoreAlgorithm::ImplicitGemm(plan) => {
                 let (_scratch, partials) = self.scratch(plan.weight_grad_scratch(problem))?;
                 let (products, sum) = plan.weight_grad(problem, x, dy, partials, dw);
                 self.launch(&products)?;

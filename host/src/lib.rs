@@ -27,6 +27,7 @@ mod driver;
 mod error;
 mod gpu;
 mod image;
+mod layout;
 mod matvec;
 mod min;
 pub mod primitives;
@@ -34,7 +35,7 @@ pub mod reference;
 mod scan;
 
 pub use array::{DType, DeviceArray, Element};
-pub use conv::{Conv2dParams, ConvGradientArrays, ConvGradients, conv2d_problem};
+pub use conv::{Conv2dParams, ConvGradientArrays, ConvGradients, ConvLayout, ConvPrecision, conv2d_problem};
 pub use error::{Error, Result};
 pub use gpu::{DeviceInfo, Gpu};
 pub use matvec::{GemvElement, Op, gemv_problem};

@@ -35,10 +35,12 @@ pub mod gemm;
 mod outer_product;
 mod problem;
 pub mod reduce;
+pub mod tensor_core;
 pub mod winograd;
 
 pub use gemm::GemmPlan;
 pub use problem::{ConvPass, ConvProblem, ConvShape, ConvShapeError, FastDiv};
+pub use tensor_core::TensorCorePlan;
 pub use winograd::{WinogradProblem, WinogradSplit};
 
 use crate::launch::EntryPoint;
@@ -58,22 +60,90 @@ pub const ENTRY_POINTS: &[&[EntryPoint]] = &[
     winograd::WINOGRAD_ENTRY_POINTS,
     winograd::WEIGHT_GRAD_ENTRY_POINTS,
     winograd::FINISH_ENTRY_POINTS,
+    tensor_core::ENTRY_POINTS,
 ];
+
+/// The arithmetic of a convolution of f32 tensors.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ConvPrecision {
+    /// Exact FP32 products and sums on the CUDA cores.
+    #[default]
+    Fp32,
+    /// Inputs rounded to TF32 (10-bit mantissa) for the tensor cores, products summed
+    /// in FP32: torch's `allow_tf32 = True`. Passes with no tensor-core kernel run in
+    /// FP32, which is more exact.
+    Tf32,
+}
+
+/// The order of the dimensions of x, w and y in memory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ConvLayout {
+    /// x `[batch, in, h, w]`, w `[out, in / groups, kh, kw]`, y `[batch, out, oh, ow]`:
+    /// torch's default.
+    #[default]
+    Nchw,
+    /// Channels last: x `[batch, h, w, in]`, w `[out, kh, kw, in / groups]`, y
+    /// `[batch, oh, ow, out]`: torch's `channels_last`, in dimension order.
+    Nhwc,
+}
 
 /// How a pass runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ConvAlgorithm {
     ImplicitGemm(GemmPlan),
     Winograd(WinogradProblem),
+    TensorCore(TensorCorePlan),
 }
 
-/// The one place that picks a pass's algorithm: Winograd for 3x3, stride-1,
-/// undilated windows, the implicit GEMM otherwise. Call only on problems that fit the
-/// index limits, with no empty extent.
-pub fn algorithm(problem: &ConvProblem, pass: ConvPass, multiprocessors: u32) -> ConvAlgorithm {
+/// How a pass runs on the CUDA cores, in FP32.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CudaCoreAlgorithm {
+    ImplicitGemm(GemmPlan),
+    Winograd(WinogradProblem),
+}
+
+impl From<CudaCoreAlgorithm> for ConvAlgorithm {
+    fn from(algorithm: CudaCoreAlgorithm) -> Self {
+        match algorithm {
+            CudaCoreAlgorithm::ImplicitGemm(plan) => ConvAlgorithm::ImplicitGemm(plan),
+            CudaCoreAlgorithm::Winograd(problem) => ConvAlgorithm::Winograd(problem),
+        }
+    }
+}
+
+impl ConvAlgorithm {
+    /// The layout the algorithm's kernels read and write; other layouts are changed
+    /// around them.
+    pub const fn layout(&self) -> ConvLayout {
+        match self {
+            ConvAlgorithm::ImplicitGemm(_) | ConvAlgorithm::Winograd(_) => ConvLayout::Nchw,
+            ConvAlgorithm::TensorCore(_) => ConvLayout::Nhwc,
+        }
+    }
+}
+
+/// The one place that picks a pass's algorithm: the tensor cores for a TF32 forward
+/// pass, else [`cuda_core_algorithm`]. Call only on problems that fit the index limits,
+/// with no empty extent.
+pub fn algorithm(
+    problem: &ConvProblem,
+    pass: ConvPass,
+    precision: ConvPrecision,
+    multiprocessors: u32,
+) -> ConvAlgorithm {
+    if precision == ConvPrecision::Tf32 && pass == ConvPass::Forward {
+        return ConvAlgorithm::TensorCore(TensorCorePlan::forward(problem));
+    }
+    cuda_core_algorithm(problem, pass, multiprocessors).into()
+}
+
+/// The FP32 algorithm of a pass: Winograd for 3x3, stride-1, undilated windows, the
+/// implicit GEMM otherwise (NCHW). The backward passes take it in every precision until
+/// they have tensor-core kernels.
+pub fn cuda_core_algorithm(problem: &ConvProblem, pass: ConvPass, multiprocessors: u32) -> CudaCoreAlgorithm {
     match WinogradProblem::of(problem, pass) {
-        Some(winograd) => ConvAlgorithm::Winograd(winograd),
-        None => ConvAlgorithm::ImplicitGemm(gemm::plan(problem, pass, multiprocessors)),
+        Some(winograd) => CudaCoreAlgorithm::Winograd(winograd),
+        None => CudaCoreAlgorithm::ImplicitGemm(gemm::plan(problem, pass, multiprocessors)),
     }
 }
 
@@ -102,7 +172,7 @@ mod tests {
         // The headline's 3x3 stride-1 window takes Winograd in every pass.
         for pass in [ConvPass::Forward, ConvPass::InputGrad, ConvPass::WeightGrad] {
             assert!(matches!(
-                algorithm(&problem, pass, 132),
+                algorithm(&problem, pass, ConvPrecision::Fp32, 132),
                 ConvAlgorithm::Winograd(_)
             ));
         }

@@ -6,6 +6,7 @@
 mod async_copy;
 mod math;
 mod memory;
+mod mma;
 mod shared;
 mod shuffle;
 mod thread;
@@ -17,11 +18,12 @@ pub use memory::{
     Coherent, atomic_add_u32, fence_gpu, load_acquire_u32, load_global_nc_v4, load_global_v4,
     store_global_v4, store_release_u32,
 };
+pub use mma::{async_copy, async_copy_commit, async_copy_wait, mma_tf32_16x8x8, to_tf32};
 pub use shared::{
     SharedCarver, load_shared_f32, load_shared_v4_f32, shared_base, store_shared_f32, store_shared_v4_f32,
 };
 pub use shuffle::{Lane, Shuffle, WARP_SIZE, ballot};
 pub use thread::{
-    block_dim_x, block_idx_x, block_idx_y, grid_dim_x, lane_id, sync_threads, thread_idx_x, trap,
+    block_dim_x, block_idx_x, block_idx_y, block_idx_z, grid_dim_x, lane_id, sync_threads, thread_idx_x, trap,
 };
 pub use vector::VectorElement;

@@ -23,6 +23,13 @@ pub fn block_idx_y() -> u32 {
     unsafe { nvptx::_block_idx_y() as u32 }
 }
 
+/// `blockIdx.z`.
+#[inline(always)]
+pub fn block_idx_z() -> u32 {
+    // SAFETY: reads a special register; always defined inside a kernel.
+    unsafe { nvptx::_block_idx_z() as u32 }
+}
+
 /// `blockDim.x`.
 #[inline(always)]
 pub fn block_dim_x() -> u32 {

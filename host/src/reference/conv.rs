@@ -1,11 +1,13 @@
 //! Convolution and its three gradients on the CPU, in f64, straight from the
 //! definition `y[n, o, i, j] = b[o] + sum over c, r, s of x[n, g*C + c, i*sh - ph + r*dh,
 //! j*sw - pw + s*dw] * w[o, c, r, s]` (zero outside x), parallel over output planes.
+//! Tensors in NHWC (`params.layout`) are read and written through permuted views of
+//! the same definition; the precision asked is ignored: these are the exact results.
 
 use ndarray::{Array1, Array4, ArrayView1, ArrayView4, Axis};
 use rayon::prelude::*;
 
-use crate::conv::{Conv2dParams, conv2d_problem};
+use crate::conv::{Conv2dParams, ConvLayout, conv2d_problem};
 use crate::error::Result;
 
 /// The geometry shared by the four functions: the validated problem, whose output size
@@ -63,7 +65,7 @@ impl Geometry {
 }
 
 /// `conv2d(x, w) + bias` in f64.
-pub fn conv2d(
+fn conv2d_nchw(
     x: ArrayView4<f32>,
     w: ArrayView4<f32>,
     bias: Option<ArrayView1<f32>>,
@@ -94,7 +96,7 @@ pub fn conv2d(
 }
 
 /// The gradient of `conv2d(x, w)` with respect to x, for x of shape `x_shape`.
-pub fn conv2d_grad_input(
+fn conv2d_grad_input_nchw(
     grad_y: ArrayView4<f32>,
     w: ArrayView4<f32>,
     x_shape: &[usize],
@@ -124,7 +126,7 @@ pub fn conv2d_grad_input(
 }
 
 /// The gradient of `conv2d(x, w)` with respect to w, for w of shape `w_shape`.
-pub fn conv2d_grad_weight(
+fn conv2d_grad_weight_nchw(
     x: ArrayView4<f32>,
     grad_y: ArrayView4<f32>,
     w_shape: &[usize],
@@ -154,13 +156,99 @@ pub fn conv2d_grad_weight(
     Ok(dw)
 }
 
-/// The gradient of `conv2d(x, w) + bias` with respect to the bias.
-pub fn conv2d_grad_bias(grad_y: ArrayView4<f32>) -> Array1<f64> {
-    let channels: Vec<f64> = (0..grad_y.shape()[1])
+/// `conv2d(x, w) + bias` in f64, in `params.layout`.
+pub fn conv2d(
+    x: ArrayView4<f32>,
+    w: ArrayView4<f32>,
+    bias: Option<ArrayView1<f32>>,
+    params: &Conv2dParams,
+) -> Result<Array4<f64>> {
+    let nchw = channels_first_params(params);
+    Ok(to_layout(
+        conv2d_nchw(to_nchw(x, params), to_nchw(w, params), bias, &nchw)?,
+        params,
+    ))
+}
+
+/// The gradient of `conv2d(x, w)` with respect to x, for x of shape `x_shape`, in
+/// `params.layout`.
+pub fn conv2d_grad_input(
+    grad_y: ArrayView4<f32>,
+    w: ArrayView4<f32>,
+    x_shape: &[usize],
+    params: &Conv2dParams,
+) -> Result<Array4<f64>> {
+    let nchw = channels_first_params(params);
+    let x_shape = shape_in_nchw(x_shape, params);
+    Ok(to_layout(
+        conv2d_grad_input_nchw(to_nchw(grad_y, params), to_nchw(w, params), &x_shape, &nchw)?,
+        params,
+    ))
+}
+
+/// The gradient of `conv2d(x, w)` with respect to w, for w of shape `w_shape`, in
+/// `params.layout`.
+pub fn conv2d_grad_weight(
+    x: ArrayView4<f32>,
+    grad_y: ArrayView4<f32>,
+    w_shape: &[usize],
+    params: &Conv2dParams,
+) -> Result<Array4<f64>> {
+    let nchw = channels_first_params(params);
+    let w_shape = shape_in_nchw(w_shape, params);
+    Ok(to_layout(
+        conv2d_grad_weight_nchw(to_nchw(x, params), to_nchw(grad_y, params), &w_shape, &nchw)?,
+        params,
+    ))
+}
+
+/// The gradient of `conv2d(x, w) + bias` with respect to the bias, for `grad_y` in
+/// `layout`.
+pub fn conv2d_grad_bias(grad_y: ArrayView4<f32>, layout: ConvLayout) -> Array1<f64> {
+    let channel_axis = if layout == ConvLayout::Nchw { 1 } else { 3 };
+    let channels: Vec<f64> = (0..grad_y.shape()[channel_axis])
         .into_par_iter()
-        .map(|o| grad_y.index_axis(Axis(1), o).iter().map(|&v| v as f64).sum())
+        .map(|o| {
+            grad_y
+                .index_axis(Axis(channel_axis), o)
+                .iter()
+                .map(|&v| v as f64)
+                .sum()
+        })
         .collect();
     Array1::from(channels)
+}
+
+/// The parameters as they read NCHW tensors.
+fn channels_first_params(params: &Conv2dParams) -> Conv2dParams {
+    Conv2dParams {
+        layout: ConvLayout::Nchw,
+        ..*params
+    }
+}
+
+/// A tensor in `params.layout` viewed as NCHW (no copy).
+fn to_nchw<'a>(a: ArrayView4<'a, f32>, params: &Conv2dParams) -> ArrayView4<'a, f32> {
+    match params.layout {
+        ConvLayout::Nchw => a,
+        ConvLayout::Nhwc => a.permuted_axes([0, 3, 1, 2]),
+    }
+}
+
+/// A shape in `params.layout` as NCHW.
+fn shape_in_nchw(shape: &[usize], params: &Conv2dParams) -> Vec<usize> {
+    match (params.layout, shape) {
+        (ConvLayout::Nhwc, &[n, h, w, c]) => vec![n, c, h, w],
+        _ => shape.to_vec(),
+    }
+}
+
+/// An NCHW result in `params.layout`, row-major.
+fn to_layout(a: Array4<f64>, params: &Conv2dParams) -> Array4<f64> {
+    match params.layout {
+        ConvLayout::Nchw => a,
+        ConvLayout::Nhwc => a.permuted_axes([0, 2, 3, 1]).as_standard_layout().into_owned(),
+    }
 }
 
 #[cfg(test)]
@@ -186,7 +274,45 @@ mod tests {
         let dw = conv2d_grad_weight(x.view(), dy.view(), &[1, 1, 2, 2], &Conv2dParams::default()).unwrap();
         // dw[r][s] = sum dy[i][j] * x[i + r][j + s]
         assert_eq!(dw.into_raw_vec_and_offset().0, vec![37.0, 47.0, 67.0, 77.0]);
-        assert_eq!(conv2d_grad_bias(dy.view()), array![10.0]);
+        assert_eq!(conv2d_grad_bias(dy.view(), ConvLayout::Nchw), array![10.0]);
+    }
+
+    #[test]
+    fn channels_last_is_the_same_convolution_permuted() {
+        let x = Array::from_shape_fn((2, 3, 5, 4), |(n, c, i, j)| (n * 60 + c * 20 + i * 4 + j) as f32);
+        let w = Array::from_shape_fn((4, 3, 2, 3), |(o, c, r, s)| {
+            (o as f32 - c as f32) * 0.5 + (r * 3 + s) as f32
+        });
+        let nchw = Conv2dParams {
+            padding: [1, 0],
+            ..Conv2dParams::default()
+        };
+        let nhwc = Conv2dParams {
+            layout: ConvLayout::Nhwc,
+            ..nchw
+        };
+        let to_nhwc = |a: &Array4<f32>| {
+            a.view()
+                .permuted_axes([0, 2, 3, 1])
+                .as_standard_layout()
+                .into_owned()
+        };
+        let y = conv2d(x.view(), w.view(), None, &nchw).unwrap();
+        let y_last = conv2d(to_nhwc(&x).view(), to_nhwc(&w).view(), None, &nhwc).unwrap();
+        assert_eq!(y_last, y.view().permuted_axes([0, 2, 3, 1]));
+        let dy = y.mapv(|v| v as f32);
+        let dx = conv2d_grad_input(dy.view(), w.view(), x.shape(), &nchw).unwrap();
+        let dx_last =
+            conv2d_grad_input(to_nhwc(&dy).view(), to_nhwc(&w).view(), &[2, 5, 4, 3], &nhwc).unwrap();
+        assert_eq!(dx_last, dx.view().permuted_axes([0, 2, 3, 1]));
+        let dw = conv2d_grad_weight(x.view(), dy.view(), w.shape(), &nchw).unwrap();
+        let dw_last =
+            conv2d_grad_weight(to_nhwc(&x).view(), to_nhwc(&dy).view(), &[4, 2, 3, 3], &nhwc).unwrap();
+        assert_eq!(dw_last, dw.view().permuted_axes([0, 2, 3, 1]));
+        assert_eq!(
+            conv2d_grad_bias(to_nhwc(&dy).view(), ConvLayout::Nhwc),
+            conv2d_grad_bias(dy.view(), ConvLayout::Nchw)
+        );
     }
 
     #[test]
@@ -198,6 +324,7 @@ mod tests {
             padding: [1, 1],
             dilation: [2, 2],
             groups: 2,
+            ..Conv2dParams::default()
         };
         let x = Array4::<f32>::ones((1, 2, 5, 5));
         let w = Array4::<f32>::ones((4, 1, 2, 2));

@@ -8,7 +8,7 @@
 //! fixed case per kernel path checks that the plan takes it.
 
 use host::plans::{ConvAlgorithm, ConvPass};
-use host::{Conv2dParams, ConvGradients, Error, Gpu, conv2d_problem, reference};
+use host::{Conv2dParams, ConvGradients, ConvLayout, ConvPrecision, Error, Gpu, conv2d_problem, reference};
 use ndarray::{Array1, Array4, ArrayD};
 use proptest::prelude::*;
 use tests::{gpu_or_skip, random_words, runner};
@@ -47,11 +47,16 @@ fn case() -> impl Strategy<Value = Case> {
         [0..=12usize, 50..=80usize],
     );
     let geometry = prop_oneof![general, winograd];
-    (1..=3usize, channels, geometry, any::<bool>(), any::<u64>()).prop_map(
+    let mode = (
+        prop_oneof![Just(ConvLayout::Nchw), Just(ConvLayout::Nhwc)],
+        prop_oneof![Just(ConvPrecision::Fp32), Just(ConvPrecision::Tf32)],
+    );
+    (1..=3usize, channels, geometry, mode, any::<bool>(), any::<u64>()).prop_map(
         |(
             batch,
             (groups, cin_per_group, cout_per_group),
             (kernel, stride, padding, dilation, extra),
+            (layout, precision),
             bias,
             seed,
         )| {
@@ -73,6 +78,8 @@ fn case() -> impl Strategy<Value = Case> {
                     padding,
                     dilation,
                     groups,
+                    layout,
+                    precision,
                 },
                 bias,
                 seed,
@@ -100,6 +107,14 @@ fn first_difference(got: &ArrayD<f32>, want: &[f64]) -> Option<(usize, f32, f64)
         .map(|(i, (&g, &w))| (i, g, w))
 }
 
+/// An NCHW tensor in `layout`, row-major.
+fn in_layout(a: Array4<f32>, layout: ConvLayout) -> Array4<f32> {
+    match layout {
+        ConvLayout::Nchw => a,
+        ConvLayout::Nhwc => a.permuted_axes([0, 2, 3, 1]).as_standard_layout().into_owned(),
+    }
+}
+
 struct Tensors {
     x: Array4<f32>,
     w: Array4<f32>,
@@ -113,9 +128,14 @@ fn tensors(c: &Case) -> Tensors {
         c.kernel[0],
         c.kernel[1],
     ];
+    let layout = |a: Array4<f32>| in_layout(a, c.params.layout);
     Tensors {
-        x: values([c.batch, c.in_channels, c.size[0], c.size[1]], c.seed, DATA),
-        w: values(w_shape, c.seed ^ 1, WEIGHTS),
+        x: layout(values(
+            [c.batch, c.in_channels, c.size[0], c.size[1]],
+            c.seed,
+            DATA,
+        )),
+        w: layout(values(w_shape, c.seed ^ 1, WEIGHTS)),
         b: values([1, 1, 1, c.out_channels], c.seed ^ 2, WEIGHTS)
             .into_shape_with_order(c.out_channels)
             .unwrap(),
@@ -151,7 +171,7 @@ fn check_backward(gpu: &Gpu, c: Case) -> Result<(), TestCaseError> {
     let p = &c.params;
     let want_dx = reference::conv::conv2d_grad_input(dy.view(), t.w.view(), t.x.shape(), p).unwrap();
     let want_dw = reference::conv::conv2d_grad_weight(t.x.view(), dy.view(), t.w.shape(), p).unwrap();
-    let want_db = reference::conv::conv2d_grad_bias(dy.view());
+    let want_db = reference::conv::conv2d_grad_bias(dy.view(), p.layout);
 
     let (x, w, gy) = (
         gpu.upload(&t.x).unwrap(),
@@ -228,15 +248,22 @@ fn every_conv_kernel_matches_the_reference_on_fixed_cases() {
         seed: 7,
     };
     let p = Conv2dParams::default();
-    // What each pass must take: Winograd, or the implicit GEMM with a weight gradient
-    // split into partials or not.
+    // What each pass must take: Winograd, the implicit GEMM with a weight gradient
+    // split into partials or not, or the tensor cores with 16-byte or 4-byte copies.
     #[derive(Clone, Copy, PartialEq, Debug)]
     enum Path {
         Winograd,
         Gemm,
         SplitGemm,
+        TensorCore,
+        TensorCoreScalar,
     }
-    use Path::{Gemm, SplitGemm, Winograd};
+    use Path::{Gemm, SplitGemm, TensorCore, TensorCoreScalar, Winograd};
+    let tf32 = |layout| Conv2dParams {
+        layout,
+        precision: ConvPrecision::Tf32,
+        ..p
+    };
     let cases = [
         // Winograd in all three passes, with a bias.
         (
@@ -274,6 +301,7 @@ fn every_conv_kernel_matches_the_reference_on_fixed_cases() {
                     padding: [1, 2],
                     dilation: [2, 1],
                     groups: 2,
+                    ..p
                 },
                 true,
             ),
@@ -281,6 +309,56 @@ fn every_conv_kernel_matches_the_reference_on_fixed_cases() {
         ),
         // A weight gradient short enough for one split (no partials).
         (case(1, [2, 3], [1, 1], [2, 2], p, false), [Gemm, Gemm, Gemm]),
+        // TF32 on the tensor cores, channels last, with a bias: 16-byte copies (8 input
+        // channels), several blocks of outputs and of output channels (130 > 128);
+        // backward in FP32.
+        (
+            case(
+                2,
+                [8, 130],
+                [3, 3],
+                [11, 70],
+                Conv2dParams {
+                    padding: [1, 1],
+                    ..tf32(ConvLayout::Nhwc)
+                },
+                true,
+            ),
+            [TensorCore, Winograd, Winograd],
+        ),
+        // A stem: 3 input channels (4-byte copies), a 7x7 window at stride 2, NCHW
+        // changed to NHWC and back around the tensor cores.
+        (
+            case(
+                1,
+                [3, 16],
+                [7, 7],
+                [20, 23],
+                Conv2dParams {
+                    stride: [2, 2],
+                    padding: [3, 3],
+                    ..tf32(ConvLayout::Nchw)
+                },
+                false,
+            ),
+            [TensorCoreScalar, Gemm, SplitGemm],
+        ),
+        // Groups of 4 channels, dilation, channels last.
+        (
+            case(
+                3,
+                [8, 6],
+                [2, 3],
+                [9, 10],
+                Conv2dParams {
+                    dilation: [2, 1],
+                    groups: 2,
+                    ..tf32(ConvLayout::Nhwc)
+                },
+                true,
+            ),
+            [TensorCore, Gemm, SplitGemm],
+        ),
     ];
     let passes = [ConvPass::Forward, ConvPass::InputGrad, ConvPass::WeightGrad];
     for (c, paths) in cases {
@@ -293,6 +371,8 @@ fn every_conv_kernel_matches_the_reference_on_fixed_cases() {
                 ConvAlgorithm::Winograd(_) => Winograd,
                 ConvAlgorithm::ImplicitGemm(plan) if plan.split > 1 => SplitGemm,
                 ConvAlgorithm::ImplicitGemm(_) => Gemm,
+                ConvAlgorithm::TensorCore(plan) if plan.vector == 1 => TensorCore,
+                ConvAlgorithm::TensorCore(_) => TensorCoreScalar,
             };
             assert_eq!(path, expected, "{c:?} {pass:?}");
         }
@@ -418,6 +498,7 @@ fn invalid_conv2d_parameters_are_errors_that_name_them() {
         padding: [1, 2],
         dilation: [2, 1],
         groups: 2,
+        ..p
     };
     assert_eq!(
         conv2d_problem(&[2, 4, 9, 10], &[6, 2, 3, 4], &strided).unwrap().1,
@@ -439,4 +520,55 @@ fn invalid_conv2d_parameters_are_errors_that_name_them() {
         gpu.conv2d_backward(&x, &w, &dy, &p, ConvGradients::ALL),
         Err(Error::ShapeMismatch { .. })
     ));
+}
+
+/// TF32 on data that TF32 does not represent (random floats): the forward pass on the
+/// tensor cores within a relative norm error of 5e-3 of the f64 reference, and the same
+/// bits on a second run.
+#[test]
+fn tf32_forward_is_close_and_deterministic() {
+    let Some(gpu) = gpu_or_skip("tf32_forward_is_close_and_deterministic") else {
+        return;
+    };
+    let mut next = random_words(99);
+    let mut random = |shape: [usize; 4]| {
+        Array4::from_shape_simple_fn(shape, || {
+            ((next() >> 11) as f64 / (1u64 << 52) as f64 - 1.0) as f32
+        })
+    };
+    for (x_shape, w_shape, padding, layout) in [
+        ([2, 17, 19, 64], [96, 3, 3, 64], [1, 1], ConvLayout::Nhwc),
+        ([3, 5, 33, 31], [40, 5, 1, 1], [0, 0], ConvLayout::Nchw),
+    ] {
+        let params = Conv2dParams {
+            padding,
+            layout,
+            precision: ConvPrecision::Tf32,
+            ..Conv2dParams::default()
+        };
+        let (x, w) = (random(x_shape), random(w_shape));
+        let plan = gpu
+            .conv2d_algorithm(&x_shape, &w_shape, &params, ConvPass::Forward)
+            .unwrap();
+        assert!(matches!(plan, ConvAlgorithm::TensorCore(_)), "{plan:?}");
+        let want = reference::conv::conv2d(x.view(), w.view(), None, &params).unwrap();
+        let (dx, dw) = (gpu.upload(&x).unwrap(), gpu.upload(&w).unwrap());
+        let run = || {
+            gpu.download(&gpu.conv2d(&dx, &dw, None, &params).unwrap())
+                .unwrap()
+        };
+        let (first, second) = (run(), run());
+        let (mut difference, mut norm) = (0.0, 0.0);
+        for (&g, &w) in first.iter().zip(want.iter()) {
+            difference += (g as f64 - w).powi(2);
+            norm += w * w;
+        }
+        let error = (difference / norm).sqrt();
+        assert!(
+            error <= 5e-3 && error.is_finite(),
+            "{x_shape:?} {layout:?}: relative error {error:e}"
+        );
+        let bits = |a: &ArrayD<f32>| a.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+        assert!(bits(&first) == bits(&second), "{x_shape:?}: two runs differ");
+    }
 }

@@ -1,0 +1,106 @@
+//! Batched transpose of 4-byte elements, `[batch][rows][cols]` to `[batch][cols][rows]`:
+//! the layout change between channels-first (NCHW, rows = channels, cols = pixels) and
+//! channels-last (NHWC) tensors, and of convolution weights between `[out][in][kh][kw]`
+//! and `[out][kh][kw][in]`.
+//!
+//! Each block moves a `TILE x TILE` tile through shared memory (one element of padding
+//! per row, so that the column reads hit distinct banks): reads and writes are both
+//! along rows of 32 consecutive elements.
+
+use crate::launch::{DevicePtr, DevicePtrMut, Launch, LaunchGeometry, kernel_args};
+
+/// Elements along each side of a tile.
+pub const TILE: u32 = 32;
+/// Rows of a tile each thread moves.
+pub const ROWS_PER_THREAD: u32 = 4;
+/// Threads per block: `TILE` columns by `TILE / ROWS_PER_THREAD` rows.
+pub const THREADS: u32 = TILE * TILE / ROWS_PER_THREAD;
+/// Dynamic shared memory: one padded tile.
+pub const SHARED_BYTES: u32 = TILE * (TILE + 1) * 4;
+
+kernel_args! {
+    /// `y[b][c][r] = x[b][r][c]` for `batch` matrices of `rows x cols`.
+    pub struct TransposeArgs {
+        pub x: DevicePtr<u32>,
+        pub y: DevicePtrMut<u32>,
+        pub rows: u64,
+        pub cols: u64,
+    }
+    /// The batched transpose.
+    pub const TRANSPOSE = "transpose_b32" => kernel::transpose;
+    entry points in ENTRY_POINTS;
+}
+
+/// The transpose of `batch` matrices of `rows x cols` 4-byte elements from `x` to `y`
+/// (distinct buffers), or `None` when there is nothing to move. Rows past 2^21 or
+/// batches past 65535 pass the grid's limits, which the launch reports.
+pub fn launch(
+    x: DevicePtr<u32>,
+    y: DevicePtrMut<u32>,
+    batch: u64,
+    rows: u64,
+    cols: u64,
+) -> Option<Launch<TransposeArgs>> {
+    let (row_tiles, col_tiles) = (rows.div_ceil(TILE as u64), cols.div_ceil(TILE as u64));
+    if batch == 0 || row_tiles == 0 || col_tiles == 0 {
+        return None;
+    }
+    let geometry = LaunchGeometry {
+        grid: [col_tiles, row_tiles, batch],
+        threads: THREADS,
+        shared_bytes: SHARED_BYTES,
+    };
+    Some(Launch::new(
+        TRANSPOSE,
+        geometry,
+        TransposeArgs { x, y, rows, cols },
+    ))
+}
+
+#[cfg(target_arch = "nvptx64")]
+mod kernel {
+    use super::*;
+    use crate::device::{SharedCarver, block_idx_x, block_idx_y, block_idx_z, sync_threads, thread_idx_x};
+
+    /// # Safety
+    /// x and y hold `batch * rows * cols` elements and do not overlap; the grid is
+    /// `(cols / TILE, rows / TILE, batch)` tiles, rounded up, of `THREADS` threads with
+    /// `SHARED_BYTES` of dynamic shared memory.
+    #[inline(always)]
+    pub unsafe fn transpose(args: TransposeArgs) {
+        let TransposeArgs { rows, cols, .. } = args;
+        let (x, y) = (args.x.as_ptr(), args.y.as_mut_ptr());
+        // SAFETY: the launch gives one padded tile.
+        let tile: *mut u32 = unsafe { SharedCarver::new().take((TILE * (TILE + 1)) as usize) };
+        let matrix = block_idx_z() as u64 * rows * cols;
+        let (col0, row0) = (
+            block_idx_x() as u64 * TILE as u64,
+            block_idx_y() as u64 * TILE as u64,
+        );
+        let (tx, ty) = (thread_idx_x() % TILE, thread_idx_x() / TILE);
+        for i in 0..ROWS_PER_THREAD {
+            let (r, c) = (ty + i * (TILE / ROWS_PER_THREAD), tx);
+            let (row, col) = (row0 + r as u64, col0 + c as u64);
+            if row < rows && col < cols {
+                // SAFETY: (row, col) is inside the matrix; the slot is this thread's.
+                unsafe {
+                    *tile.add((r * (TILE + 1) + c) as usize) = *x.add((matrix + row * cols + col) as usize)
+                };
+            }
+        }
+        // SAFETY: every thread reaches it; the tile is read after it.
+        unsafe { sync_threads() };
+        for i in 0..ROWS_PER_THREAD {
+            // Output row `c` (a column of x), output column `r` (a row of x).
+            let (c, r) = (ty + i * (TILE / ROWS_PER_THREAD), tx);
+            let (row, col) = (row0 + r as u64, col0 + c as u64);
+            if row < rows && col < cols {
+                // SAFETY: (col, row) is inside the transposed matrix; written before the
+                // barrier.
+                unsafe {
+                    *y.add((matrix + col * rows + row) as usize) = *tile.add((r * (TILE + 1) + c) as usize)
+                };
+            }
+        }
+    }
+}
