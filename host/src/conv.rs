@@ -235,7 +235,7 @@ impl Gpu {
             return Ok(());
         }
         let bias = bias.map_or(DevicePtr::NULL, DeviceArray::ptr);
-        let algorithm = self.algorithm(&problem, ConvPass::Forward, params.precision);
+        let algorithm = self.algorithm(&problem, ConvPass::Forward, params);
         let native = algorithm.layout();
         if native == params.layout {
             return self.forward(&problem, algorithm, x, w, bias, y);
@@ -265,7 +265,7 @@ impl Gpu {
                 self.launch(&plan.forward(problem, x.ptr(), w.ptr(), bias, y.ptr_mut()))
             }
             ConvAlgorithm::TensorCore(plan) => {
-                self.launch(&plan.forward_nhwc(problem, x.ptr(), w.ptr(), bias, y.ptr_mut()))
+                self.launch(&plan.forward_launch(problem, x.ptr(), w.ptr(), bias, y.ptr_mut()))
             }
         }
     }
@@ -428,12 +428,13 @@ impl Gpu {
         pass: ConvPass,
     ) -> Result<ConvAlgorithm> {
         let (problem, _) = conv2d_problem(x_shape, w_shape, params)?;
-        Ok(self.algorithm(&problem, pass, params.precision))
+        Ok(self.algorithm(&problem, pass, params))
     }
 
-    fn algorithm(&self, problem: &ConvProblem, pass: ConvPass, precision: ConvPrecision) -> ConvAlgorithm {
-        let algorithm = kernel::algorithm(problem, pass, precision, self.info().multiprocessors);
-        log::debug!("conv2d {pass:?} {precision:?} {problem:?}: {algorithm:?}");
+    fn algorithm(&self, problem: &ConvProblem, pass: ConvPass, params: &Conv2dParams) -> ConvAlgorithm {
+        let (precision, layout) = (params.precision, params.layout);
+        let algorithm = kernel::algorithm(problem, pass, precision, layout, self.info().multiprocessors);
+        log::debug!("conv2d {pass:?} {precision:?} {layout:?} {problem:?}: {algorithm:?}");
         algorithm
     }
 

@@ -117,22 +117,23 @@ impl ConvAlgorithm {
     pub const fn layout(&self) -> ConvLayout {
         match self {
             ConvAlgorithm::ImplicitGemm(_) | ConvAlgorithm::Winograd(_) => ConvLayout::Nchw,
-            ConvAlgorithm::TensorCore(_) => ConvLayout::Nhwc,
+            ConvAlgorithm::TensorCore(plan) => plan.layout(),
         }
     }
 }
 
 /// The one place that picks a pass's algorithm: the tensor cores for a TF32 forward
-/// pass, else [`cuda_core_algorithm`]. Call only on problems that fit the index limits,
-/// with no empty extent.
+/// pass (in the tensors' layout), else [`cuda_core_algorithm`]. Call only on problems
+/// that fit the index limits, with no empty extent.
 pub fn algorithm(
     problem: &ConvProblem,
     pass: ConvPass,
     precision: ConvPrecision,
+    layout: ConvLayout,
     multiprocessors: u32,
 ) -> ConvAlgorithm {
     if precision == ConvPrecision::Tf32 && pass == ConvPass::Forward {
-        return ConvAlgorithm::TensorCore(TensorCorePlan::forward(problem));
+        return ConvAlgorithm::TensorCore(TensorCorePlan::forward(problem, layout));
     }
     cuda_core_algorithm(problem, pass, multiprocessors).into()
 }
@@ -172,7 +173,7 @@ mod tests {
         // The headline's 3x3 stride-1 window takes Winograd in every pass.
         for pass in [ConvPass::Forward, ConvPass::InputGrad, ConvPass::WeightGrad] {
             assert!(matches!(
-                algorithm(&problem, pass, ConvPrecision::Fp32, 132),
+                algorithm(&problem, pass, ConvPrecision::Fp32, ConvLayout::Nchw, 132),
                 ConvAlgorithm::Winograd(_)
             ));
         }

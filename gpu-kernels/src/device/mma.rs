@@ -45,6 +45,30 @@ pub fn mma_tf32_16x8x8(a: [u32; 4], b: [u32; 2], c: [f32; 4]) -> [f32; 4] {
     [d0, d1, d2, d3]
 }
 
+/// Four 8 x 8 matrices of 16-bit elements (8 rows of 16 bytes each) from shared
+/// memory: `ldmatrix.sync.aligned.m8n8.x4.shared.b16`. Lane `i` gives the shared-window
+/// address of row `i % 8` of matrix `i / 8`; every lane receives word `lane % 4` of row
+/// `lane / 4` of each matrix, which for 32-bit elements (TF32) is the element at (row
+/// `lane / 4`, column `lane % 4`) of an 8 x 4 matrix.
+///
+/// # Safety
+/// All 32 lanes of the warp call it together; every address is 16-byte aligned inside
+/// the launch's dynamic shared memory, written before a barrier that the warp passed.
+#[inline(always)]
+pub unsafe fn load_matrix_x4(address: u32) -> [u32; 4] {
+    let (a, b, c, d): (u32, u32, u32, u32);
+    // SAFETY: the caller guarantees the addresses and the convergence.
+    unsafe {
+        asm!(
+            "ldmatrix.sync.aligned.m8n8.x4.shared.b16 {{{a}, {b}, {c}, {d}}}, [{p}];",
+            p = in(reg32) address,
+            a = out(reg32) a, b = out(reg32) b, c = out(reg32) c, d = out(reg32) d,
+            options(readonly, nostack),
+        )
+    };
+    [a, b, c, d]
+}
+
 /// Starts copying `bytes` (4, 8 or 16, `BYTES`) from global `source` to the
 /// shared-window address `destination`, of which the first `valid` bytes come from the
 /// source and the rest are zero (`valid == 0`: zeros, nothing read): `cp.async` (16

@@ -18,7 +18,7 @@ pub use memory::{
     Coherent, atomic_add_u32, fence_gpu, load_acquire_u32, load_global_nc_v4, load_global_v4,
     store_global_v4, store_release_u32,
 };
-pub use mma::{async_copy, async_copy_commit, async_copy_wait, mma_tf32_16x8x8, to_tf32};
+pub use mma::{async_copy, async_copy_commit, async_copy_wait, load_matrix_x4, mma_tf32_16x8x8, to_tf32};
 pub use shared::{
     SharedCarver, load_shared_f32, load_shared_v4_f32, shared_base, store_shared_f32, store_shared_v4_f32,
 };

@@ -249,7 +249,8 @@ fn every_conv_kernel_matches_the_reference_on_fixed_cases() {
     };
     let p = Conv2dParams::default();
     // What each pass must take: Winograd, the implicit GEMM with a weight gradient
-    // split into partials or not, or the tensor cores with 16-byte or 4-byte copies.
+    // split into partials or not, or the tensor cores with x copied 16 or 4 bytes at a
+    // time.
     #[derive(Clone, Copy, PartialEq, Debug)]
     enum Path {
         Winograd,
@@ -326,8 +327,8 @@ fn every_conv_kernel_matches_the_reference_on_fixed_cases() {
             ),
             [TensorCore, Winograd, Winograd],
         ),
-        // A stem: 3 input channels (4-byte copies), a 7x7 window at stride 2, NCHW
-        // changed to NHWC and back around the tensor cores.
+        // A stem: 3 input channels, a 7x7 window at stride 2, NCHW: x gathered one
+        // element at a time, the weights too (K = 147).
         (
             case(
                 1,
@@ -371,7 +372,7 @@ fn every_conv_kernel_matches_the_reference_on_fixed_cases() {
                 ConvAlgorithm::Winograd(_) => Winograd,
                 ConvAlgorithm::ImplicitGemm(plan) if plan.split > 1 => SplitGemm,
                 ConvAlgorithm::ImplicitGemm(_) => Gemm,
-                ConvAlgorithm::TensorCore(plan) if plan.vector == 1 => TensorCore,
+                ConvAlgorithm::TensorCore(plan) if plan.a_vector == 1 => TensorCore,
                 ConvAlgorithm::TensorCore(_) => TensorCoreScalar,
             };
             assert_eq!(path, expected, "{c:?} {pass:?}");

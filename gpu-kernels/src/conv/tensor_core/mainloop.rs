@@ -8,7 +8,7 @@ use super::*;
 use crate::conv::FastDiv;
 use crate::device::{
     async_copy, async_copy_commit, async_copy_wait, block_idx_x, block_idx_y, block_idx_z, lane_id,
-    load_shared_f32, mma_tf32_16x8x8, shared_base, sync_threads, thread_idx_x, to_tf32,
+    load_matrix_x4, mma_tf32_16x8x8, shared_base, sync_threads, thread_idx_x, to_tf32,
 };
 
 /// Chunks (16 bytes, four elements) per staged row.
@@ -77,7 +77,6 @@ pub unsafe fn mainloop<A: Operand, B: Operand>(a: &A, b: &B, k_tiles: u32) -> Ac
     }
     let (row0, col0) = warp_origin();
     let lane = lane_id();
-    let (g, t) = (lane / 4, lane % 4);
     let mut acc: Accumulators = [[[0.0; 4]; 4]; 4];
     for kt in 0..k_tiles {
         async_copy_wait::<{ TC_STAGES - 2 }>();
@@ -94,25 +93,26 @@ pub unsafe fn mainloop<A: Operand, B: Operand>(a: &A, b: &B, k_tiles: u32) -> Ac
         }
         async_copy_commit();
         let (tile_a, tile_b) = (stage_a(kt % TC_STAGES), stage_b(kt % TC_STAGES));
+        // Lane `i` addresses row `i % 8` of matrix `i / 8` of each `ldmatrix.x4`.
+        let (row_in, matrix) = (lane % 8, lane / 8);
         for kk in 0..TC_BK / 8 {
-            let k = kk * 8 + t;
-            let read = |tile: u32, row: u32, k: u32| {
-                // SAFETY: inside the stage, landed and published by the barrier.
-                to_tf32(unsafe { load_shared_f32(staged(tile, row, k)) })
+            let fragment = |address: u32| {
+                // SAFETY: 16-byte rows of the stage, landed and published by the barrier;
+                // the whole warp calls it.
+                unsafe { load_matrix_x4(address) }.map(|bits| to_tf32(f32::from_bits(bits)))
             };
+            // A: matrices (rows 0-7, k 0-3), (rows 8-15, k 0-3), (0-7, 4-7), (8-15, 4-7).
             let a_frags: [[u32; 4]; 4] = core::array::from_fn(|i| {
-                let r = row0 + i as u32 * 16 + g;
-                [
-                    read(tile_a, r, k),
-                    read(tile_a, r + 8, k),
-                    read(tile_a, r, k + 4),
-                    read(tile_a, r + 8, k + 4),
-                ]
+                let row = row0 + i as u32 * 16 + row_in + 8 * (matrix % 2);
+                fragment(staged(tile_a, row, kk * 8 + 4 * (matrix / 2)))
             });
-            let b_frags: [[u32; 2]; 4] = core::array::from_fn(|j| {
-                let n = col0 + j as u32 * 8 + g;
-                [read(tile_b, n, k), read(tile_b, n, k + 4)]
+            // B: for n tiles 2p and 2p + 1, matrices (k 0-3), (k 4-7) of each.
+            let b_pairs: [[u32; 4]; 2] = core::array::from_fn(|p| {
+                let row = col0 + p as u32 * 16 + row_in + 8 * (matrix / 2);
+                fragment(staged(tile_b, row, kk * 8 + 4 * (matrix % 2)))
             });
+            let b_frags: [[u32; 2]; 4] =
+                core::array::from_fn(|j| [b_pairs[j / 2][2 * (j % 2)], b_pairs[j / 2][2 * (j % 2) + 1]]);
             for (i, a) in a_frags.iter().enumerate() {
                 for (j, b) in b_frags.iter().enumerate() {
                     acc[i][j] = mma_tf32_16x8x8(*a, *b, acc[i][j]);
@@ -251,8 +251,103 @@ impl Operand for ScalarPatches {
     }
 }
 
-/// w as B^T: row n is output channel `n` of the group, `[kh][kw][in / groups]`
-/// contiguous along K.
+/// x read as NCHW patches, one element per copy: row m of A is output pixel m of the
+/// group's GEMM, column k is channel `k / taps` and tap `k % taps` (the weights' order).
+/// Each thread copies `TC_BK / 2` consecutive K of one row, so that a warp's copies of
+/// one K are 32 neighbouring output pixels.
+struct NchwPatches {
+    x: *const f32,
+    /// The row: its plane offset (image, group's first channel) and window origin
+    /// (`i32::MIN / 2` past M).
+    origin: (i64, i32, i32),
+    row: u32,
+    /// This thread's first K of a slice.
+    k_offset: u32,
+    problem: ConvProblem,
+    k: u32,
+}
+
+/// K each thread of [`NchwPatches`] copies per slice.
+const NCHW_RUN: u32 = TC_BK * TC_BM / TC_THREADS;
+
+impl NchwPatches {
+    #[inline(always)]
+    fn new(x: *const f32, problem: ConvProblem, m0: u32, group: u32) -> Self {
+        let p = &problem;
+        let t = thread_idx_x();
+        let row = t % TC_BM;
+        let m = m0 + row;
+        let origin = if m < p.batch * p.out_pixels() {
+            let (image, pixel) = p.div_out_pixels.divmod(m);
+            let (oy, ox) = p.div_out_w.divmod(pixel);
+            let plane =
+                (image as i64 * p.in_channels as i64 + (group * p.in_per_group()) as i64) * p.pixels() as i64;
+            (
+                plane,
+                (oy * p.stride_h) as i32 - p.pad_h as i32,
+                (ox * p.stride_w) as i32 - p.pad_w as i32,
+            )
+        } else {
+            (0, i32::MIN / 2, i32::MIN / 2)
+        };
+        Self {
+            x,
+            origin,
+            row,
+            k_offset: t / TC_BM * NCHW_RUN,
+            problem,
+            k: p.in_per_group() * p.taps(),
+        }
+    }
+}
+
+impl Operand for NchwPatches {
+    #[inline(always)]
+    unsafe fn stage(&self, tile: u32, k0: u32) {
+        let p = &self.problem;
+        let first = k0 + self.k_offset;
+        let (mut channel, tap) = p.div_taps.divmod(first);
+        let (mut r, mut s) = p.div_kernel_w.divmod(tap);
+        for e in 0..NCHW_RUN {
+            let (iy, ix) = (
+                self.origin.1 + (r * p.dilation_h) as i32,
+                self.origin.2 + (s * p.dilation_w) as i32,
+            );
+            let valid = first + e < self.k && (iy as u32) < p.height && (ix as u32) < p.width;
+            let source = if valid {
+                let at = self.origin.0
+                    + channel as i64 * p.pixels() as i64
+                    + iy as i64 * p.width as i64
+                    + ix as i64;
+                self.x.wrapping_offset(at as isize)
+            } else {
+                self.x
+            };
+            // SAFETY: a valid element lies inside x (a channel of the group, a pixel of the
+            // image); else nothing is read.
+            unsafe {
+                async_copy::<4>(
+                    staged(tile, self.row, self.k_offset + e),
+                    source as *const u8,
+                    if valid { 4 } else { 0 },
+                )
+            };
+            // The next K: the next tap, the next channel after the window's last.
+            s += 1;
+            if s == p.kernel_w {
+                s = 0;
+                r += 1;
+                if r == p.kernel_h {
+                    r = 0;
+                    channel += 1;
+                }
+            }
+        }
+    }
+}
+
+/// w as B^T: row n is output channel `n` of the group, its weights contiguous along K
+/// (`[kh][kw][in / groups]` in NHWC, `[in / groups][kh][kw]` in NCHW).
 struct Filters {
     w: *const f32,
     rows: [u32; ROWS_PER_THREAD],
@@ -339,26 +434,86 @@ impl Operand for ScalarFilters {
 ///
 /// # Safety
 /// x, w and y hold the problem's NHWC tensors (w `[out][kh][kw][in / groups]`), bias
-/// null or `out_channels` floats; `plan` is the problem's forward plan (`vector` only
-/// when the channels per group are a multiple of 4), the grid `m_tiles x groups x
-/// n_tiles` blocks of `TC_THREADS` with `TC_SHARED_BYTES` of dynamic shared memory.
+/// null or `out_channels` floats; `plan` is the problem's forward plan in NHWC, the
+/// grid `m_tiles x groups x n_tiles` blocks of `TC_THREADS` with `TC_SHARED_BYTES` of
+/// dynamic shared memory.
 #[inline(always)]
-pub unsafe fn forward_nhwc(args: ForwardNhwcArgs) {
-    let ForwardNhwcArgs { problem, plan, .. } = args;
-    let p = &problem;
-    let (m0, group, n0) = (block_idx_x() * TC_BM, block_idx_y(), block_idx_z() * TC_BN);
-    let k_tiles = (p.in_per_group() * p.taps()).div_ceil(TC_BK);
-    let patches = Patches::new(args.x.as_ptr(), problem, m0, group);
-    let filters = Filters::new(args.w.as_ptr(), p, n0, group);
+pub unsafe fn forward_nhwc(args: TensorCoreArgs) {
+    let (p, plan) = (&args.problem, &args.plan);
+    let (m0, group, _) = block_origin();
+    let patches = Patches::new(args.x.as_ptr(), *p, m0, group);
     // SAFETY: forwarded from the launch's contract.
     let acc = unsafe {
-        if plan.vector != 0 {
-            mainloop(&VectorPatches(patches), &VectorFilters(filters), k_tiles)
+        if plan.a_vector != 0 {
+            with_filters(&args, VectorPatches(patches))
         } else {
-            mainloop(&ScalarPatches(patches), &ScalarFilters(filters), k_tiles)
+            with_filters(&args, ScalarPatches(patches))
         }
     };
+    // SAFETY: as above; NHWC: output pixel m's channels are contiguous.
+    unsafe {
+        store(&args, &acc, |m, channel| {
+            m as u64 * p.out_channels as u64 + channel as u64
+        })
+    };
+}
 
+/// y = conv(x, w) + bias over NCHW tensors.
+///
+/// # Safety
+/// As [`forward_nhwc`], with NCHW tensors (w `[out][in / groups][kh][kw]`) and the
+/// forward plan in NCHW.
+#[inline(always)]
+pub unsafe fn forward_nchw(args: TensorCoreArgs) {
+    let p = &args.problem;
+    let (m0, group, _) = block_origin();
+    let patches = NchwPatches::new(args.x.as_ptr(), *p, m0, group);
+    // SAFETY: forwarded from the launch's contract.
+    let acc = unsafe { with_filters(&args, patches) };
+    let store_at = |m: u32, channel: u32| {
+        let (image, pixel) = p.div_out_pixels.divmod(m);
+        (image as u64 * p.out_channels as u64 + channel as u64) * p.out_pixels() as u64 + pixel as u64
+    };
+    // SAFETY: as above; NCHW: each channel's plane of output pixels.
+    unsafe { store(&args, &acc, store_at) };
+}
+
+/// The block's first output pixel, its group and its first output channel.
+#[inline(always)]
+fn block_origin() -> (u32, u32, u32) {
+    (block_idx_x() * TC_BM, block_idx_y(), block_idx_z() * TC_BN)
+}
+
+/// The mainloop over `patches` and the weights, copied 16 or 4 bytes at a time as the
+/// plan says.
+///
+/// # Safety
+/// As the entry points'.
+#[inline(always)]
+unsafe fn with_filters<A: Operand>(args: &TensorCoreArgs, patches: A) -> Accumulators {
+    let p = &args.problem;
+    let (_, group, n0) = block_origin();
+    let k_tiles = (p.in_per_group() * p.taps()).div_ceil(TC_BK);
+    let filters = Filters::new(args.w.as_ptr(), p, n0, group);
+    // SAFETY: forwarded.
+    unsafe {
+        if args.plan.b_vector != 0 {
+            mainloop(&patches, &VectorFilters(filters), k_tiles)
+        } else {
+            mainloop(&patches, &ScalarFilters(filters), k_tiles)
+        }
+    }
+}
+
+/// Writes the warp's outputs plus the bias: output pixel m and the group's channel c go
+/// to `y[store_at(m, channel)]`.
+///
+/// # Safety
+/// `store_at` maps every output pixel and channel of the problem inside y.
+#[inline(always)]
+unsafe fn store(args: &TensorCoreArgs, acc: &Accumulators, store_at: impl Fn(u32, u32) -> u64) {
+    let p = &args.problem;
+    let (m0, group, n0) = block_origin();
     let (row0, col0) = warp_origin();
     let lane = lane_id();
     let (g, t) = (lane / 4, lane % 4);
@@ -385,9 +540,8 @@ pub unsafe fn forward_nhwc(args: ForwardNhwcArgs) {
                 let m = m0 + row0 + i as u32 * 16 + g + 8 * half as u32;
                 for (e, &(valid, channel, b)) in channels.iter().enumerate() {
                     if valid && m < m_total {
-                        let at = m as u64 * p.out_channels as u64 + channel as u64;
-                        // SAFETY: (m, channel) is inside y.
-                        unsafe { *y.add(at as usize) = sums[j][2 * half + e] + b };
+                        // SAFETY: (m, channel) is an output of the problem, inside y.
+                        unsafe { *y.add(store_at(m, channel) as usize) = sums[j][2 * half + e] + b };
                     }
                 }
             }

@@ -1,20 +1,22 @@
-//! Convolution on the tensor cores (TF32, FP32 accumulation) as an implicit GEMM over
-//! channels-last (NHWC) tensors: per group, M = batch * output pixels, N = output
-//! channels, K = taps * input channels with the channel fastest, so that both operands
-//! are contiguous along K (x's channels at one tap; w's `[out][kh][kw][in]` rows).
+//! Convolution on the tensor cores (TF32, FP32 accumulation) as an implicit GEMM: per
+//! group, M = batch * output pixels, N = output channels, K = taps * input channels,
+//! ordered as the weights store it, so that B (the weights) is contiguous along K: the
+//! channel fastest in NHWC (`w[out][kh][kw][in]`, and x's channels at one tap are
+//! contiguous too), the tap fastest in NCHW (`w[out][in][kh][kw]`; x is gathered one
+//! element at a time, consecutive output pixels side by side).
 //!
-//! One mainloop ([`mainloop`]) stages `TC_BM x TC_BK` tiles of A and `TC_BN x TC_BK` of B
-//! through `TC_STAGES` shared-memory stages filled by `cp.async` (16-byte copies of four
-//! channels when the channels per group are a multiple of four, else one element at a
-//! time), zero-filled outside the tensors, and multiplies them with `mma.sync`
-//! m16n8k8 TF32: 8 warps of 64 x 32 outputs each. Operands are rounded to TF32 (to
-//! nearest) as they leave shared memory; sums stay FP32, in a fixed order, so results are
-//! the same from run to run.
+//! One mainloop stages `TC_BM x TC_BK` tiles of A and `TC_BN x TC_BK` of B through
+//! `TC_STAGES` shared-memory stages filled by `cp.async` (16-byte copies of four
+//! consecutive K where the operand allows, else one element at a time), zero-filled
+//! outside the tensors, and multiplies them with `mma.sync` m16n8k8 TF32 (fragments by
+//! `ldmatrix`): 8 warps of 64 x 32 outputs each. Operands are rounded to TF32 (to
+//! nearest) as they leave shared memory; sums stay FP32, in a fixed order, so results
+//! are the same from run to run.
 
 #[cfg(target_arch = "nvptx64")]
 mod mainloop;
 
-use super::ConvProblem;
+use super::{ConvLayout, ConvProblem};
 use crate::launch::{DevicePtr, DevicePtrMut, Launch, LaunchGeometry, kernel_args};
 
 /// Rows of C (output pixels) per block.
@@ -37,47 +39,62 @@ pub const TC_BLOCKS_PER_SM: u32 = 1;
 const _: () = assert!(TC_BM == TC_BN && TC_BK == 32 && TC_THREADS == 256 && TC_STAGES >= 2);
 
 /// How a tensor-core pass is launched: blocks along x are tiles of M, grid y is the
-/// group. One tile along N covers up to `TC_BN` output channels per group; wider
-/// groups take grid z.
+/// group, grid z the tiles of `TC_BN` output channels of a group.
 #[repr(C)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct TensorCorePlan {
     pub m_tiles: u32,
     pub n_tiles: u32,
     pub groups: u32,
-    /// Whether the channels per group are a multiple of 4 (16-byte copies), as 1 or 0.
-    pub vector: u32,
+    /// Whether x is copied four channels at a time (NHWC, channels per group a
+    /// multiple of 4), as 1 or 0.
+    pub a_vector: u32,
+    /// Whether w is copied four K at a time (K a multiple of 4), as 1 or 0.
+    pub b_vector: u32,
+    /// Whether the tensors are channels last (NHWC), as 1 or 0 (NCHW).
+    pub channels_last: u32,
 }
 
 impl TensorCorePlan {
-    /// The plan of the forward pass of `problem`.
-    pub const fn forward(problem: &ConvProblem) -> Self {
+    /// The plan of the forward pass of `problem` over tensors in `layout`.
+    pub const fn forward(problem: &ConvProblem, layout: ConvLayout) -> Self {
         let m = problem.batch as u64 * problem.out_pixels() as u64;
+        let channels_last = matches!(layout, ConvLayout::Nhwc);
         Self {
             m_tiles: m.div_ceil(TC_BM as u64) as u32,
             n_tiles: problem.out_per_group().div_ceil(TC_BN),
             groups: problem.groups,
-            vector: problem.in_per_group().is_multiple_of(4) as u32,
+            a_vector: (channels_last && problem.in_per_group().is_multiple_of(4)) as u32,
+            b_vector: (problem.in_per_group() * problem.taps()).is_multiple_of(4) as u32,
+            channels_last: channels_last as u32,
         }
     }
 
-    /// The forward launch over NHWC tensors: `y = conv(x, w) + bias`, bias null when
-    /// absent; x `[batch, h, w, in]`, w `[out, kh, kw, in / groups]`, y `[batch, oh, ow,
-    /// out]`.
-    pub const fn forward_nhwc(
+    /// The layout of the tensors.
+    pub const fn layout(&self) -> ConvLayout {
+        if self.channels_last == 1 {
+            ConvLayout::Nhwc
+        } else {
+            ConvLayout::Nchw
+        }
+    }
+
+    /// The forward launch: `y = conv(x, w) + bias` in the plan's layout, bias null when
+    /// absent.
+    pub const fn forward_launch(
         &self,
         problem: &ConvProblem,
         x: DevicePtr<f32>,
         w: DevicePtr<f32>,
         bias: DevicePtr<f32>,
         y: DevicePtrMut<f32>,
-    ) -> Launch<ForwardNhwcArgs> {
+    ) -> Launch<TensorCoreArgs> {
         let geometry = LaunchGeometry {
             grid: [self.m_tiles as u64, self.groups as u64, self.n_tiles as u64],
             threads: TC_THREADS,
             shared_bytes: TC_SHARED_BYTES,
         };
-        let args = ForwardNhwcArgs {
+        let args = TensorCoreArgs {
             x,
             w,
             bias,
@@ -85,13 +102,19 @@ impl TensorCorePlan {
             problem: *problem,
             plan: *self,
         };
-        Launch::new(CONV_FORWARD_NHWC_TF32, geometry, args)
+        let kernel = if self.channels_last == 1 {
+            CONV_FORWARD_NHWC_TF32
+        } else {
+            CONV_FORWARD_NCHW_TF32
+        };
+        Launch::new(kernel, geometry, args)
     }
 }
 
 kernel_args! {
-    /// The tensor-core forward pass's arguments, NHWC: `y = conv(x, w) + bias`.
-    pub struct ForwardNhwcArgs {
+    /// The tensor-core forward pass's arguments: `y = conv(x, w) + bias` in the plan's
+    /// layout.
+    pub struct TensorCoreArgs {
         pub x: DevicePtr<f32>,
         pub w: DevicePtr<f32>,
         pub bias: DevicePtr<f32>,
@@ -101,6 +124,9 @@ kernel_args! {
     }
     /// The TF32 tensor-core forward pass over NHWC tensors.
     pub const CONV_FORWARD_NHWC_TF32 = "conv_forward_nhwc_tf32" => mainloop::forward_nhwc,
+        bounds(TC_THREADS, TC_BLOCKS_PER_SM);
+    /// The TF32 tensor-core forward pass over NCHW tensors.
+    pub const CONV_FORWARD_NCHW_TF32 = "conv_forward_nchw_tf32" => mainloop::forward_nchw,
         bounds(TC_THREADS, TC_BLOCKS_PER_SM);
     entry points in ENTRY_POINTS;
 }
