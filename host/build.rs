@@ -39,11 +39,13 @@ fn main() {
         }
     };
 
-    // Every cubin, and the PTX of the newest architecture only: a device of an embedded
-    // major architecture runs its cubin, and only newer devices compile PTX.
+    // Every cubin, and the PTX of the newest portable architecture only (not an `a`
+    // target, whose PTX no other architecture compiles): a device of an embedded major
+    // architecture runs its cubin, and only newer devices compile PTX.
     let newest = artifacts
         .iter()
         .map(|a| a.arch.clone())
+        .filter(|arch| arch.ends_with(|c: char| c.is_ascii_digit()))
         .max_by_key(|arch| arch_number(arch));
     let mut table = String::from("&[\n");
     for a in &artifacts {

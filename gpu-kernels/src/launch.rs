@@ -129,6 +129,7 @@ pub struct LaunchBounds {
 pub struct Kernel<A> {
     name: &'static str,
     bounds: Option<LaunchBounds>,
+    requires: Option<&'static str>,
     arguments: PhantomData<fn(A)>,
 }
 
@@ -146,10 +147,15 @@ impl<A> core::fmt::Debug for Kernel<A> {
 }
 
 impl<A> Kernel<A> {
-    pub(crate) const fn new(name: &'static str, bounds: Option<LaunchBounds>) -> Self {
+    pub(crate) const fn new(
+        name: &'static str,
+        bounds: Option<LaunchBounds>,
+        requires: Option<&'static str>,
+    ) -> Self {
         Self {
             name,
             bounds,
+            requires,
             arguments: PhantomData,
         }
     }
@@ -164,15 +170,30 @@ impl<A> Kernel<A> {
         EntryPoint {
             name: self.name,
             bounds: self.bounds,
+            requires: self.requires,
         }
     }
 }
+
+/// The architecture-specific target whose build holds the entry points on warpgroup
+/// MMA (`wgmma`, Hopper only): their `requires`.
+pub const WARPGROUP_MMA_ARCH: &str = "sm_90a";
 
 /// An entry point as the PTX build and the module loader see it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct EntryPoint {
     pub name: &'static str,
     pub bounds: Option<LaunchBounds>,
+    /// The architecture-specific target (`sm_90a`) whose build alone holds the entry
+    /// point, for instructions that only it has (`wgmma`); `None`: every build.
+    pub requires: Option<&'static str>,
+}
+
+impl EntryPoint {
+    /// Whether the build for `arch` (`sm_80`, `sm_90a`) holds this entry point.
+    pub fn built_for(&self, arch: &str) -> bool {
+        self.requires.is_none_or(|target| target == arch)
+    }
 }
 
 /// What plans need to know of the device they launch on.
@@ -181,6 +202,9 @@ pub struct DeviceLimits {
     pub multiprocessors: u32,
     /// The most dynamic shared memory one block can opt in to.
     pub max_shared_bytes_per_block: u32,
+    /// Whether the loaded kernels are the `sm_90a` build, which holds the entry points
+    /// on warpgroup MMA (`wgmma`).
+    pub warpgroup_mma: bool,
 }
 
 /// Grid, block and dynamic shared memory of one launch.
@@ -287,7 +311,9 @@ impl<A> Launch<A> {
 /// exported `extern "ptx-kernel"` function `rows_f32` whose parameters are the fields
 /// (with `T = f32`) and whose body calls the `unsafe fn` `rows::<f32>(RowsArgs { .. })`;
 /// `ROWS_ENTRY_POINTS` lists every entry point declared. A struct without a type
-/// parameter takes `pub const NAME = "symbol" => body;` items instead of impl blocks.
+/// parameter takes `pub const NAME = "symbol" => body;` items instead of impl blocks;
+/// these may end in `requires("sm_90a")` for an entry point that only the build for
+/// that architecture-specific target holds (its body compiled there alone).
 ///
 /// Fields must be 4- or 8-byte scalars, device pointers, or `#[repr(C)]` structs of
 /// them, so that each is one kernel parameter of the same size on both sides.
@@ -312,7 +338,7 @@ macro_rules! kernel_args {
                             type $t = $elem;
                             $crate::launch::kernel_args!(@entry $name, $body, $args [$t] $fields);
                         };
-                        $crate::launch::Kernel::new($name, $crate::launch::kernel_args!(@bounds $($threads, $blocks)?))
+                        $crate::launch::Kernel::new($name, $crate::launch::kernel_args!(@bounds $($threads, $blocks)?), None)
                     };
                 )*
             }
@@ -327,7 +353,8 @@ macro_rules! kernel_args {
         pub struct $args:ident $fields:tt
         $(
             $(#[$kernel_meta:meta])*
-            pub const $kernel:ident = $name:literal => $body:path $(, bounds($threads:expr, $blocks:expr))?;
+            pub const $kernel:ident = $name:literal => $body:path
+                $(, bounds($threads:expr, $blocks:expr))? $(, requires($target:literal))?;
         )*
         entry points in $list:ident;
     ) => {
@@ -336,10 +363,15 @@ macro_rules! kernel_args {
             $(#[$kernel_meta])*
             pub const $kernel: $crate::launch::Kernel<$args> = {
                 #[cfg(target_arch = "nvptx64")]
+                $( #[cfg(target_feature = $target)] )?
                 const _: () = {
                     $crate::launch::kernel_args!(@entry $name, $body, $args [] $fields);
                 };
-                $crate::launch::Kernel::new($name, $crate::launch::kernel_args!(@bounds $($threads, $blocks)?))
+                $crate::launch::Kernel::new(
+                    $name,
+                    $crate::launch::kernel_args!(@bounds $($threads, $blocks)?),
+                    $crate::launch::kernel_args!(@requires $($target)?),
+                )
             };
         )*
         /// Every entry point that takes these arguments.
@@ -374,6 +406,12 @@ macro_rules! kernel_args {
     };
     (@bounds) => {
         None
+    };
+    (@requires) => {
+        None
+    };
+    (@requires $target:literal) => {
+        Some($target)
     };
     (@bounds $threads:expr, $blocks:expr) => {
         Some($crate::launch::LaunchBounds {

@@ -433,7 +433,7 @@ impl Gpu {
 
     fn algorithm(&self, problem: &ConvProblem, pass: ConvPass, params: &Conv2dParams) -> ConvAlgorithm {
         let (precision, layout) = (params.precision, params.layout);
-        let algorithm = kernel::algorithm(problem, pass, precision, layout, self.info().multiprocessors);
+        let algorithm = kernel::algorithm(problem, pass, precision, layout, &self.limits());
         log::debug!("conv2d {pass:?} {precision:?} {layout:?} {problem:?}: {algorithm:?}");
         algorithm
     }

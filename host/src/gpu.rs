@@ -10,7 +10,9 @@ use cust::memory::{CopyDestination, DeviceCopy};
 use cust::module::Module;
 use cust::stream::{Stream, StreamFlags};
 use cust::sys::CUdevice_attribute as Attr;
-use gpu_kernels::launch::{DeviceLimits, DevicePtrMut, KernelArgs, Launch, ScratchLayout};
+use gpu_kernels::launch::{
+    DeviceLimits, DevicePtrMut, KernelArgs, Launch, ScratchLayout, WARPGROUP_MMA_ARCH,
+};
 use ndarray::{ArrayBase, ArrayD, Data, Dimension, IxDyn};
 
 use crate::array::{DeviceArray, Element};
@@ -46,6 +48,8 @@ pub struct DeviceInfo {
 /// but is not shared between threads at once: wrap it in a `Mutex` for that.
 pub struct Gpu {
     kernels: Kernels,
+    /// Whether the loaded image holds the `wgmma` entry points.
+    warpgroup_mma: bool,
     scratch: RefCell<Scratch>,
     stream: Stream,
     info: DeviceInfo,
@@ -60,6 +64,17 @@ impl Gpu {
 
     /// The device with the given ordinal.
     pub fn with_device(ordinal: u32) -> Result<Self> {
+        Self::open(ordinal, true)
+    }
+
+    /// The device with the given ordinal, running only the kernels that every device of
+    /// its major architecture has: on Hopper, the `sm_90` build instead of `sm_90a`, so
+    /// plans take `mma.sync` rather than `wgmma`. For comparing and testing those paths.
+    pub fn with_portable_kernels(ordinal: u32) -> Result<Self> {
+        Self::open(ordinal, false)
+    }
+
+    fn open(ordinal: u32, arch_specific: bool) -> Result<Self> {
         driver::init()?;
         let (major, minor) = driver::driver_version()?;
         if (major, minor) < REQUIRED_DRIVER {
@@ -85,10 +100,12 @@ impl Gpu {
             attr(Attr::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?,
             attr(Attr::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)?,
         );
-        let chosen = image::select(image::KERNEL_IMAGES, capability).ok_or_else(|| Error::NoKernelImage {
-            major: capability.0,
-            minor: capability.1,
-            available: image::describe(image::KERNEL_IMAGES),
+        let chosen = image::select(image::KERNEL_IMAGES, capability, arch_specific).ok_or_else(|| {
+            Error::NoKernelImage {
+                major: capability.0,
+                minor: capability.1,
+                available: image::describe(image::KERNEL_IMAGES),
+            }
         })?;
 
         let context = Context::new(device).map_err(|e| cust_error("cuDevicePrimaryCtxRetain", e))?;
@@ -121,7 +138,8 @@ impl Gpu {
             max_threads_per_block: info.max_threads_per_block,
             max_shared_bytes_per_block: info.max_shared_bytes_per_block,
         };
-        let kernels = Kernels::load(module, gpu_kernels::entry_points(), limits)?;
+        let entry_points = gpu_kernels::entry_points().filter(|entry| entry.built_for(chosen.arch));
+        let kernels = Kernels::load(module, entry_points, limits)?;
         log::debug!(
             "loaded {} on {} (cc {}.{})",
             info.kernel_image,
@@ -131,6 +149,7 @@ impl Gpu {
         );
         Ok(Self {
             kernels,
+            warpgroup_mma: chosen.arch == WARPGROUP_MMA_ARCH,
             scratch: RefCell::default(),
             stream,
             info,
@@ -148,6 +167,7 @@ impl Gpu {
         DeviceLimits {
             multiprocessors: self.info.multiprocessors,
             max_shared_bytes_per_block: self.info.max_shared_bytes_per_block,
+            warpgroup_mma: self.warpgroup_mma,
         }
     }
 

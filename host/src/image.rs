@@ -19,6 +19,12 @@ pub(crate) struct KernelImage {
 }
 
 impl KernelImage {
+    /// Whether the image is for an architecture-specific target (`sm_90a`), which runs
+    /// only on devices of exactly its capability.
+    pub fn arch_specific(&self) -> bool {
+        self.arch.ends_with('a')
+    }
+
     /// The compute capability the image was built for.
     pub fn capability(&self) -> (u32, u32) {
         let digits = self
@@ -33,13 +39,20 @@ impl KernelImage {
 pub(crate) static KERNEL_IMAGES: &[KernelImage] = include!(concat!(env!("OUT_DIR"), "/kernel_images.rs"));
 
 /// The best image for a device: a cubin of the same major architecture and no newer
-/// minor one, else the newest PTX not newer than the device.
-pub(crate) fn select(images: &'static [KernelImage], device: (u32, u32)) -> Option<&'static KernelImage> {
+/// minor one (an architecture-specific one first, where it is the device's exact
+/// capability and `arch_specific` allows it), else the newest PTX not newer than the
+/// device.
+pub(crate) fn select(
+    images: &'static [KernelImage],
+    device: (u32, u32),
+    arch_specific: bool,
+) -> Option<&'static KernelImage> {
     let cubin = images
         .iter()
         .filter(|i| i.format == ImageFormat::Cubin)
         .filter(|i| i.capability().0 == device.0 && i.capability() <= device)
-        .max_by_key(|i| i.capability());
+        .filter(|i| !i.arch_specific() || (arch_specific && i.capability() == device))
+        .max_by_key(|i| (i.capability(), i.arch_specific()));
     cubin.or_else(|| {
         images
             .iter()
@@ -71,6 +84,11 @@ mod tests {
             bytes: b"",
         },
         KernelImage {
+            arch: "sm_90a",
+            format: ImageFormat::Cubin,
+            bytes: b"",
+        },
+        KernelImage {
             arch: "sm_90",
             format: ImageFormat::Ptx,
             bytes: b"",
@@ -78,12 +96,15 @@ mod tests {
     ];
 
     fn chosen(device: (u32, u32)) -> Option<(&'static str, ImageFormat)> {
-        select(IMAGES, device).map(|i| (i.arch, i.format))
+        select(IMAGES, device, true).map(|i| (i.arch, i.format))
     }
 
     #[test]
     fn picks_cubin_of_same_major_else_newest_older_ptx() {
-        assert_eq!(chosen((9, 0)), Some(("sm_90", ImageFormat::Cubin)));
+        assert_eq!(chosen((9, 0)), Some(("sm_90a", ImageFormat::Cubin)));
+        assert_eq!(chosen((9, 1)), Some(("sm_90", ImageFormat::Cubin)));
+        let portable = select(IMAGES, (9, 0), false).map(|i| (i.arch, i.format));
+        assert_eq!(portable, Some(("sm_90", ImageFormat::Cubin)));
         assert_eq!(chosen((8, 6)), Some(("sm_80", ImageFormat::Cubin)));
         assert_eq!(chosen((8, 9)), Some(("sm_80", ImageFormat::Cubin)));
         assert_eq!(chosen((10, 0)), Some(("sm_90", ImageFormat::Ptx)));
@@ -93,14 +114,19 @@ mod tests {
 
     #[test]
     fn embedded_images_are_every_cubin_and_the_newest_ptx() {
-        let embedded = |arch, format| {
+        let embedded = |arch: &str, format| {
             KERNEL_IMAGES
                 .iter()
                 .find(|i| i.arch == arch && i.format == format)
                 .is_some_and(|i| !i.bytes.is_empty())
         };
-        assert!(embedded("sm_80", ImageFormat::Cubin) && embedded("sm_90", ImageFormat::Cubin));
-        assert!(embedded("sm_90", ImageFormat::Ptx) && !embedded("sm_80", ImageFormat::Ptx));
-        assert_eq!(describe(KERNEL_IMAGES), "sm_80, sm_90");
+        assert!(
+            ["sm_80", "sm_90", "sm_90a"]
+                .iter()
+                .all(|arch| embedded(arch, ImageFormat::Cubin))
+        );
+        assert!(embedded("sm_90", ImageFormat::Ptx));
+        assert!(!embedded("sm_80", ImageFormat::Ptx) && !embedded("sm_90a", ImageFormat::Ptx));
+        assert_eq!(describe(KERNEL_IMAGES), "sm_80, sm_90, sm_90a");
     }
 }

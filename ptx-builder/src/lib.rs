@@ -14,8 +14,10 @@ use std::process::Command;
 
 use gpu_kernels::launch::EntryPoint;
 
-/// Architectures built when none are named.
-pub const DEFAULT_ARCHES: &[&str] = &["sm_80", "sm_90"];
+/// Architectures built when none are named: cubins for Ampere and Hopper (the
+/// architecture-specific `sm_90a`, whose `wgmma` only Hopper runs), and `sm_90`, whose
+/// PTX newer devices compile.
+pub const DEFAULT_ARCHES: &[&str] = &["sm_80", "sm_90", gpu_kernels::launch::WARPGROUP_MMA_ARCH];
 
 const TARGET: &str = "nvptx64-nvidia-cuda";
 const PROFILE: &str = "ptx";
@@ -78,7 +80,7 @@ impl fmt::Display for BuildError {
             }
             Self::UnlistedKernel { arch, kernel } => write!(
                 f,
-                "the {arch} PTX has an entry point `{kernel}` that gpu_kernels::entry_points() does not list"
+                "the {arch} PTX has an entry point `{kernel}` that gpu_kernels::entry_points() does not list for it"
             ),
             Self::Io { path, error } => write!(f, "{}: {error}", path.display()),
         }
@@ -155,11 +157,10 @@ fn build_arch(cfg: &PtxBuild, tools: &Path, arch: &str) -> Result<Artifact, Buil
     let ptx = cfg.out_dir.join(format!("gpu_kernels.{arch}.ptx"));
     let cubin = cfg.out_dir.join(format!("gpu_kernels.{arch}.cubin"));
     let text = fs::read_to_string(&built).map_err(|error| io(&built, error))?;
-    let text = add_launch_bounds(&text, gpu_kernels::entry_points()).map_err(|kernel| {
-        BuildError::MissingKernel {
-            arch: arch.into(),
-            kernel: kernel.to_string(),
-        }
+    let built = || gpu_kernels::entry_points().filter(|entry| entry.built_for(arch));
+    let text = add_launch_bounds(&text, built()).map_err(|kernel| BuildError::MissingKernel {
+        arch: arch.into(),
+        kernel: kernel.to_string(),
     })?;
     fs::write(&ptx, text).map_err(|error| io(&ptx, error))?;
 
@@ -172,7 +173,7 @@ fn build_arch(cfg: &PtxBuild, tools: &Path, arch: &str) -> Result<Artifact, Buil
         .arg(&cubin);
     let report = run(&mut ptxas, &format!("ptxas on {}", ptx.display()))?;
     let kernels = parse_ptxas_report(&report);
-    let listed: Vec<&str> = gpu_kernels::entry_points().map(|e| e.name).collect();
+    let listed: Vec<&str> = built().map(|e| e.name).collect();
     if let Some(kernel) = listed.iter().find(|k| !kernels.contains_key(**k)) {
         return Err(BuildError::MissingKernel {
             arch: arch.into(),
@@ -360,11 +361,15 @@ mod tests {
                 threads: 256,
                 blocks_per_sm: 2,
             }),
+            requires: None,
         };
         let unbounded = EntryPoint {
             name: "other",
             bounds: None,
+            requires: Some("sm_90a"),
         };
+        assert!(unbounded.built_for("sm_90a") && !unbounded.built_for("sm_90"));
+        assert!(bounded.built_for("sm_80") && bounded.built_for("sm_90a"));
         let out = add_launch_bounds(ptx, [bounded, unbounded].into_iter()).unwrap();
         assert_eq!(
             out,

@@ -9,11 +9,24 @@ use proptest::test_runner::{Config, TestRunner};
 
 /// The first device, shared by the tests of one binary; `None`, with a notice on
 /// stderr, when the machine has no usable CUDA device.
-///
-/// Any other failure to open a present device fails the test.
 pub fn gpu_or_skip(test: &str) -> Option<MutexGuard<'static, Gpu>> {
     static GPU: OnceLock<Result<Mutex<Gpu>, String>> = OnceLock::new();
-    let opened = GPU.get_or_init(|| match Gpu::new() {
+    shared(&GPU, Gpu::new, test)
+}
+
+/// The first device with its portable kernels only ([`Gpu::with_portable_kernels`]:
+/// `mma.sync` instead of `wgmma` on Hopper), for the paths other devices take.
+pub fn portable_gpu_or_skip(test: &str) -> Option<MutexGuard<'static, Gpu>> {
+    static GPU: OnceLock<Result<Mutex<Gpu>, String>> = OnceLock::new();
+    shared(&GPU, || Gpu::with_portable_kernels(0), test)
+}
+
+fn shared(
+    handle: &'static OnceLock<Result<Mutex<Gpu>, String>>,
+    open: impl FnOnce() -> Result<Gpu, Error>,
+    test: &str,
+) -> Option<MutexGuard<'static, Gpu>> {
+    let opened = handle.get_or_init(|| match open() {
         Ok(gpu) => Ok(Mutex::new(gpu)),
         Err(e @ Error::NoDevice { .. }) => Err(e.to_string()),
         Err(e) => panic!("a CUDA device is present but could not be opened: {e}"),

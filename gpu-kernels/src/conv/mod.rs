@@ -43,7 +43,7 @@ pub use problem::{ConvPass, ConvProblem, ConvShape, ConvShapeError, FastDiv};
 pub use tensor_core::TensorCorePlan;
 pub use winograd::{WinogradProblem, WinogradSplit};
 
-use crate::launch::EntryPoint;
+use crate::launch::{DeviceLimits, EntryPoint};
 
 /// Blocks of the main kernels (implicit GEMM and Winograd) resident per SM: a block's
 /// prologue and epilogue then overlap the other's products.
@@ -130,12 +130,12 @@ pub fn algorithm(
     pass: ConvPass,
     precision: ConvPrecision,
     layout: ConvLayout,
-    multiprocessors: u32,
+    device: &DeviceLimits,
 ) -> ConvAlgorithm {
     if precision == ConvPrecision::Tf32 && pass == ConvPass::Forward {
-        return ConvAlgorithm::TensorCore(TensorCorePlan::forward(problem, layout));
+        return ConvAlgorithm::TensorCore(TensorCorePlan::forward(problem, layout, device));
     }
-    cuda_core_algorithm(problem, pass, multiprocessors).into()
+    cuda_core_algorithm(problem, pass, device.multiprocessors).into()
 }
 
 /// The FP32 algorithm of a pass: Winograd for 3x3, stride-1, undilated windows, the
@@ -170,12 +170,34 @@ mod tests {
         assert!((plan.split as u64 - 1) * (plan.k_chunk as u64) < k);
         let forward = gemm::plan(&problem, ConvPass::Forward, 132);
         assert_eq!((forward.n_tiles, forward.split), (1, 1));
+        let h100 = DeviceLimits {
+            multiprocessors: 132,
+            max_shared_bytes_per_block: 227 * 1024,
+            warpgroup_mma: true,
+        };
         // The headline's 3x3 stride-1 window takes Winograd in every pass.
         for pass in [ConvPass::Forward, ConvPass::InputGrad, ConvPass::WeightGrad] {
             assert!(matches!(
-                algorithm(&problem, pass, ConvPrecision::Fp32, ConvLayout::Nchw, 132),
+                algorithm(&problem, pass, ConvPrecision::Fp32, ConvLayout::Nchw, &h100),
                 ConvAlgorithm::Winograd(_)
             ));
         }
+        // TF32 forward takes wgmma where the kernels have it, mma.sync elsewhere.
+        let tf32 = |device: &DeviceLimits| match algorithm(
+            &problem,
+            ConvPass::Forward,
+            ConvPrecision::Tf32,
+            ConvLayout::Nhwc,
+            device,
+        ) {
+            ConvAlgorithm::TensorCore(plan) => plan.warpgroup_mma,
+            other => panic!("TF32 forward took {other:?}"),
+        };
+        let a100 = DeviceLimits {
+            multiprocessors: 108,
+            max_shared_bytes_per_block: 163 * 1024,
+            warpgroup_mma: false,
+        };
+        assert_eq!((tf32(&h100), tf32(&a100)), (1, 0));
     }
 }

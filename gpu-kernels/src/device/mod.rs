@@ -11,6 +11,8 @@ mod shared;
 mod shuffle;
 mod thread;
 mod vector;
+#[cfg(target_feature = "sm_90a")]
+mod warpgroup;
 
 pub use async_copy::{STAGE_BARRIER_BYTES, StagedCopy};
 pub use math::{fma_f32, fma_f64};
@@ -27,3 +29,8 @@ pub use thread::{
     block_dim_x, block_idx_x, block_idx_y, block_idx_z, grid_dim_x, lane_id, sync_threads, thread_idx_x, trap,
 };
 pub use vector::VectorElement;
+#[cfg(target_feature = "sm_90a")]
+pub use warpgroup::{
+    fence_async_shared, swizzled_k_major_descriptor, warpgroup_commit, warpgroup_fence,
+    warpgroup_mma_tf32_m64n128k8, warpgroup_wait,
+};

@@ -7,7 +7,9 @@
 use core::arch::{asm, global_asm};
 use core::mem::{align_of, size_of};
 
-global_asm!(".extern .shared .align 16 .b8 DYN_SMEM[];");
+// Aligned for the 128-byte swizzle of `wgmma` operands, whose pattern repeats every
+// 1024 bytes of address.
+global_asm!(".extern .shared .align 1024 .b8 DYN_SMEM[];");
 
 /// Hands out consecutive, aligned regions of the block's dynamic shared memory.
 pub struct SharedCarver {

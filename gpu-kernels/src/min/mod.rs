@@ -186,6 +186,7 @@ mod tests {
     const H100: DeviceLimits = DeviceLimits {
         multiprocessors: 132,
         max_shared_bytes_per_block: 227 * 1024,
+        warpgroup_mma: true,
     };
 
     fn plan_of(outer: u64, reduce: u64, inner: u64, bytes: usize) -> MinPlan {

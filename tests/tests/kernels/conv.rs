@@ -11,7 +11,7 @@ use host::plans::{ConvAlgorithm, ConvPass};
 use host::{Conv2dParams, ConvGradients, ConvLayout, ConvPrecision, Error, Gpu, conv2d_problem, reference};
 use ndarray::{Array1, Array4, ArrayD};
 use proptest::prelude::*;
-use tests::{gpu_or_skip, random_words, runner};
+use tests::{gpu_or_skip, portable_gpu_or_skip, random_words, runner};
 
 #[derive(Debug, Clone)]
 struct Case {
@@ -222,6 +222,16 @@ fn conv2d_forward_matches_the_reference() {
     runner().run(&case(), |c| check_forward(&gpu, c)).unwrap();
 }
 
+/// The same on the kernels every device of the GPU's architecture has (`mma.sync` for
+/// TF32 on Hopper, where the default is `wgmma`).
+#[test]
+fn conv2d_forward_on_portable_kernels_matches_the_reference() {
+    let Some(gpu) = portable_gpu_or_skip("conv2d_forward_on_portable_kernels_matches_the_reference") else {
+        return;
+    };
+    runner().run(&case(), |c| check_forward(&gpu, c)).unwrap();
+}
+
 #[test]
 fn conv2d_backward_matches_the_reference_and_is_deterministic() {
     let Some(gpu) = gpu_or_skip("conv2d_backward_matches_the_reference_and_is_deterministic") else {
@@ -234,9 +244,12 @@ fn conv2d_backward_matches_the_reference_and_is_deterministic() {
 /// (the sanitizer runs use few).
 #[test]
 fn every_conv_kernel_matches_the_reference_on_fixed_cases() {
-    let Some(gpu) = gpu_or_skip("every_conv_kernel_matches_the_reference_on_fixed_cases") else {
+    let test = "every_conv_kernel_matches_the_reference_on_fixed_cases";
+    let (Some(gpu), Some(portable)) = (gpu_or_skip(test), portable_gpu_or_skip(test)) else {
         return;
     };
+    // Hopper runs the tensor-core passes on `wgmma` by default, `mma.sync` otherwise.
+    let hopper = gpu.info().compute_capability == (9, 0);
     let case = |batch, channels: [usize; 2], kernel, size, params, bias| Case {
         batch,
         in_channels: channels[0],
@@ -362,23 +375,31 @@ fn every_conv_kernel_matches_the_reference_on_fixed_cases() {
         ),
     ];
     let passes = [ConvPass::Forward, ConvPass::InputGrad, ConvPass::WeightGrad];
-    for (c, paths) in cases {
-        let t = tensors(&c);
-        for (pass, expected) in passes.into_iter().zip(paths) {
-            let path = match gpu
-                .conv2d_algorithm(t.x.shape(), t.w.shape(), &c.params, pass)
-                .unwrap()
-            {
-                ConvAlgorithm::Winograd(_) => Winograd,
-                ConvAlgorithm::ImplicitGemm(plan) if plan.split > 1 => SplitGemm,
-                ConvAlgorithm::ImplicitGemm(_) => Gemm,
-                ConvAlgorithm::TensorCore(plan) if plan.a_vector == 1 => TensorCore,
-                ConvAlgorithm::TensorCore(_) => TensorCoreScalar,
-            };
-            assert_eq!(path, expected, "{c:?} {pass:?}");
+    for (gpu, warpgroup_mma) in [(&*gpu, hopper as u32), (&*portable, 0)] {
+        for (c, paths) in cases.iter().cloned() {
+            let t = tensors(&c);
+            for (pass, expected) in passes.into_iter().zip(paths) {
+                let path = match gpu
+                    .conv2d_algorithm(t.x.shape(), t.w.shape(), &c.params, pass)
+                    .unwrap()
+                {
+                    ConvAlgorithm::Winograd(_) => Winograd,
+                    ConvAlgorithm::ImplicitGemm(plan) if plan.split > 1 => SplitGemm,
+                    ConvAlgorithm::ImplicitGemm(_) => Gemm,
+                    ConvAlgorithm::TensorCore(plan) => {
+                        assert_eq!(plan.warpgroup_mma, warpgroup_mma, "{c:?} {pass:?}");
+                        if plan.a_vector == 1 {
+                            TensorCore
+                        } else {
+                            TensorCoreScalar
+                        }
+                    }
+                };
+                assert_eq!(path, expected, "{c:?} {pass:?}");
+            }
+            check_forward(gpu, c.clone()).unwrap();
+            check_backward(gpu, c).unwrap();
         }
-        check_forward(&gpu, c.clone()).unwrap();
-        check_backward(&gpu, c).unwrap();
     }
 }
 
@@ -528,7 +549,8 @@ fn invalid_conv2d_parameters_are_errors_that_name_them() {
 /// bits on a second run.
 #[test]
 fn tf32_forward_is_close_and_deterministic() {
-    let Some(gpu) = gpu_or_skip("tf32_forward_is_close_and_deterministic") else {
+    let test = "tf32_forward_is_close_and_deterministic";
+    let (Some(gpu), Some(portable)) = (gpu_or_skip(test), portable_gpu_or_skip(test)) else {
         return;
     };
     let mut next = random_words(99);
@@ -541,35 +563,41 @@ fn tf32_forward_is_close_and_deterministic() {
         ([2, 17, 19, 64], [96, 3, 3, 64], [1, 1], ConvLayout::Nhwc),
         ([3, 5, 33, 31], [40, 5, 1, 1], [0, 0], ConvLayout::Nchw),
     ] {
-        let params = Conv2dParams {
-            padding,
-            layout,
-            precision: ConvPrecision::Tf32,
-            ..Conv2dParams::default()
-        };
-        let (x, w) = (random(x_shape), random(w_shape));
-        let plan = gpu
-            .conv2d_algorithm(&x_shape, &w_shape, &params, ConvPass::Forward)
-            .unwrap();
-        assert!(matches!(plan, ConvAlgorithm::TensorCore(_)), "{plan:?}");
-        let want = reference::conv::conv2d(x.view(), w.view(), None, &params).unwrap();
-        let (dx, dw) = (gpu.upload(&x).unwrap(), gpu.upload(&w).unwrap());
-        let run = || {
-            gpu.download(&gpu.conv2d(&dx, &dw, None, &params).unwrap())
-                .unwrap()
-        };
-        let (first, second) = (run(), run());
-        let (mut difference, mut norm) = (0.0, 0.0);
-        for (&g, &w) in first.iter().zip(want.iter()) {
-            difference += (g as f64 - w).powi(2);
-            norm += w * w;
+        for gpu in [&*gpu, &*portable] {
+            let params = Conv2dParams {
+                padding,
+                layout,
+                precision: ConvPrecision::Tf32,
+                ..Conv2dParams::default()
+            };
+            let (x, w) = (random(x_shape), random(w_shape));
+            let plan = gpu
+                .conv2d_algorithm(&x_shape, &w_shape, &params, ConvPass::Forward)
+                .unwrap();
+            assert!(matches!(plan, ConvAlgorithm::TensorCore(_)), "{plan:?}");
+            let want = reference::conv::conv2d(x.view(), w.view(), None, &params).unwrap();
+            let (dx, dw) = (gpu.upload(&x).unwrap(), gpu.upload(&w).unwrap());
+            let run = || {
+                gpu.download(&gpu.conv2d(&dx, &dw, None, &params).unwrap())
+                    .unwrap()
+            };
+            let (first, second) = (run(), run());
+            let (mut difference, mut norm) = (0.0, 0.0);
+            for (&g, &w) in first.iter().zip(want.iter()) {
+                difference += (g as f64 - w).powi(2);
+                norm += w * w;
+            }
+            let error = (difference / norm).sqrt();
+            assert!(
+                error <= 5e-3 && error.is_finite(),
+                "{x_shape:?} {layout:?}: relative error {error:e}"
+            );
+            let bits = |a: &ArrayD<f32>| a.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+            assert!(bits(&first) == bits(&second), "{x_shape:?}: two runs differ");
+            eprintln!(
+                "{test}: {x_shape:?} {layout:?} on {}: relative error {error:.2e}",
+                gpu.info().kernel_image
+            );
         }
-        let error = (difference / norm).sqrt();
-        assert!(
-            error <= 5e-3 && error.is_finite(),
-            "{x_shape:?} {layout:?}: relative error {error:e}"
-        );
-        let bits = |a: &ArrayD<f32>| a.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
-        assert!(bits(&first) == bits(&second), "{x_shape:?}: two runs differ");
     }
 }

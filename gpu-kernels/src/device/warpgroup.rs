@@ -1,0 +1,167 @@
+//! Warpgroup MMA (`wgmma`, sm_90a): four warps multiply operands that they read from
+//! shared memory through matrix descriptors, asynchronously, into registers.
+
+use core::arch::asm;
+
+/// The descriptor of a K-major operand tile in shared memory whose rows are 128 bytes
+/// (32 TF32), stored with the 128-byte swizzle: 16-byte chunk `c` of row `r` at chunk
+/// `c ^ (r % 8)`, groups of 8 rows 1024 bytes apart, from a 1024-byte-aligned tile.
+/// `address` is the shared-window address of the first row of the operand, plus
+/// `4 k` bytes to start at column k (a multiple of 8) of the rows.
+#[inline(always)]
+pub fn swizzled_k_major_descriptor(address: u32) -> u64 {
+    const SWIZZLE_128B: u64 = 1 << 62;
+    const ROW_GROUP_BYTES: u64 = 1024;
+    // The leading-dimension offset is unused for K-major swizzled operands of one
+    // swizzle width; 1 (16 bytes) is the conventional value.
+    ((address as u64 & 0x3ffff) >> 4) | (1 << 16) | ((ROW_GROUP_BYTES >> 4) << 32) | SWIZZLE_128B
+}
+
+/// Orders this thread's earlier generic-proxy writes to shared memory (stores, landed
+/// `cp.async` copies) before later reads by the async proxy (`wgmma`):
+/// `fence.proxy.async.shared::cta`.
+#[inline(always)]
+pub fn fence_async_shared() {
+    // SAFETY: a memory fence; it accesses nothing.
+    unsafe { asm!("fence.proxy.async.shared::cta;", options(nostack)) };
+}
+
+/// Orders the warpgroup's register and shared-memory accesses before the `wgmma`s that
+/// follow: `wgmma.fence.sync.aligned`. Needed before the first `wgmma` of a batch.
+///
+/// # Safety
+/// All threads of the warpgroup call it together.
+#[inline(always)]
+pub unsafe fn warpgroup_fence() {
+    // SAFETY: the caller guarantees the warpgroup converges here.
+    unsafe { asm!("wgmma.fence.sync.aligned;", options(nostack)) };
+}
+
+/// Closes the batch of `wgmma`s issued since the last commit.
+///
+/// # Safety
+/// All threads of the warpgroup call it together.
+#[inline(always)]
+pub unsafe fn warpgroup_commit() {
+    // SAFETY: as above.
+    unsafe { asm!("wgmma.commit_group.sync.aligned;", options(nostack)) };
+}
+
+/// Waits until at most `PENDING` of the warpgroup's committed batches are in flight;
+/// the accumulators of the finished ones may then be read and their operands reused.
+///
+/// # Safety
+/// All threads of the warpgroup call it together.
+#[inline(always)]
+pub unsafe fn warpgroup_wait<const PENDING: u32>() {
+    // SAFETY: as above.
+    unsafe { asm!("wgmma.wait_group.sync.aligned {n};", n = const PENDING, options(nostack)) };
+}
+
+macro_rules! wgmma_tf32 {
+    ($shape:literal, $acc:ident, $a:ident, $b:ident, $first:literal $(, $i:literal)*) => {
+        asm!(
+            "{{",
+            ".reg .pred accumulate;",
+            "setp.ne.b32 accumulate, 1, 0;",
+            concat!(
+                "wgmma.mma_async.sync.aligned.", $shape, ".f32.tf32.tf32 {{",
+                "{", $first, "}" $(, ", {", $i, "}")*,
+                "}}, {a}, {b}, accumulate, 1, 1;"
+            ),
+            "}}",
+            inout(reg32) $acc[$first / 4][$first % 4],
+            $( inout(reg32) $acc[$i / 4][$i % 4], )*
+            a = in(reg64) $a,
+            b = in(reg64) $b,
+            options(nostack),
+        )
+    };
+}
+
+/// `acc += A B^T` for the warpgroup, asynchronously: A 64 x 8 and B 128 x 8 (TF32,
+/// K-major, from descriptors), `wgmma.mma_async.sync.aligned.m64n128k8.f32.tf32.tf32`.
+/// Warp `w` of the group holds rows `16 w ..`: with lane `4 g + t`, `acc[j]` holds
+/// (g, 8j + 2t), (g, 8j + 2t + 1), (g + 8, 8j + 2t), (g + 8, 8j + 2t + 1). The
+/// operands' elements are read as TF32 (the low mantissa bits ignored).
+///
+/// # Safety
+/// All threads of the warpgroup call it together, after [`warpgroup_fence`]; the
+/// descriptors address operands written before a barrier and [`fence_async_shared`];
+/// neither they nor `acc` are touched until [`warpgroup_wait`] says the batch is done.
+#[inline(always)]
+pub unsafe fn warpgroup_mma_tf32_m64n128k8(acc: &mut [[f32; 4]; 16], a: u64, b: u64) {
+    // SAFETY: the caller guarantees the convergence, the operands and the accumulators.
+    unsafe {
+        wgmma_tf32!(
+            "m64n128k8",
+            acc,
+            a,
+            b,
+            0,
+            1,
+            2,
+            3,
+            4,
+            5,
+            6,
+            7,
+            8,
+            9,
+            10,
+            11,
+            12,
+            13,
+            14,
+            15,
+            16,
+            17,
+            18,
+            19,
+            20,
+            21,
+            22,
+            23,
+            24,
+            25,
+            26,
+            27,
+            28,
+            29,
+            30,
+            31,
+            32,
+            33,
+            34,
+            35,
+            36,
+            37,
+            38,
+            39,
+            40,
+            41,
+            42,
+            43,
+            44,
+            45,
+            46,
+            47,
+            48,
+            49,
+            50,
+            51,
+            52,
+            53,
+            54,
+            55,
+            56,
+            57,
+            58,
+            59,
+            60,
+            61,
+            62,
+            63
+        )
+    };
+}
