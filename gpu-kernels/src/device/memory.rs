@@ -43,6 +43,24 @@ pub unsafe fn store_global_v4(ptr: *mut u32, v: [u32; 4]) {
     };
 }
 
+/// Stores two `f32`: `st.global.v2.f32`.
+///
+/// # Safety
+/// `ptr` must point to 8 writable, 8-byte-aligned bytes of global memory.
+#[inline(always)]
+pub unsafe fn store_global_v2_f32(ptr: *mut f32, v: [f32; 2]) {
+    // SAFETY: the caller guarantees a valid, aligned, writable global address.
+    unsafe {
+        asm!(
+            "cvta.to.global.u64 {p}, {p};",
+            "st.global.v2.f32 [{p}], {{{a}, {b}}};",
+            p = inout(reg64) ptr as u64 => _,
+            a = in(reg32) v[0], b = in(reg32) v[1],
+            options(nostack),
+        )
+    };
+}
+
 /// Loads four 32-bit words through the coherent path: `ld.global.v4.u32`. Use it where
 /// the launch may write the same memory (in-place operations).
 ///

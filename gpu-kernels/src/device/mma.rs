@@ -106,6 +106,26 @@ pub unsafe fn async_copy<const BYTES: u32>(destination: u32, source: *const u8, 
     };
 }
 
+/// [`async_copy`] of 16 bytes kept in L1 too (`cp.async.ca`), for data that
+/// neighbouring copies read again soon.
+///
+/// # Safety
+/// As [`async_copy`] with `BYTES == 16`.
+#[inline(always)]
+pub unsafe fn async_copy_cached(destination: u32, source: *const u8, valid: u32) {
+    // SAFETY: the caller guarantees both ranges; with `valid == 0` nothing is read.
+    unsafe {
+        asm!(
+            "cvta.to.global.u64 {s}, {s};",
+            "cp.async.ca.shared.global [{d}], [{s}], 16, {n};",
+            d = in(reg32) destination,
+            s = inout(reg64) source as u64 => _,
+            n = in(reg32) valid,
+            options(nostack),
+        )
+    };
+}
+
 /// Closes the group of this thread's copies started since the last commit.
 #[inline(always)]
 pub fn async_copy_commit() {

@@ -7,6 +7,8 @@ mod async_copy;
 mod math;
 mod memory;
 mod mma;
+#[cfg(target_feature = "sm_90")]
+mod pipeline;
 mod shared;
 mod shuffle;
 mod thread;
@@ -18,19 +20,25 @@ pub use async_copy::{STAGE_BARRIER_BYTES, StagedCopy};
 pub use math::{fma_f32, fma_f64};
 pub use memory::{
     Coherent, atomic_add_u32, fence_gpu, load_acquire_u32, load_global_nc_v4, load_global_v4,
-    store_global_v4, store_release_u32,
+    store_global_v2_f32, store_global_v4, store_release_u32,
 };
-pub use mma::{async_copy, async_copy_commit, async_copy_wait, load_matrix_x4, mma_tf32_16x8x8, to_tf32};
+pub use mma::{
+    async_copy, async_copy_cached, async_copy_commit, async_copy_wait, load_matrix_x4, mma_tf32_16x8x8,
+    to_tf32,
+};
+#[cfg(target_feature = "sm_90")]
+pub use pipeline::{PIPELINE_BARRIER_BYTES, StagePipeline};
 pub use shared::{
     SharedCarver, load_shared_f32, load_shared_v4_f32, shared_base, store_shared_f32, store_shared_v4_f32,
 };
 pub use shuffle::{Lane, Shuffle, WARP_SIZE, ballot};
 pub use thread::{
-    block_dim_x, block_idx_x, block_idx_y, block_idx_z, grid_dim_x, lane_id, sync_threads, thread_idx_x, trap,
+    block_dim_x, block_idx_x, block_idx_y, block_idx_z, grid_dim_x, lane_id, sync_group, sync_threads,
+    thread_idx_x, trap,
 };
 pub use vector::VectorElement;
 #[cfg(target_feature = "sm_90a")]
 pub use warpgroup::{
-    fence_async_shared, swizzled_k_major_descriptor, warpgroup_commit, warpgroup_fence,
+    fence_async_shared, set_max_registers, swizzled_k_major_descriptor, warpgroup_commit, warpgroup_fence,
     warpgroup_mma_tf32_m64n128k8, warpgroup_wait,
 };

@@ -70,6 +70,21 @@ pub unsafe fn sync_threads() {
     unsafe { core::arch::asm!("barrier.sync 0;", options(nostack)) }
 }
 
+/// Barrier `id` (1 to 15; 0 is the block's) among `threads` threads, a multiple of 32:
+/// `barrier.sync id, threads`, for a group of warps that synchronizes apart from the
+/// rest of the block.
+///
+/// # Safety
+/// Exactly `threads` threads, whole warps, reach it each time, and no other group uses
+/// `id` meanwhile.
+#[inline(always)]
+pub unsafe fn sync_group<const ID: u32>(threads: u32) {
+    // SAFETY: the caller guarantees the arrivals; a compiler memory barrier as above.
+    unsafe {
+        core::arch::asm!("barrier.sync {id}, {n};", id = const ID, n = in(reg32) threads, options(nostack))
+    }
+}
+
 /// Stops the kernel with an error the host sees at its next synchronization.
 #[inline(always)]
 pub fn trap() -> ! {

@@ -58,6 +58,26 @@ pub unsafe fn warpgroup_wait<const PENDING: u32>() {
     unsafe { asm!("wgmma.wait_group.sync.aligned {n};", n = const PENDING, options(nostack)) };
 }
 
+/// Gives the warpgroup `COUNT` registers per thread from here on (a multiple of 8, 24
+/// to 256): `setmaxnreg.inc` when `INCREASE` (waits until the block has released
+/// enough), else `setmaxnreg.dec`. Warpgroups that need few registers give theirs to
+/// those that need many.
+///
+/// # Safety
+/// All threads of the warpgroup call it together; the block's warpgroups together
+/// never ask for more registers than the block was launched with.
+#[inline(always)]
+pub unsafe fn set_max_registers<const INCREASE: bool, const COUNT: u32>() {
+    // SAFETY: the caller guarantees the convergence and the register budget.
+    unsafe {
+        if INCREASE {
+            asm!("setmaxnreg.inc.sync.aligned.u32 {n};", n = const COUNT, options(nostack))
+        } else {
+            asm!("setmaxnreg.dec.sync.aligned.u32 {n};", n = const COUNT, options(nostack))
+        }
+    };
+}
+
 macro_rules! wgmma_tf32 {
     ($shape:literal, $acc:ident, $a:ident, $b:ident, $first:literal $(, $i:literal)*) => {
         asm!(

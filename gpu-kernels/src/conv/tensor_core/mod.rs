@@ -8,16 +8,15 @@
 //! The operands are staged as `TC_BM x TC_BK` tiles of A and `TC_BN x TC_BK` of B in
 //! shared memory, filled by `cp.async` (16-byte copies of four consecutive K where the
 //! operand allows, else one element at a time) and zero-filled outside the tensors.
-//! Two mainloops multiply them: on Hopper, warpgroup MMA (`wgmma`, operands read from
-//! shared memory by the tensor cores as TF32) through `WGMMA_STAGES` stages; elsewhere
-//! `mma.sync` m16n8k8 TF32 (fragments by `ldmatrix`, rounded to TF32 to nearest) through
-//! `TC_STAGES`. Sums stay FP32, in a fixed order, so results are the same from run to
-//! run.
+//! Two kinds of kernel multiply them. On Hopper, warpgroup MMA (`wgmma`, operands read
+//! from shared memory by the tensor cores as TF32) in persistent blocks where a
+//! producer warpgroup copies the stages while two consumer warpgroups multiply and
+//! store. Elsewhere `mma.sync` m16n8k8 TF32 (fragments by `ldmatrix`, rounded to TF32 to
+//! nearest), every thread copying and multiplying, one block per tile. Sums stay FP32,
+//! in a fixed order, so results are the same from run to run.
 
 #[cfg(target_arch = "nvptx64")]
-mod forward;
-#[cfg(target_arch = "nvptx64")]
-mod mainloop;
+mod epilogue;
 #[cfg(target_arch = "nvptx64")]
 mod operands;
 #[cfg(target_arch = "nvptx64")]
@@ -28,46 +27,61 @@ mod warpgroup_mma;
 use super::{ConvLayout, ConvProblem};
 use crate::launch::{DeviceLimits, DevicePtr, DevicePtrMut, Launch, LaunchGeometry, kernel_args};
 
-/// Rows of C (output pixels) per block.
+/// Rows of C (output pixels) per block of the `mma.sync` kernels.
 pub const TC_BM: u32 = 128;
 /// Columns of C (output channels) per block.
 pub const TC_BN: u32 = 128;
-/// Depth of one staged slice of K: 32 floats, 128 bytes per row.
+/// Depth of one staged slice of K (a k-tile): 32 floats, 128 bytes per row.
 pub const TC_BK: u32 = 32;
 /// Shared-memory stages of the `mma.sync` mainloop.
 pub const TC_STAGES: u32 = 4;
-/// Shared-memory stages of the `wgmma` mainloop: four copied ahead, one being
-/// multiplied, one that the previous multiply may still read.
-pub const WGMMA_STAGES: u32 = 6;
-/// Threads per block: 8 warps, 2 along M by 4 along N.
+/// Threads per block of the `mma.sync` kernels: 8 warps, 2 along M by 4 along N.
 pub const TC_THREADS: u32 = 256;
-/// Bytes of one staged operand tile.
-pub const TC_TILE_BYTES: u32 = TC_BM * TC_BK * 4;
-/// Dynamic shared memory of a block: both operands of every stage.
-pub const fn shared_bytes(stages: u32) -> u32 {
-    stages * 2 * TC_TILE_BYTES
-}
-/// Blocks resident per SM (two 96 KiB blocks fit the H100's 227 KiB).
+/// Blocks resident per SM of the `mma.sync` kernels.
 pub const TC_BLOCKS_PER_SM: u32 = 1;
 
-const _: () = assert!(TC_BM == TC_BN && TC_BK == 32 && TC_THREADS == 256 && TC_STAGES >= 2);
+/// Rows of C per tile of the `wgmma` kernels: 128 for each of two consumer warpgroups.
+pub const WGMMA_BM: u32 = 256;
+/// Threads per block of the `wgmma` kernels: a producer warpgroup that copies the
+/// stages and two consumer warpgroups that multiply them and store the sums.
+pub const WGMMA_THREADS: u32 = 384;
+/// Shared-memory stages of the `wgmma` kernels.
+pub const WGMMA_STAGES: u32 = 4;
+/// Bytes of the mbarriers of one `wgmma` stage (full and empty).
+pub const WGMMA_BARRIER_BYTES: u32 = 16;
+/// Bytes of the `wgmma` producer's table of window origins (NHWC), 16 per row.
+pub const WGMMA_TABLE_BYTES: u32 = 16 * WGMMA_BM;
 
-/// How a tensor-core pass is launched: blocks along x are tiles of M, grid y is the
-/// group, grid z the tiles of `TC_BN` output channels of a group.
+/// Bytes of a staged operand tile of `rows` rows.
+pub const fn tile_bytes(rows: u32) -> u32 {
+    rows * TC_BK * 4
+}
+
+const _: () = assert!(TC_BM == TC_BN && TC_BK == 32 && TC_THREADS == 256 && TC_STAGES >= 2);
+const _: () = assert!(WGMMA_BM == 2 * 128 && TC_BN == 128 && WGMMA_THREADS == 3 * 128 && WGMMA_STAGES >= 2);
+
+/// How a tensor-core pass is launched. Its GEMM has `m_tiles x groups x n_tiles` tiles
+/// (M by the kernel's rows per tile, `TC_BN` output channels of a group). The
+/// `mma.sync` kernels take one per block (grid x, y, z); the `wgmma` kernels are
+/// persistent: `blocks` blocks take every `blocks`-th tile, output channels fastest.
 #[repr(C)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct TensorCorePlan {
     pub m_tiles: u32,
     pub n_tiles: u32,
     pub groups: u32,
+    pub blocks: u32,
     /// Whether x is copied four channels at a time (NHWC, channels per group a
     /// multiple of 4), as 1 or 0.
     pub a_vector: u32,
     /// Whether w is copied four K at a time (K a multiple of 4), as 1 or 0.
     pub b_vector: u32,
+    /// Whether a k-tile is one tap of `TC_BK` channels (NHWC, channels per group a
+    /// multiple of `TC_BK`), as 1 or 0 (K in the weights' order).
+    pub channel_tiles: u32,
     /// Whether the tensors are channels last (NHWC), as 1 or 0 (NCHW).
     pub channels_last: u32,
-    /// Whether the mainloop is `wgmma` (sm_90a), as 1 or 0 (`mma.sync`).
+    /// Whether the kernel is on `wgmma` (sm_90a), as 1 or 0 (`mma.sync`).
     pub warpgroup_mma: u32,
 }
 
@@ -77,14 +91,26 @@ impl TensorCorePlan {
     pub const fn forward(problem: &ConvProblem, layout: ConvLayout, device: &DeviceLimits) -> Self {
         let m = problem.batch as u64 * problem.out_pixels() as u64;
         let channels_last = matches!(layout, ConvLayout::Nhwc);
+        let warpgroup_mma = device.warpgroup_mma;
+        let rows = if warpgroup_mma { WGMMA_BM } else { TC_BM };
+        let m_tiles = m.div_ceil(rows as u64) as u32;
+        let n_tiles = problem.out_per_group().div_ceil(TC_BN);
+        let tiles = m_tiles as u64 * problem.groups as u64 * n_tiles as u64;
+        let in_group = problem.in_per_group();
         Self {
-            m_tiles: m.div_ceil(TC_BM as u64) as u32,
-            n_tiles: problem.out_per_group().div_ceil(TC_BN),
+            m_tiles,
+            n_tiles,
             groups: problem.groups,
-            a_vector: (channels_last && problem.in_per_group().is_multiple_of(4)) as u32,
-            b_vector: (problem.in_per_group() * problem.taps()).is_multiple_of(4) as u32,
+            blocks: if tiles < device.multiprocessors as u64 {
+                tiles as u32
+            } else {
+                device.multiprocessors
+            },
+            a_vector: (channels_last && in_group.is_multiple_of(4)) as u32,
+            b_vector: (in_group * problem.taps()).is_multiple_of(4) as u32,
+            channel_tiles: (channels_last && in_group.is_multiple_of(TC_BK)) as u32,
             channels_last: channels_last as u32,
-            warpgroup_mma: device.warpgroup_mma as u32,
+            warpgroup_mma: warpgroup_mma as u32,
         }
     }
 
@@ -107,15 +133,19 @@ impl TensorCorePlan {
         bias: DevicePtr<f32>,
         y: DevicePtrMut<f32>,
     ) -> Launch<TensorCoreArgs> {
-        let stages = if self.warpgroup_mma == 1 {
-            WGMMA_STAGES
+        let geometry = if self.warpgroup_mma == 1 {
+            LaunchGeometry {
+                grid: [self.blocks as u64, 1, 1],
+                threads: WGMMA_THREADS,
+                shared_bytes: WGMMA_STAGES * (tile_bytes(WGMMA_BM) + tile_bytes(TC_BN) + WGMMA_BARRIER_BYTES)
+                    + WGMMA_TABLE_BYTES,
+            }
         } else {
-            TC_STAGES
-        };
-        let geometry = LaunchGeometry {
-            grid: [self.m_tiles as u64, self.groups as u64, self.n_tiles as u64],
-            threads: TC_THREADS,
-            shared_bytes: shared_bytes(stages),
+            LaunchGeometry {
+                grid: [self.m_tiles as u64, self.groups as u64, self.n_tiles as u64],
+                threads: TC_THREADS,
+                shared_bytes: TC_STAGES * (tile_bytes(TC_BM) + tile_bytes(TC_BN)),
+            }
         };
         let args = TensorCoreArgs {
             x,
@@ -148,15 +178,15 @@ kernel_args! {
     }
     /// The TF32 forward pass over NHWC tensors on `mma.sync`.
     pub const CONV_FORWARD_NHWC_TF32 = "conv_forward_nhwc_tf32" =>
-        forward::forward_nhwc::<warp_mma::WarpMma>, bounds(TC_THREADS, TC_BLOCKS_PER_SM);
+        warp_mma::forward_nhwc, bounds(TC_THREADS, TC_BLOCKS_PER_SM);
     /// The TF32 forward pass over NCHW tensors on `mma.sync`.
     pub const CONV_FORWARD_NCHW_TF32 = "conv_forward_nchw_tf32" =>
-        forward::forward_nchw::<warp_mma::WarpMma>, bounds(TC_THREADS, TC_BLOCKS_PER_SM);
+        warp_mma::forward_nchw, bounds(TC_THREADS, TC_BLOCKS_PER_SM);
     /// The TF32 forward pass over NHWC tensors on `wgmma`.
     pub const CONV_FORWARD_NHWC_TF32_WGMMA = "conv_forward_nhwc_tf32_wgmma" =>
-        forward::forward_nhwc::<warpgroup_mma::WarpgroupMma>, bounds(TC_THREADS, 1), requires("sm_90a");
+        warpgroup_mma::forward::<true>, bounds(WGMMA_THREADS, 1), requires("sm_90a");
     /// The TF32 forward pass over NCHW tensors on `wgmma`.
     pub const CONV_FORWARD_NCHW_TF32_WGMMA = "conv_forward_nchw_tf32_wgmma" =>
-        forward::forward_nchw::<warpgroup_mma::WarpgroupMma>, bounds(TC_THREADS, 1), requires("sm_90a");
+        warpgroup_mma::forward::<false>, bounds(WGMMA_THREADS, 1), requires("sm_90a");
     entry points in ENTRY_POINTS;
 }

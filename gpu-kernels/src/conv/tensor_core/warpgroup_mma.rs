@@ -1,81 +1,274 @@
-//! The mainloop on warpgroup MMA (`wgmma`, sm_90a): two warpgroups, each multiplying
-//! 64 rows of the tile by all its 128 columns straight from the swizzled stages, while
-//! the same threads copy the stages ahead. The tensor cores read the operands as TF32
-//! (the low mantissa bits ignored).
+//! The forward pass on warpgroup MMA (`wgmma`, sm_90a): persistent blocks of three
+//! warpgroups. The producer warpgroup copies k-tiles of A (`WGMMA_BM` rows) and B
+//! (`TC_BN` rows) into `WGMMA_STAGES` stages with `cp.async`; each of the two consumer
+//! warpgroups multiplies its 128 rows by the 128 columns straight from the swizzled
+//! stages (the tensor cores read the operands as TF32, the low mantissa bits ignored)
+//! and stores its sums, while the producer already copies the next tile's stages. Full
+//! and empty mbarriers per stage order the two sides.
 
-use super::mainloop::{Mainloop, WarpTiles};
-use super::operands::Operand;
+use super::epilogue::{TileOrigin, WarpTiles, bias_sums, store};
+use super::operands::{
+    Filters, KTiles, NchwPatches, Operand, Patches, ScalarFilters, ScalarPatches, SharedOrigins, Stagers,
+    VectorFilters, VectorPatches,
+};
 use super::*;
 use crate::device::{
-    async_copy_commit, async_copy_wait, fence_async_shared, shared_base, swizzled_k_major_descriptor,
-    sync_threads, thread_idx_x, warpgroup_commit, warpgroup_fence, warpgroup_mma_tf32_m64n128k8,
-    warpgroup_wait,
+    PIPELINE_BARRIER_BYTES, StagePipeline, block_idx_x, fence_async_shared, grid_dim_x, set_max_registers,
+    shared_base, swizzled_k_major_descriptor, sync_group, sync_threads, thread_idx_x, warpgroup_commit,
+    warpgroup_fence, warpgroup_mma_tf32_m64n128k8, warpgroup_wait,
 };
 
-const _: () = assert!(TC_BN == 128 && TC_BM == 128 && TC_THREADS == 256 && WGMMA_STAGES >= 3);
+/// Threads of a warpgroup.
+const WARPGROUP: u32 = 128;
+/// Rows of the tile each consumer warpgroup multiplies (two `wgmma` of 64 rows).
+const CONSUMER_ROWS: u32 = WGMMA_BM / 2;
+/// Staged rows per producer thread: of A (NHWC), of A (NCHW), of B.
+const A_ROWS: usize = (WGMMA_BM * TC_BK / 4 / WARPGROUP) as usize;
+const NCHW_ROWS: usize = (WGMMA_BM / WARPGROUP) as usize;
+const B_ROWS: usize = (TC_BN * TC_BK / 4 / WARPGROUP) as usize;
+/// Bytes of a stage: A then B.
+const STAGE_BYTES: u32 = tile_bytes(WGMMA_BM) + tile_bytes(TC_BN);
 
-/// Warpgroup `g` holds rows `64 g ..` of the tile, each warp 16 rows by 128 columns.
-pub struct WarpgroupMma;
+/// Registers per thread of the producer and of the consumers, within the block's 64K.
+const PRODUCER_REGISTERS: u32 = 104;
+const CONSUMER_REGISTERS: u32 = 200;
 
-impl Mainloop for WarpgroupMma {
-    type Sums = WarpTiles<1, 16>;
+const _: () = assert!(PIPELINE_BARRIER_BYTES == WGMMA_BARRIER_BYTES && CONSUMER_ROWS == 128);
+const _: () = assert!(WARPGROUP * (PRODUCER_REGISTERS + 2 * CONSUMER_REGISTERS) <= 65536);
 
-    #[inline(always)]
-    unsafe fn product<A: Operand, B: Operand>(a: &A, b: &B, k_tiles: u32) -> Self::Sums {
-        const STAGES: u32 = WGMMA_STAGES;
-        let stage_a = |s: u32| shared_base() + s * 2 * TC_TILE_BYTES;
-        let stage_b = |s: u32| stage_a(s) + TC_TILE_BYTES;
-        // Copies run `STAGES - 2` slices ahead, one multiply stays in flight: the stage
-        // refilled in iteration `kt` was last read by the multiply of `kt - 2`, which
-        // every warpgroup waited for (at the end of `kt - 1`) before the barrier of `kt`.
-        // SAFETY (of every `stage` call): that stage is free.
-        for s in 0..STAGES - 2 {
-            if s < k_tiles {
-                unsafe {
-                    a.stage(stage_a(s), s * TC_BK);
-                    b.stage(stage_b(s), s * TC_BK);
-                }
-            }
-            async_copy_commit();
+#[inline(always)]
+fn stage_a(stage: u32) -> u32 {
+    shared_base() + stage * STAGE_BYTES
+}
+
+#[inline(always)]
+fn stage_b(stage: u32) -> u32 {
+    stage_a(stage) + tile_bytes(WGMMA_BM)
+}
+
+/// The producer's table of window origins, after the stages' mbarriers.
+#[inline(always)]
+fn origin_table() -> u32 {
+    stage_a(WGMMA_STAGES) + WGMMA_STAGES * WGMMA_BARRIER_BYTES
+}
+
+/// Tile `index` of the plan's GEMM: output channels fastest, then groups, then M.
+#[inline(always)]
+fn tile_origin(plan: &TensorCorePlan, index: u32) -> TileOrigin {
+    let rest = index / plan.n_tiles;
+    TileOrigin {
+        m0: rest / plan.groups * WGMMA_BM,
+        group: rest % plan.groups,
+        n0: index % plan.n_tiles * TC_BN,
+    }
+}
+
+/// y = conv(x, w) + bias over NHWC (`CHANNELS_LAST`) or NCHW tensors.
+///
+/// # Safety
+/// x, w and y hold the problem's tensors in that layout (w `[out][kh][kw][in / groups]`
+/// in NHWC, `[out][in / groups][kh][kw]` in NCHW), bias null or `out_channels` floats;
+/// `plan` is the problem's forward plan for `wgmma` in that layout, the launch the one
+/// it builds.
+#[inline(always)]
+pub unsafe fn forward<const CHANNELS_LAST: bool>(args: TensorCoreArgs) {
+    let (p, plan) = (&args.problem, &args.plan);
+    let k_tiles = KTiles::new(p, plan);
+    let tiles = plan.m_tiles * plan.groups * plan.n_tiles;
+    // SAFETY: every thread calls it; the mbarriers follow the stages in the launch's
+    // shared memory, and the barrier below publishes them.
+    let pipeline =
+        unsafe { StagePipeline::new(stage_a(WGMMA_STAGES), WGMMA_STAGES, WARPGROUP, 2 * WARPGROUP) };
+    // SAFETY: every thread reaches it.
+    unsafe { sync_threads() };
+    let warpgroup = thread_idx_x() / WARPGROUP;
+    // SAFETY: each side runs the same tiles in the same order, so every fill is
+    // consumed and every release awaited.
+    // The producer's registers go to the consumers' sums.
+    unsafe {
+        if warpgroup == 0 {
+            set_max_registers::<false, PRODUCER_REGISTERS>();
+            produce::<CHANNELS_LAST>(&args, k_tiles, tiles, &pipeline);
+        } else {
+            set_max_registers::<true, CONSUMER_REGISTERS>();
+            consume(&args, k_tiles.count(), tiles, &pipeline, warpgroup - 1);
         }
-        let warp = thread_idx_x() / 32;
-        let group_row = (warp / 4) * 64;
-        let mut sums = [[0.0; 4]; 16];
+    }
+}
+
+/// The producer: stages every k-tile of every tile of this block.
+///
+/// # Safety
+/// As [`forward`]; the producer warpgroup calls it.
+#[inline(always)]
+unsafe fn produce<const CHANNELS_LAST: bool>(
+    args: &TensorCoreArgs,
+    k_tiles: KTiles,
+    tiles: u32,
+    pipeline: &StagePipeline,
+) {
+    let (p, plan) = (&args.problem, &args.plan);
+    let stagers = Stagers {
+        index: thread_idx_x(),
+        count: WARPGROUP,
+    };
+    let mut fills = 0;
+    let mut index = block_idx_x();
+    while index < tiles {
+        let tile = tile_origin(plan, index);
+        let filters = Filters::<B_ROWS>::new(args.w.as_ptr(), p, k_tiles, tile.n0, tile.group, stagers);
+        let x = args.x.as_ptr();
+        // SAFETY: forwarded.
+        unsafe {
+            if CHANNELS_LAST {
+                // The table is rewritten once every producer finished reading it.
+                sync_group::<1>(WARPGROUP);
+                let table = SharedOrigins::write(origin_table(), p, tile.m0, tile.group, WGMMA_BM, stagers);
+                sync_group::<1>(WARPGROUP);
+                let patches = Patches::<A_ROWS, _>::with_table(x, p, k_tiles, table, stagers);
+                if plan.a_vector != 0 {
+                    with_filters(
+                        plan,
+                        VectorPatches(patches),
+                        filters,
+                        k_tiles,
+                        pipeline,
+                        &mut fills,
+                    );
+                } else {
+                    with_filters(
+                        plan,
+                        ScalarPatches(patches),
+                        filters,
+                        k_tiles,
+                        pipeline,
+                        &mut fills,
+                    );
+                }
+            } else {
+                let patches = NchwPatches::<NCHW_ROWS>::new(x, p, tile.m0, tile.group, WGMMA_BM, stagers);
+                with_filters(plan, patches, filters, k_tiles, pipeline, &mut fills);
+            }
+        }
+        index += grid_dim_x();
+    }
+}
+
+/// Stages the k-tiles of one tile, the weights copied 16 or 4 bytes at a time as the
+/// plan says.
+///
+/// # Safety
+/// As [`produce`].
+#[inline(always)]
+unsafe fn with_filters<A: Operand>(
+    plan: &TensorCorePlan,
+    patches: A,
+    filters: Filters<B_ROWS>,
+    k_tiles: KTiles,
+    pipeline: &StagePipeline,
+    fills: &mut u32,
+) {
+    // SAFETY: forwarded.
+    unsafe {
+        if plan.b_vector != 0 {
+            fill(
+                &patches,
+                &VectorFilters(filters),
+                k_tiles.count(),
+                pipeline,
+                fills,
+            );
+        } else {
+            fill(
+                &patches,
+                &ScalarFilters(filters),
+                k_tiles.count(),
+                pipeline,
+                fills,
+            );
+        }
+    }
+}
+
+/// Stages k-tiles `0..k_tiles` of `a` and `b`, `fills` counting the stages filled by
+/// this block so far.
+///
+/// # Safety
+/// As [`produce`].
+#[inline(always)]
+unsafe fn fill<A: Operand, B: Operand>(
+    a: &A,
+    b: &B,
+    k_tiles: u32,
+    pipeline: &StagePipeline,
+    fills: &mut u32,
+) {
+    for kt in 0..k_tiles {
+        let (stage, fill) = (*fills % WGMMA_STAGES, *fills / WGMMA_STAGES);
+        // SAFETY: the stage is released (its previous fill consumed) before the copies
+        // start, and the full barrier waits for them.
+        unsafe {
+            pipeline.acquire(stage, fill);
+            a.stage(stage_a(stage), kt);
+            b.stage(stage_b(stage), kt);
+            pipeline.commit_copies(stage);
+        }
+        *fills += 1;
+    }
+}
+
+/// A consumer: multiplies rows `CONSUMER_ROWS consumer ..` of every tile of this block
+/// and stores them.
+///
+/// # Safety
+/// As [`forward`]; consumer warpgroup `consumer` (0 or 1) calls it.
+#[inline(always)]
+unsafe fn consume(args: &TensorCoreArgs, k_tiles: u32, tiles: u32, pipeline: &StagePipeline, consumer: u32) {
+    let warp = thread_idx_x() / 32 % 4;
+    let rows = consumer * CONSUMER_ROWS;
+    let mut fills = 0;
+    let mut index = block_idx_x();
+    while index < tiles {
+        let tile = tile_origin(&args.plan, index);
+        // SAFETY: the launch's arguments.
+        let mut sums = unsafe { bias_sums::<2, 16>(args, tile, 0) };
         for kt in 0..k_tiles {
-            async_copy_wait::<{ STAGES - 3 }>();
-            fence_async_shared();
-            // SAFETY: every thread reaches it; the stage of `kt` landed for every thread
-            // and was fenced for the tensor cores' reads.
-            unsafe { sync_threads() };
-            let (tile_a, tile_b) = (stage_a(kt % STAGES), stage_b(kt % STAGES));
-            // SAFETY: the warpgroup runs these together; the stage is published, and it
-            // is not written again before the wait of the next iteration.
+            let (stage, fill) = (fills % WGMMA_STAGES, fills / WGMMA_STAGES);
+            // SAFETY: the warpgroup runs these together. The stage's copies landed
+            // (full barrier) and are fenced for the tensor cores' reads; it is released
+            // only once the multiply that reads it is done (the wait of the next
+            // k-tile, or the last wait).
             unsafe {
+                pipeline.wait_full(stage, fill);
+                fence_async_shared();
                 warpgroup_fence();
                 for kk in 0..TC_BK / 8 {
-                    let a = swizzled_k_major_descriptor(tile_a + group_row * TC_BK * 4 + kk * 32);
-                    let b = swizzled_k_major_descriptor(tile_b + kk * 32);
-                    warpgroup_mma_tf32_m64n128k8(&mut sums, a, b);
+                    let b = swizzled_k_major_descriptor(stage_b(stage) + kk * 32);
+                    for (half, sums) in sums.iter_mut().enumerate() {
+                        let row = rows + 64 * half as u32;
+                        let a = swizzled_k_major_descriptor(stage_a(stage) + row * TC_BK * 4 + kk * 32);
+                        warpgroup_mma_tf32_m64n128k8(sums, a, b);
+                    }
                 }
                 warpgroup_commit();
-            }
-            let refill = kt + STAGES - 2;
-            if refill < k_tiles {
-                let s = refill % STAGES;
-                unsafe {
-                    a.stage(stage_a(s), refill * TC_BK);
-                    b.stage(stage_b(s), refill * TC_BK);
+                warpgroup_wait::<1>();
+                if kt > 0 {
+                    pipeline.release((fills - 1) % WGMMA_STAGES);
                 }
             }
-            async_copy_commit();
-            // SAFETY: the warpgroup runs it together.
-            unsafe { warpgroup_wait::<1>() };
+            fills += 1;
         }
-        // SAFETY: as above; the sums are final after it.
-        unsafe { warpgroup_wait::<0>() };
-        WarpTiles {
-            sums: [sums],
-            origin: (warp * 16, 0),
+        // SAFETY: as above; the sums are final after the wait.
+        unsafe {
+            warpgroup_wait::<0>();
+            pipeline.release((fills - 1) % WGMMA_STAGES);
+            let warp_tiles = WarpTiles {
+                sums,
+                origin: (rows + 16 * warp, 0),
+                row_step: 64,
+            };
+            store(args, tile, &warp_tiles);
         }
+        index += grid_dim_x();
     }
 }

@@ -1,0 +1,116 @@
+//! The epilogue of both tensor-core kernels: each warp's sums, which start from the
+//! bias, stored from registers in the plan's layout.
+
+use super::*;
+use crate::device::{lane_id, store_global_v2_f32};
+
+/// Where a tile of the GEMM lies: its first output pixel, its group, and its first
+/// output channel of the group.
+#[derive(Clone, Copy)]
+pub struct TileOrigin {
+    pub m0: u32,
+    pub group: u32,
+    pub n0: u32,
+}
+
+/// A warp's sums: `I x J` tiles of 16 x 8 outputs, tile (i, j) at `origin + (row_step
+/// i, 8 j)` (row, column within the tile of the GEMM). With lane `4 g + t`, a tile's four
+/// sums are at (g, 2t), (g, 2t + 1), (g + 8, 2t), (g + 8, 2t + 1).
+pub struct WarpTiles<const I: usize, const J: usize> {
+    pub sums: [[[f32; 4]; J]; I],
+    pub origin: (u32, u32),
+    pub row_step: u32,
+}
+
+/// The sums a warp's tiles start from: the bias of each tile's columns (zero without
+/// one, or past the group's channels), so that the epilogue stores the sums as they are.
+///
+/// # Safety
+/// `args` are the launch's (bias null or `out_channels` floats).
+#[inline(always)]
+pub unsafe fn bias_sums<const I: usize, const J: usize>(
+    args: &TensorCoreArgs,
+    tile: TileOrigin,
+    column0: u32,
+) -> [[[f32; 4]; J]; I] {
+    let out_group = args.problem.out_per_group();
+    let bias = args.bias.as_ptr();
+    let t = lane_id() % 4;
+    let columns: [[f32; 2]; J] = core::array::from_fn(|j| {
+        let column = tile.n0 + column0 + 8 * j as u32 + 2 * t;
+        [column, column + 1].map(|c| {
+            if bias.is_null() || c >= out_group {
+                0.0
+            } else {
+                // SAFETY: a channel of the bias (the group's channel c).
+                unsafe { *bias.add((tile.group * out_group + c) as usize) }
+            }
+        })
+    });
+    [columns.map(|[b0, b1]| [b0, b1, b0, b1]); I]
+}
+
+/// Writes the warp's sums to y: output pixel m and channel c of the group at
+/// `y[m][channel]` (NHWC) or `y[image][channel][pixel]` (NCHW).
+///
+/// # Safety
+/// `args` are the launch's (y holds the problem's output in the plan's layout), `tile` a
+/// tile of its GEMM.
+#[inline(always)]
+pub unsafe fn store<const I: usize, const J: usize>(
+    args: &TensorCoreArgs,
+    tile: TileOrigin,
+    warp: &WarpTiles<I, J>,
+) {
+    let p = &args.problem;
+    let lane = lane_id();
+    let (g, t) = (lane / 4, lane % 4);
+    let m_total = p.batch * p.out_pixels();
+    let out_group = p.out_per_group();
+    let y = args.y.as_mut_ptr();
+    let channels_last = args.plan.channels_last == 1;
+    // Two neighbouring channels of a pixel are 8-byte aligned in NHWC when the first is
+    // even: the group's first channel is, and so the pixel's.
+    let pairs = channels_last && out_group.is_multiple_of(2);
+    // Constant loop bounds throughout: an index the compiler cannot unroll would move
+    // the sums to local memory.
+    for (i, row_tiles) in warp.sums.iter().enumerate() {
+        for (j, sums) in row_tiles.iter().enumerate() {
+            let column = tile.n0 + warp.origin.1 + 8 * j as u32 + 2 * t;
+            // The two output channels of this lane's column pair.
+            let channels = [column, column + 1].map(|c| (c < out_group, tile.group * out_group + c));
+            for half in 0..2 {
+                let m = tile.m0 + warp.origin.0 + warp.row_step * i as u32 + g + 8 * half;
+                if m >= m_total {
+                    continue;
+                }
+                let values = [0, 1].map(|e| sums[2 * half as usize + e]);
+                if channels_last {
+                    let at = m as usize * p.out_channels as usize + channels[0].1 as usize;
+                    if pairs && channels[1].0 {
+                        // SAFETY: both channels are outputs of pixel m, 8-byte aligned.
+                        unsafe { store_global_v2_f32(y.add(at), values) };
+                        continue;
+                    }
+                    for (e, &(valid, _)) in channels.iter().enumerate() {
+                        if valid {
+                            // SAFETY: (m, channel) is an output of the problem, inside y.
+                            unsafe { *y.add(at + e) = values[e] };
+                        }
+                    }
+                } else {
+                    let (image, pixel) = p.div_out_pixels.divmod(m);
+                    for (e, &(valid, channel)) in channels.iter().enumerate() {
+                        if valid {
+                            let at = (image as usize * p.out_channels as usize + channel as usize)
+                                * p.out_pixels() as usize
+                                + pixel as usize;
+                            // SAFETY: (m, channel) is an output of the problem, inside y.
+                            unsafe { *y.add(at) = values[e] };
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
