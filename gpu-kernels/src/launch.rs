@@ -205,6 +205,8 @@ pub struct DeviceLimits {
     /// Whether the loaded kernels are the `sm_90a` build, which holds the entry points
     /// on warpgroup MMA (`wgmma`).
     pub warpgroup_mma: bool,
+    /// Whether the driver encodes tensor maps, for bulk tensor copies (TMA).
+    pub tensor_maps: bool,
 }
 
 /// Grid, block and dynamic shared memory of one launch.

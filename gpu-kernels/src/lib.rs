@@ -34,6 +34,7 @@ pub mod matvec;
 pub mod min;
 pub mod primitives;
 pub mod scan;
+pub mod tensor_map;
 pub mod transpose;
 
 /// Every kernel entry point the module exports. The PTX build fails if one is missing
@@ -48,6 +49,7 @@ pub fn entry_points() -> impl Iterator<Item = launch::EntryPoint> {
         conv::ENTRY_POINTS,
         primitives::ENTRY_POINTS,
         &[transpose::ENTRY_POINTS][..],
+        &[tensor_map::ENTRY_POINTS][..],
     ]
     .into_iter()
     .flatten()

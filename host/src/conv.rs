@@ -264,9 +264,20 @@ impl Gpu {
             ConvAlgorithm::ImplicitGemm(plan) => {
                 self.launch(&plan.forward(problem, x.ptr(), w.ptr(), bias, y.ptr_mut()))
             }
-            ConvAlgorithm::TensorCore(plan) => {
-                self.launch(&plan.forward_launch(problem, x.ptr(), w.ptr(), bias, y.ptr_mut()))
-            }
+            ConvAlgorithm::TensorCore(plan) => match plan.tensor_maps(problem, x.ptr(), w.ptr()) {
+                Some(specs) => {
+                    let (_scratch, maps) = self.tensor_maps(&specs)?;
+                    self.launch(&plan.forward_launch(problem, x.ptr(), w.ptr(), bias, y.ptr_mut(), maps))
+                }
+                None => self.launch(&plan.forward_launch(
+                    problem,
+                    x.ptr(),
+                    w.ptr(),
+                    bias,
+                    y.ptr_mut(),
+                    DevicePtr::NULL,
+                )),
+            },
         }
     }
 

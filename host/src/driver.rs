@@ -4,6 +4,7 @@
 
 use std::collections::HashMap;
 use std::ffi::CStr;
+use std::ffi::c_void;
 use std::os::raw::c_char;
 
 use cust::memory::DeviceBuffer;
@@ -11,6 +12,7 @@ use cust::module::Module;
 use cust::stream::Stream;
 use cust::sys as cu;
 use gpu_kernels::launch::{DevicePtrMut, EntryPoint, KernelArgs, Launch, LaunchGeometry};
+use gpu_kernels::tensor_map::{TensorMap, TensorMapMode, TensorMapSpec};
 
 use crate::array::{DeviceArray, Element};
 use crate::error::{Error, Result};
@@ -139,6 +141,138 @@ pub(crate) fn memcpy_device<T: Element>(
             stream.as_inner(),
         )
     })
+}
+
+/// The driver's tensor-map encoders (CUDA 12 and up), looked up at run time so that
+/// older drivers still load the library: without them plans do not use bulk tensor
+/// copies.
+#[derive(Clone, Copy)]
+pub(crate) struct TensorMapEncoders {
+    tiled: EncodeTiled,
+    im2col: EncodeIm2col,
+}
+
+type EncodeTiled = unsafe extern "C" fn(
+    map: *mut TensorMap,
+    data_type: u32,
+    rank: u32,
+    address: *mut c_void,
+    dims: *const u64,
+    strides: *const u64,
+    box_dims: *const u32,
+    element_strides: *const u32,
+    interleave: u32,
+    swizzle: u32,
+    l2_promotion: u32,
+    oob_fill: u32,
+) -> cu::CUresult;
+
+type EncodeIm2col = unsafe extern "C" fn(
+    map: *mut TensorMap,
+    data_type: u32,
+    rank: u32,
+    address: *mut c_void,
+    dims: *const u64,
+    strides: *const u64,
+    lower: *const i32,
+    upper: *const i32,
+    channels: u32,
+    pixels: u32,
+    element_strides: *const u32,
+    interleave: u32,
+    swizzle: u32,
+    l2_promotion: u32,
+    oob_fill: u32,
+) -> cu::CUresult;
+
+// The driver API's enumerators (cuda.h, CUDA 12).
+const DATA_TYPE_FLOAT32: u32 = 7;
+const INTERLEAVE_NONE: u32 = 0;
+const SWIZZLE_128B: u32 = 3;
+const L2_PROMOTION_128B: u32 = 2;
+const OOB_FILL_ZERO: u32 = 0;
+
+impl TensorMapEncoders {
+    /// The encoders, or `None` when the driver has none.
+    pub(crate) fn find() -> Option<Self> {
+        let find = |name: &CStr| {
+            let mut function = std::ptr::null_mut();
+            // SAFETY: looks up a driver entry point by its NUL-terminated name; writes one
+            // pointer.
+            let status = unsafe { cu::cuGetProcAddress(name.as_ptr(), &mut function, 12000, 0) };
+            (status == cu::CUresult::CUDA_SUCCESS && !function.is_null()).then_some(function)
+        };
+        let tiled = find(c"cuTensorMapEncodeTiled")?;
+        let im2col = find(c"cuTensorMapEncodeIm2col")?;
+        // SAFETY: the driver's functions of these names have these signatures (cuda.h).
+        unsafe {
+            Some(Self {
+                tiled: std::mem::transmute::<*mut c_void, EncodeTiled>(tiled),
+                im2col: std::mem::transmute::<*mut c_void, EncodeIm2col>(im2col),
+            })
+        }
+    }
+
+    /// Encodes `spec` (f32, 128-byte swizzle); the driver checks its limits and says
+    /// what is wrong.
+    pub(crate) fn encode(&self, spec: &TensorMapSpec) -> Result<TensorMap> {
+        let mut map = TensorMap([0; 16]);
+        let rank = spec.rank as usize;
+        let (dims, strides, steps) = (
+            &spec.dims[..rank],
+            &spec.strides[..rank - 1],
+            &spec.element_strides[..rank],
+        );
+        let address = spec.address as *mut c_void;
+        // SAFETY: the arrays hold `rank` (strides `rank - 1`) entries and outlive the
+        // call, which writes the 128 bytes of `map` (64-byte aligned by its type) and
+        // reads no device memory.
+        let status = unsafe {
+            match spec.mode {
+                TensorMapMode::Tiled { box_dims } => (self.tiled)(
+                    &mut map,
+                    DATA_TYPE_FLOAT32,
+                    spec.rank,
+                    address,
+                    dims.as_ptr(),
+                    strides.as_ptr(),
+                    box_dims.as_ptr(),
+                    steps.as_ptr(),
+                    INTERLEAVE_NONE,
+                    SWIZZLE_128B,
+                    L2_PROMOTION_128B,
+                    OOB_FILL_ZERO,
+                ),
+                TensorMapMode::Im2col {
+                    lower,
+                    upper,
+                    channels,
+                    pixels,
+                } => (self.im2col)(
+                    &mut map,
+                    DATA_TYPE_FLOAT32,
+                    spec.rank,
+                    address,
+                    dims.as_ptr(),
+                    strides.as_ptr(),
+                    lower.as_ptr(),
+                    upper.as_ptr(),
+                    channels,
+                    pixels,
+                    steps.as_ptr(),
+                    INTERLEAVE_NONE,
+                    SWIZZLE_128B,
+                    L2_PROMOTION_128B,
+                    OOB_FILL_ZERO,
+                ),
+            }
+        };
+        let call = match spec.mode {
+            TensorMapMode::Tiled { .. } => "cuTensorMapEncodeTiled",
+            TensorMapMode::Im2col { .. } => "cuTensorMapEncodeIm2col",
+        };
+        check(call, status).map(|()| map)
+    }
 }
 
 /// A cust error as [`Error::Driver`].

@@ -11,12 +11,13 @@ use cust::module::Module;
 use cust::stream::{Stream, StreamFlags};
 use cust::sys::CUdevice_attribute as Attr;
 use gpu_kernels::launch::{
-    DeviceLimits, DevicePtrMut, KernelArgs, Launch, ScratchLayout, WARPGROUP_MMA_ARCH,
+    DeviceLimits, DevicePtr, DevicePtrMut, KernelArgs, Launch, ScratchLayout, WARPGROUP_MMA_ARCH,
 };
+use gpu_kernels::tensor_map::{self, TensorMapPair, TensorMapSpec, TensorMapWords};
 use ndarray::{ArrayBase, ArrayD, Data, Dimension, IxDyn};
 
 use crate::array::{DeviceArray, Element};
-use crate::driver::{self, Kernels, LaunchLimits, Scratch, cust_error};
+use crate::driver::{self, Kernels, LaunchLimits, Scratch, TensorMapEncoders, cust_error};
 use crate::error::{Error, Result};
 use crate::image::{self, ImageFormat};
 
@@ -50,6 +51,8 @@ pub struct Gpu {
     kernels: Kernels,
     /// Whether the loaded image holds the `wgmma` entry points.
     warpgroup_mma: bool,
+    /// The driver's tensor-map encoders, where it has them.
+    encoders: Option<TensorMapEncoders>,
     scratch: RefCell<Scratch>,
     stream: Stream,
     info: DeviceInfo,
@@ -150,6 +153,7 @@ impl Gpu {
         Ok(Self {
             kernels,
             warpgroup_mma: chosen.arch == WARPGROUP_MMA_ARCH,
+            encoders: TensorMapEncoders::find(),
             scratch: RefCell::default(),
             stream,
             info,
@@ -168,7 +172,29 @@ impl Gpu {
             multiprocessors: self.info.multiprocessors,
             max_shared_bytes_per_block: self.info.max_shared_bytes_per_block,
             warpgroup_mma: self.warpgroup_mma,
+            tensor_maps: self.encoders.is_some(),
         }
+    }
+
+    /// Encodes two tensor maps and writes them to the scratch buffer in stream order:
+    /// their address, valid while the guard lives (hold it until the launches that read
+    /// them are queued).
+    pub(crate) fn tensor_maps(
+        &self,
+        specs: &[TensorMapSpec; 2],
+    ) -> Result<(std::cell::RefMut<'_, Scratch>, DevicePtr<TensorMapPair>)> {
+        let encoders = self.encoders.ok_or_else(|| Error::Driver {
+            call: "cuGetProcAddress",
+            code: 500,
+            name: "CUDA_ERROR_NOT_FOUND".into(),
+            message: "the driver has no tensor-map encoder (CUDA 12 or newer needed)".into(),
+        })?;
+        let maps = [encoders.encode(&specs[0])?, encoders.encode(&specs[1])?];
+        let bytes = size_of::<TensorMapPair>() as u64;
+        let (scratch, start) = self.scratch(ScratchLayout { bytes, zeroed: 0 })?;
+        let pair = start.cast::<TensorMapPair>();
+        self.launch(&tensor_map::write_launch(pair, TensorMapWords::of(&maps)))?;
+        Ok((scratch, pair.as_const()))
     }
 
     /// Makes this handle's context current on the calling thread.

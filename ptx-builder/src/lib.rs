@@ -234,8 +234,11 @@ fn nvptx_cargo(workspace: &Path, tools: &Path, arch: &str) -> Command {
         format!("-Clinker={}", linker.display()),
         "-Cllvm-args=-unroll-threshold=2000".to_string(),
     ];
-    // Bulk copies and the mbarrier transaction counts of sm_90 need PTX ISA 8.0.
-    if arch_number(arch) >= 90 {
+    // Bulk copies and the mbarrier transaction counts of sm_90 need PTX ISA 8.0; the
+    // tensor-map proxy fence of the sm_90a kernels, 8.3.
+    if arch == gpu_kernels::launch::WARPGROUP_MMA_ARCH {
+        rustflags.push("-Ctarget-feature=+ptx83".to_string());
+    } else if arch_number(arch) >= 90 {
         rustflags.push("-Ctarget-feature=+ptx80".to_string());
     }
     cargo

@@ -174,6 +174,7 @@ mod tests {
             multiprocessors: 132,
             max_shared_bytes_per_block: 227 * 1024,
             warpgroup_mma: true,
+            tensor_maps: true,
         };
         // The headline's 3x3 stride-1 window takes Winograd in every pass.
         for pass in [ConvPass::Forward, ConvPass::InputGrad, ConvPass::WeightGrad] {
@@ -197,6 +198,7 @@ mod tests {
             multiprocessors: 108,
             max_shared_bytes_per_block: 163 * 1024,
             warpgroup_mma: false,
+            tensor_maps: false,
         };
         assert_eq!((tf32(&h100), tf32(&a100)), (1, 0));
     }

@@ -1,7 +1,8 @@
 //! Shared-memory stages passed between producer threads, which fill them with
-//! `cp.async` copies, and consumer threads, which read them (sm_90): per stage, a
-//! "full" mbarrier that completes when every producer's copies have landed, and an
-//! "empty" one that completes when every consumer has released the stage.
+//! `cp.async` copies or bulk tensor copies (TMA), and consumer threads, which read them
+//! (sm_90): per stage, a "full" mbarrier that completes when every producer's arrival
+//! and copies have landed, and an "empty" one that completes when every consumer has
+//! released the stage.
 
 use core::arch::asm;
 
@@ -81,6 +82,81 @@ impl StagePipeline {
         };
     }
 
+    /// Producer (one thread): arrives on the stage's full barrier, which then also waits
+    /// for `bytes` of bulk copies ([`Self::load_im2col`], [`Self::load_tile_3d`]).
+    ///
+    /// # Safety
+    /// As [`Self::acquire`]; the full barriers count one producer arrival per fill.
+    #[inline(always)]
+    pub unsafe fn arrive_expecting(&self, stage: u32, bytes: u32) {
+        // SAFETY: an initialized mbarrier.
+        unsafe {
+            asm!(
+                "mbarrier.arrive.expect_tx.shared::cta.b64 _, [{b}], {n};",
+                b = in(reg32) self.full + 8 * stage,
+                n = in(reg32) bytes,
+                options(nostack),
+            )
+        };
+    }
+
+    /// Producer: a bulk im2col copy into `destination` that completes on the stage's
+    /// full barrier: `cp.async.bulk.tensor.4d ... im2col`, the window origin at
+    /// `coordinates` ({channel, w, h, image}) displaced by `offsets` ({w, h}).
+    ///
+    /// # Safety
+    /// `map` is the generic address of an im2col tensor map in global memory, fenced
+    /// ([`fence_tensor_map`]); `destination` is a free, 1024-byte-aligned stage of the
+    /// box's size; the bytes were announced with [`Self::arrive_expecting`].
+    #[inline(always)]
+    pub unsafe fn load_im2col(
+        &self,
+        stage: u32,
+        destination: u32,
+        map: *const u8,
+        coordinates: [i32; 4],
+        offsets: [u16; 2],
+    ) {
+        // SAFETY: the caller guarantees the map, the destination and the count.
+        unsafe {
+            asm!(
+                "cp.async.bulk.tensor.4d.shared::cluster.global.im2col.mbarrier::complete_tx::bytes [{d}], [{m}, {{{c}, {w}, {h}, {n}}}], [{b}], {{{ow}, {oh}}};",
+                d = in(reg32) destination,
+                m = in(reg64) map as u64,
+                c = in(reg32) coordinates[0],
+                w = in(reg32) coordinates[1],
+                h = in(reg32) coordinates[2],
+                n = in(reg32) coordinates[3],
+                b = in(reg32) self.full + 8 * stage,
+                ow = in(reg16) offsets[0],
+                oh = in(reg16) offsets[1],
+                options(nostack),
+            )
+        };
+    }
+
+    /// Producer: a bulk copy of the 3-D box at `coordinates` (innermost first) into
+    /// `destination`, completing on the stage's full barrier.
+    ///
+    /// # Safety
+    /// As [`Self::load_im2col`], with a tiled tensor map.
+    #[inline(always)]
+    pub unsafe fn load_tile_3d(&self, stage: u32, destination: u32, map: *const u8, coordinates: [i32; 3]) {
+        // SAFETY: the caller guarantees the map, the destination and the count.
+        unsafe {
+            asm!(
+                "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes [{d}], [{m}, {{{x}, {y}, {z}}}], [{b}];",
+                d = in(reg32) destination,
+                m = in(reg64) map as u64,
+                x = in(reg32) coordinates[0],
+                y = in(reg32) coordinates[1],
+                z = in(reg32) coordinates[2],
+                b = in(reg32) self.full + 8 * stage,
+                options(nostack),
+            )
+        };
+    }
+
     /// Consumer: waits until fill `fill` of `stage` has landed.
     ///
     /// # Safety
@@ -106,6 +182,24 @@ impl StagePipeline {
             )
         };
     }
+}
+
+/// Makes a tensor map that the host wrote to global memory visible to this thread's
+/// bulk tensor copies, and starts fetching it: `fence.proxy.tensormap::generic.acquire`.
+///
+/// # Safety
+/// `map` is the generic address of a 128-byte tensor map in global memory.
+#[inline(always)]
+pub unsafe fn fence_tensor_map(map: *const u8) {
+    // SAFETY: a fence and a prefetch of the caller's tensor map.
+    unsafe {
+        asm!(
+            "fence.proxy.tensormap::generic.acquire.sys [{m}], 128;",
+            "prefetch.tensormap [{m}];",
+            m = in(reg64) map as u64,
+            options(nostack),
+        )
+    };
 }
 
 /// Spins until the phase of parity `parity` of the mbarrier at `barrier` completes.

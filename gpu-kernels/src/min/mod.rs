@@ -187,6 +187,7 @@ mod tests {
         multiprocessors: 132,
         max_shared_bytes_per_block: 227 * 1024,
         warpgroup_mma: true,
+        tensor_maps: true,
     };
 
     fn plan_of(outer: u64, reduce: u64, inner: u64, bytes: usize) -> MinPlan {

@@ -300,6 +300,7 @@ mod tests {
         multiprocessors: 132,
         max_shared_bytes_per_block: 227 * 1024,
         warpgroup_mma: true,
+        tensor_maps: true,
     };
 
     fn plan_of(outer: u64, scan: u64, inner: u64, element_bytes: usize, device: &DeviceLimits) -> ScanPlan {
@@ -335,6 +336,7 @@ mod tests {
             multiprocessors: 108,
             max_shared_bytes_per_block: 163 * 1024,
             warpgroup_mma: false,
+            tensor_maps: false,
         };
         let ScanPlan::Segments(segments) = plan_of(2, 1 << 20 | 1, 1, 4, &a100) else {
             panic!("long unaligned rows take the segments kernel");

@@ -271,8 +271,10 @@ fn every_conv_kernel_matches_the_reference_on_fixed_cases() {
         SplitGemm,
         TensorCore,
         TensorCoreScalar,
+        /// Bulk tensor copies (TMA), Hopper only: `TensorCore` elsewhere.
+        TensorCoreBulk,
     }
-    use Path::{Gemm, SplitGemm, TensorCore, TensorCoreScalar, Winograd};
+    use Path::{Gemm, SplitGemm, TensorCore, TensorCoreBulk, TensorCoreScalar, Winograd};
     let tf32 = |layout| Conv2dParams {
         layout,
         precision: ConvPrecision::Tf32,
@@ -323,9 +325,9 @@ fn every_conv_kernel_matches_the_reference_on_fixed_cases() {
         ),
         // A weight gradient short enough for one split (no partials).
         (case(1, [2, 3], [1, 1], [2, 2], p, false), [Gemm, Gemm, Gemm]),
-        // TF32 on the tensor cores, channels last, with a bias: 16-byte copies (8 input
-        // channels), several blocks of outputs and of output channels (130 > 128);
-        // backward in FP32.
+        // TF32 on the tensor cores, channels last, with a bias: bulk tensor copies on
+        // Hopper, else 16-byte copies (8 input channels); several blocks of outputs and
+        // of output channels (130 > 128); backward in FP32.
         (
             case(
                 2,
@@ -338,7 +340,7 @@ fn every_conv_kernel_matches_the_reference_on_fixed_cases() {
                 },
                 true,
             ),
-            [TensorCore, Winograd, Winograd],
+            [TensorCoreBulk, Winograd, Winograd],
         ),
         // A stem: 3 input channels, a 7x7 window at stride 2, NCHW: x gathered one
         // element at a time, the weights too (K = 147).
@@ -373,6 +375,24 @@ fn every_conv_kernel_matches_the_reference_on_fixed_cases() {
             ),
             [TensorCore, Gemm, SplitGemm],
         ),
+        // Channels last, a strided and dilated window over 12 channels (one partial
+        // chunk of 32): bulk tensor copies on Hopper.
+        (
+            case(
+                2,
+                [12, 20],
+                [3, 3],
+                [13, 17],
+                Conv2dParams {
+                    stride: [2, 1],
+                    padding: [1, 2],
+                    dilation: [1, 2],
+                    ..tf32(ConvLayout::Nhwc)
+                },
+                true,
+            ),
+            [TensorCoreBulk, Gemm, SplitGemm],
+        ),
     ];
     let passes = [ConvPass::Forward, ConvPass::InputGrad, ConvPass::WeightGrad];
     for (gpu, warpgroup_mma) in [(&*gpu, hopper as u32), (&*portable, 0)] {
@@ -388,12 +408,16 @@ fn every_conv_kernel_matches_the_reference_on_fixed_cases() {
                     ConvAlgorithm::ImplicitGemm(_) => Gemm,
                     ConvAlgorithm::TensorCore(plan) => {
                         assert_eq!(plan.warpgroup_mma, warpgroup_mma, "{c:?} {pass:?}");
-                        if plan.a_vector == 1 {
-                            TensorCore
-                        } else {
-                            TensorCoreScalar
+                        match (plan.bulk_copies, plan.a_vector) {
+                            (1, _) => TensorCoreBulk,
+                            (_, 1) => TensorCore,
+                            _ => TensorCoreScalar,
                         }
                     }
+                };
+                let expected = match expected {
+                    TensorCoreBulk if warpgroup_mma == 0 => TensorCore,
+                    other => other,
                 };
                 assert_eq!(path, expected, "{c:?} {pass:?}");
             }

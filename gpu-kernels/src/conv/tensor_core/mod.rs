@@ -26,6 +26,7 @@ mod warpgroup_mma;
 
 use super::{ConvLayout, ConvProblem};
 use crate::launch::{DeviceLimits, DevicePtr, DevicePtrMut, Launch, LaunchGeometry, kernel_args};
+use crate::tensor_map::{TensorMapMode, TensorMapPair, TensorMapSpec};
 
 /// Rows of C (output pixels) per block of the `mma.sync` kernels.
 pub const TC_BM: u32 = 128;
@@ -77,8 +78,14 @@ pub struct TensorCorePlan {
     /// Whether w is copied four K at a time (K a multiple of 4), as 1 or 0.
     pub b_vector: u32,
     /// Whether a k-tile is one tap of `TC_BK` channels (NHWC, channels per group a
-    /// multiple of `TC_BK`), as 1 or 0 (K in the weights' order).
+    /// multiple of `TC_BK`, or bulk copies), as 1 or 0 (K in the weights' order).
     pub channel_tiles: u32,
+    /// Whether bulk tensor copies (TMA) stage A (im2col) and B, as 1 or 0: NHWC on
+    /// `wgmma`, where the tensor maps can describe the problem.
+    pub bulk_copies: u32,
+    /// The k-tiles of the GEMM: `TC_BK` K each, or with channel tiles, one per tap and
+    /// `TC_BK` channels (a partial last chunk zero-filled by the bulk copies).
+    pub k_tiles: u32,
     /// Whether the tensors are channels last (NHWC), as 1 or 0 (NCHW).
     pub channels_last: u32,
     /// Whether the kernel is on `wgmma` (sm_90a), as 1 or 0 (`mma.sync`).
@@ -97,6 +104,13 @@ impl TensorCorePlan {
         let n_tiles = problem.out_per_group().div_ceil(TC_BN);
         let tiles = m_tiles as u64 * problem.groups as u64 * n_tiles as u64;
         let in_group = problem.in_per_group();
+        let bulk_copies = warpgroup_mma && device.tensor_maps && channels_last && bulk_copies_fit(problem);
+        let channel_tiles = channels_last && (bulk_copies || in_group.is_multiple_of(TC_BK));
+        let k_tiles = if channel_tiles {
+            problem.taps() * in_group.div_ceil(TC_BK)
+        } else {
+            (in_group * problem.taps()).div_ceil(TC_BK)
+        };
         Self {
             m_tiles,
             n_tiles,
@@ -108,7 +122,9 @@ impl TensorCorePlan {
             },
             a_vector: (channels_last && in_group.is_multiple_of(4)) as u32,
             b_vector: (in_group * problem.taps()).is_multiple_of(4) as u32,
-            channel_tiles: (channels_last && in_group.is_multiple_of(TC_BK)) as u32,
+            channel_tiles: channel_tiles as u32,
+            bulk_copies: bulk_copies as u32,
+            k_tiles,
             channels_last: channels_last as u32,
             warpgroup_mma: warpgroup_mma as u32,
         }
@@ -123,8 +139,59 @@ impl TensorCorePlan {
         }
     }
 
+    /// The tensor maps of the bulk copies, when the plan takes them: x for im2col
+    /// (`[C][W][H][N]`, boxes of `TC_BK` channels of `WGMMA_BM` pixels) and w as
+    /// `[in / groups][taps][out]` (boxes of `TC_BK` x 1 x `TC_BN`).
+    pub fn tensor_maps(
+        &self,
+        problem: &ConvProblem,
+        x: DevicePtr<f32>,
+        w: DevicePtr<f32>,
+    ) -> Option<[TensorMapSpec; 2]> {
+        if self.bulk_copies == 0 {
+            return None;
+        }
+        let p = problem;
+        let (c, bytes) = (p.in_channels as u64, 4);
+        let window = |kernel: u32, dilation: u32| ((kernel - 1) * dilation) as i32;
+        let patches = TensorMapSpec {
+            address: x.address(),
+            rank: 4,
+            dims: [c, p.width as u64, p.height as u64, p.batch as u64, 0],
+            strides: [
+                c * bytes,
+                c * bytes * p.width as u64,
+                c * bytes * p.pixels() as u64,
+                0,
+            ],
+            element_strides: [1, p.stride_w, p.stride_h, 1, 0],
+            mode: TensorMapMode::Im2col {
+                lower: [-(p.pad_w as i32), -(p.pad_h as i32), 0],
+                upper: [
+                    p.pad_w as i32 - window(p.kernel_w, p.dilation_w),
+                    p.pad_h as i32 - window(p.kernel_h, p.dilation_h),
+                    0,
+                ],
+                channels: TC_BK,
+                pixels: WGMMA_BM,
+            },
+        };
+        let in_group = p.in_per_group() as u64;
+        let filters = TensorMapSpec {
+            address: w.address(),
+            rank: 3,
+            dims: [in_group, p.taps() as u64, p.out_channels as u64, 0, 0],
+            strides: [in_group * bytes, in_group * bytes * p.taps() as u64, 0, 0],
+            element_strides: [1, 1, 1, 0, 0],
+            mode: TensorMapMode::Tiled {
+                box_dims: [TC_BK, 1, TC_BN, 0, 0],
+            },
+        };
+        Some([patches, filters])
+    }
+
     /// The forward launch: `y = conv(x, w) + bias` in the plan's layout, bias null when
-    /// absent.
+    /// absent, `maps` the [`Self::tensor_maps`] in device memory (null without them).
     pub const fn forward_launch(
         &self,
         problem: &ConvProblem,
@@ -132,6 +199,7 @@ impl TensorCorePlan {
         w: DevicePtr<f32>,
         bias: DevicePtr<f32>,
         y: DevicePtrMut<f32>,
+        maps: DevicePtr<TensorMapPair>,
     ) -> Launch<TensorCoreArgs> {
         let geometry = if self.warpgroup_mma == 1 {
             LaunchGeometry {
@@ -152,6 +220,7 @@ impl TensorCorePlan {
             w,
             bias,
             y,
+            maps,
             problem: *problem,
             plan: *self,
         };
@@ -165,6 +234,28 @@ impl TensorCorePlan {
     }
 }
 
+/// Whether the tensor maps of the bulk copies can describe `problem` (NHWC): 16-byte
+/// strides (channels per group a multiple of 4), channel chunks that stay in their
+/// group, and the im2col limits (window corners within [-128, 127], strides at most 8,
+/// offsets under 256).
+const fn bulk_copies_fit(p: &ConvProblem) -> bool {
+    let in_group = p.in_per_group();
+    in_group.is_multiple_of(4)
+        && (p.groups == 1 || in_group.is_multiple_of(TC_BK))
+        && p.stride_h <= 8
+        && p.stride_w <= 8
+        && corners_fit(p.pad_h, p.kernel_h, p.dilation_h)
+        && corners_fit(p.pad_w, p.kernel_w, p.dilation_w)
+}
+
+/// Whether the im2col corners along one axis (`-pad` and `pad - window`) lie within
+/// [-128, 127] and the window's last offset under 255.
+const fn corners_fit(pad: u32, kernel: u32, dilation: u32) -> bool {
+    let window = (kernel - 1) as i64 * dilation as i64;
+    let upper = pad as i64 - window;
+    pad <= 128 && window < 255 && upper >= -128 && upper <= 127
+}
+
 kernel_args! {
     /// The tensor-core forward pass's arguments: `y = conv(x, w) + bias` in the plan's
     /// layout.
@@ -173,6 +264,7 @@ kernel_args! {
         pub w: DevicePtr<f32>,
         pub bias: DevicePtr<f32>,
         pub y: DevicePtrMut<f32>,
+        pub maps: DevicePtr<TensorMapPair>,
         pub problem: ConvProblem,
         pub plan: TensorCorePlan,
     }

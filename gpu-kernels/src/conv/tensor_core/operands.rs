@@ -47,13 +47,13 @@ fn staging_slot<const R: usize>(stagers: Stagers) -> ([u32; R], u32) {
 }
 
 /// Which K each k-tile covers. In order (`flat`), k-tile `kt` is K `TC_BK kt ..` of the
-/// weights' K (tap-major in NHWC, channel-major in NCHW). With channel tiles (NHWC,
-/// channels per group a multiple of `TC_BK`), k-tile `kt` is tap `kt % taps` of
-/// channels `TC_BK (kt / taps) ..`: consecutive k-tiles then read the same channels
-/// of neighbouring pixels, which L1 still holds.
+/// weights' K (tap-major in NHWC, channel-major in NCHW). With channel tiles (NHWC),
+/// k-tile `kt` is tap `kt % taps` of channels `TC_BK (kt / taps) ..`: consecutive
+/// k-tiles then read the same channels of neighbouring pixels, which L1 still holds.
 #[derive(Clone, Copy)]
 pub struct KTiles {
     channel_tiles: bool,
+    count: u32,
     /// Channels per group, their divider, and the taps' divider.
     channels: u32,
     div_channels: FastDiv,
@@ -68,6 +68,7 @@ impl KTiles {
         let channels = problem.in_per_group();
         Self {
             channel_tiles: plan.channel_tiles == 1,
+            count: plan.k_tiles,
             channels,
             div_channels: FastDiv::new(channels),
             div_taps: problem.div_taps,
@@ -78,7 +79,7 @@ impl KTiles {
     /// The k-tiles of the GEMM.
     #[inline(always)]
     pub fn count(&self) -> u32 {
-        self.k.div_ceil(TC_BK)
+        self.count
     }
 
     /// The weights' K of element `e` of k-tile `kt` (`self.k` or more: past the end).
@@ -140,12 +141,14 @@ impl<const R: usize> Origins for RegisterOrigins<R> {
     }
 }
 
+#[cfg(target_feature = "sm_90a")]
 /// In a table in shared memory, 16 bytes per row of the tile, which the threads that
 /// stage the tile write together ([`SharedOrigins::write`]): for many rows per thread.
 pub struct SharedOrigins {
     table: u32,
 }
 
+#[cfg(target_feature = "sm_90a")]
 impl SharedOrigins {
     /// Fills the table at the shared-window address `table` for the `tile_rows` rows of
     /// the tile from output pixel `m0`, each of `stagers` writing every `count`-th row.
@@ -174,6 +177,7 @@ impl SharedOrigins {
     }
 }
 
+#[cfg(target_feature = "sm_90a")]
 impl Origins for SharedOrigins {
     #[inline(always)]
     fn get(&self, _: usize, row: u32) -> (i64, i32, i32) {
@@ -224,6 +228,7 @@ impl<const R: usize> Patches<R, RegisterOrigins<R>> {
     }
 }
 
+#[cfg(target_feature = "sm_90a")]
 impl<const R: usize> Patches<R, SharedOrigins> {
     /// The patches of a tile whose origins `table` holds.
     #[inline(always)]

@@ -1,6 +1,7 @@
 //! The forward pass on warpgroup MMA (`wgmma`, sm_90a): persistent blocks of three
 //! warpgroups. The producer warpgroup copies k-tiles of A (`WGMMA_BM` rows) and B
-//! (`TC_BN` rows) into `WGMMA_STAGES` stages with `cp.async`; each of the two consumer
+//! (`TC_BN` rows) into `WGMMA_STAGES` stages, by bulk tensor copies (TMA im2col) where
+//! the plan takes them, else with `cp.async`; each of the two consumer
 //! warpgroups multiplies its 128 rows by the 128 columns straight from the swizzled
 //! stages (the tensor cores read the operands as TF32, the low mantissa bits ignored)
 //! and stores its sums, while the producer already copies the next tile's stages. Full
@@ -13,10 +14,11 @@ use super::operands::{
 };
 use super::*;
 use crate::device::{
-    PIPELINE_BARRIER_BYTES, StagePipeline, block_idx_x, fence_async_shared, grid_dim_x, set_max_registers,
-    shared_base, swizzled_k_major_descriptor, sync_group, sync_threads, thread_idx_x, warpgroup_commit,
-    warpgroup_fence, warpgroup_mma_tf32_m64n128k8, warpgroup_wait,
+    PIPELINE_BARRIER_BYTES, StagePipeline, block_idx_x, fence_async_shared, fence_tensor_map, grid_dim_x,
+    set_max_registers, shared_base, swizzled_k_major_descriptor, sync_group, sync_threads, thread_idx_x,
+    warpgroup_commit, warpgroup_fence, warpgroup_mma_tf32_m64n128k8, warpgroup_wait,
 };
+use crate::tensor_map::TensorMap;
 
 /// Threads of a warpgroup.
 const WARPGROUP: u32 = 128;
@@ -75,24 +77,95 @@ pub unsafe fn forward<const CHANNELS_LAST: bool>(args: TensorCoreArgs) {
     let (p, plan) = (&args.problem, &args.plan);
     let k_tiles = KTiles::new(p, plan);
     let tiles = plan.m_tiles * plan.groups * plan.n_tiles;
+    // With bulk copies one producer thread arrives per fill, else every producer.
+    let bulk = CHANNELS_LAST && plan.bulk_copies == 1;
+    let producers = if bulk { 1 } else { WARPGROUP };
     // SAFETY: every thread calls it; the mbarriers follow the stages in the launch's
     // shared memory, and the barrier below publishes them.
     let pipeline =
-        unsafe { StagePipeline::new(stage_a(WGMMA_STAGES), WGMMA_STAGES, WARPGROUP, 2 * WARPGROUP) };
+        unsafe { StagePipeline::new(stage_a(WGMMA_STAGES), WGMMA_STAGES, producers, 2 * WARPGROUP) };
     // SAFETY: every thread reaches it.
     unsafe { sync_threads() };
     let warpgroup = thread_idx_x() / WARPGROUP;
     // SAFETY: each side runs the same tiles in the same order, so every fill is
-    // consumed and every release awaited.
-    // The producer's registers go to the consumers' sums.
+    // consumed and every release awaited. The producer's registers go to the
+    // consumers' sums.
     unsafe {
         if warpgroup == 0 {
             set_max_registers::<false, PRODUCER_REGISTERS>();
-            produce::<CHANNELS_LAST>(&args, k_tiles, tiles, &pipeline);
+            if bulk {
+                produce_bulk(&args, tiles, &pipeline);
+            } else {
+                produce::<CHANNELS_LAST>(&args, k_tiles, tiles, &pipeline);
+            }
         } else {
             set_max_registers::<true, CONSUMER_REGISTERS>();
             consume(&args, k_tiles.count(), tiles, &pipeline, warpgroup - 1);
         }
+    }
+}
+
+/// The producer on bulk tensor copies: its first thread stages every k-tile of every
+/// tile of this block, A as an im2col box of `WGMMA_BM` pixels of `TC_BK` channels at
+/// one tap, B as a box of `TC_BN` filters of that tap and those channels.
+///
+/// # Safety
+/// As [`forward`]; the producer warpgroup calls it; `args.maps` holds the plan's tensor
+/// maps.
+#[inline(always)]
+unsafe fn produce_bulk(args: &TensorCoreArgs, tiles: u32, pipeline: &StagePipeline) {
+    if thread_idx_x() != 0 {
+        return;
+    }
+    let (p, plan) = (&args.problem, &args.plan);
+    let patches_map = args.maps.as_ptr() as *const u8;
+    let filters_map = patches_map.wrapping_add(size_of::<TensorMap>());
+    // SAFETY: the host wrote both maps before the launch.
+    unsafe {
+        fence_tensor_map(patches_map);
+        fence_tensor_map(filters_map);
+    }
+    let mut fills = 0;
+    let mut index = block_idx_x();
+    while index < tiles {
+        let tile = tile_origin(plan, index);
+        // The window origin of the tile's first output pixel.
+        let (image, pixel) = p.div_out_pixels.divmod(tile.m0);
+        let (oy, ox) = p.div_out_w.divmod(pixel);
+        let origin = [
+            (ox * p.stride_w) as i32 - p.pad_w as i32,
+            (oy * p.stride_h) as i32 - p.pad_h as i32,
+            image as i32,
+        ];
+        let filter = (tile.group * p.out_per_group() + tile.n0) as i32;
+        for kt in 0..plan.k_tiles {
+            let (chunk, tap) = p.div_taps.divmod(kt);
+            let (r, s) = p.div_kernel_w.divmod(tap);
+            let channel = chunk * TC_BK;
+            let offsets = [(s * p.dilation_w) as u16, (r * p.dilation_h) as u16];
+            let (stage, fill) = (fills % WGMMA_STAGES, fills / WGMMA_STAGES);
+            // SAFETY: the stage is released before the copies start; the full barrier
+            // expects both boxes' bytes (zero-filled parts included).
+            unsafe {
+                pipeline.acquire(stage, fill);
+                pipeline.arrive_expecting(stage, STAGE_BYTES);
+                let at = [
+                    (tile.group * p.in_per_group() + channel) as i32,
+                    origin[0],
+                    origin[1],
+                    origin[2],
+                ];
+                pipeline.load_im2col(stage, stage_a(stage), patches_map, at, offsets);
+                pipeline.load_tile_3d(
+                    stage,
+                    stage_b(stage),
+                    filters_map,
+                    [channel as i32, tap as i32, filter],
+                );
+            }
+            fills += 1;
+        }
+        index += grid_dim_x();
     }
 }
 

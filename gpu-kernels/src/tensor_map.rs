@@ -1,0 +1,106 @@
+//! TMA tensor maps (sm_90): how a kernel's plan describes a tensor for the bulk tensor
+//! copies, the 128 opaque bytes that the driver encodes from that description, and the
+//! kernel that puts them in device memory in stream order (a launch copies its
+//! parameters, so no host buffer has to outlive the call).
+
+use crate::launch::{DevicePtrMut, Launch, LaunchGeometry, kernel_args};
+
+/// An encoded tensor map (`CUtensorMap`): 128 bytes, 128-byte aligned (as CUDA 13's
+/// header declares it), in device memory where the bulk tensor copies read it.
+#[repr(C, align(128))]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TensorMap(pub [u64; 16]);
+
+/// How a bulk tensor copy walks the tensor.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TensorMapMode {
+    /// Boxes of `box_dims` elements (innermost first), out-of-bounds elements zero.
+    Tiled { box_dims: [u32; 5] },
+    /// im2col over a tensor of `rank` dimensions `[channels, spatial.., batch]`: each
+    /// copy reads `pixels` pixels of `channels` channels along the output positions of
+    /// a convolution window's origin, whose range along each spatial dimension (innermost
+    /// first) starts `lower` elements before the tensor and ends `upper` elements after
+    /// it; out-of-bounds pixels are zero.
+    Im2col {
+        lower: [i32; 3],
+        upper: [i32; 3],
+        channels: u32,
+        pixels: u32,
+    },
+}
+
+/// A tensor of `f32` as a tensor map describes it, for shared-memory tiles with rows of
+/// 128 bytes under the 128-byte swizzle.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TensorMapSpec {
+    /// Device address of the first element, 16-byte aligned.
+    pub address: u64,
+    pub rank: u32,
+    /// Extents, innermost first.
+    pub dims: [u64; 5],
+    /// Byte strides of dimensions 1 to `rank - 1` (multiples of 16).
+    pub strides: [u64; 4],
+    /// Steps between the elements copied, per dimension (the convolution's strides in
+    /// im2col mode).
+    pub element_strides: [u32; 5],
+    pub mode: TensorMapMode,
+}
+
+/// Two tensor maps in device memory.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TensorMapPair(pub [TensorMap; 2]);
+
+/// The words of two tensor maps, as one kernel parameter (parameters are at most
+/// 16-byte aligned).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TensorMapWords(pub [u64; 32]);
+
+impl TensorMapWords {
+    pub fn of(maps: &[TensorMap; 2]) -> Self {
+        Self(core::array::from_fn(|i| maps[i / 16].0[i % 16]))
+    }
+}
+
+kernel_args! {
+    /// Writes two tensor maps to `dst`.
+    pub struct WriteTensorMapsArgs {
+        pub dst: DevicePtrMut<TensorMapPair>,
+        pub words: TensorMapWords,
+    }
+    /// The tensor-map writer.
+    pub const WRITE_TENSOR_MAPS = "write_tensor_maps" => kernel::write_tensor_maps;
+    entry points in ENTRY_POINTS;
+}
+
+/// The launch that writes the maps of `words` to `dst` (128-byte aligned).
+pub const fn write_launch(
+    dst: DevicePtrMut<TensorMapPair>,
+    words: TensorMapWords,
+) -> Launch<WriteTensorMapsArgs> {
+    Launch::new(
+        WRITE_TENSOR_MAPS,
+        LaunchGeometry::linear(1, 1),
+        WriteTensorMapsArgs { dst, words },
+    )
+}
+
+#[cfg(target_arch = "nvptx64")]
+mod kernel {
+    use super::*;
+
+    /// Writes the 32 words (one thread: constant indices keep the parameter in the
+    /// parameter space).
+    ///
+    /// # Safety
+    /// `dst` holds 256 writable bytes.
+    #[inline(always)]
+    pub unsafe fn write_tensor_maps(args: WriteTensorMapsArgs) {
+        let dst = args.dst.as_mut_ptr();
+        for (word, &value) in args.words.0.iter().enumerate() {
+            // SAFETY: word `word` of the 32 words at `dst`.
+            unsafe { (*dst).0[word / 16].0[word % 16] = value };
+        }
+    }
+}
