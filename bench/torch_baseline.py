@@ -121,13 +121,21 @@ def convs(reps):
     x_last = x.contiguous(memory_format=torch.channels_last)
     w_last = w.contiguous(memory_format=torch.channels_last)
     forward_tf32_nhwc = median_ms(lambda: torch.nn.functional.conv2d(x_last, w_last), reps)
+    b = torch.rand(128, device="cuda") * 2 - 1
+    bias_relu_nhwc = median_ms(
+        lambda: torch.nn.functional.relu(torch.nn.functional.conv2d(x_last, w_last, b)), reps
+    )
     torch.backends.cudnn.allow_tf32 = False
-    del x, w, dy, x_last, w_last
+    del x, w, dy, x_last, w_last, b
     return {
         "conv_fwd": {"ms": forward, "op": "F.conv2d, x 8x64x512x1024, w 128x64x3x3, FP32 cuDNN"},
         "conv_bwd": {"ms": backward, "op": "convolution_backward, input + weight grads, FP32 cuDNN"},
         "conv_fwd_tf32": {"ms": forward_tf32, "op": "F.conv2d, TF32 cuDNN, NCHW"},
         "conv_fwd_tf32_nhwc": {"ms": forward_tf32_nhwc, "op": "F.conv2d, TF32 cuDNN, channels_last"},
+        "conv_fwd_tf32_nhwc_bias_relu": {
+            "ms": bias_relu_nhwc,
+            "op": "F.relu(F.conv2d(x, w, b)), TF32 cuDNN, channels_last",
+        },
     }
 
 

@@ -404,9 +404,10 @@ fn conv_rows(gpu: &Gpu, reps: usize) -> Result<Vec<Row>> {
     drop(got);
     let forward = time(gpu, reps, |g| g.conv2d_into(&x, &w, None, &params, &mut y))?;
 
-    // TF32 on the tensor cores: from NCHW tensors (changed to NHWC and back around the
-    // kernel), and from NHWC tensors; checked against the same FP64 sums through a
-    // layout change on the GPU, within TF32's rounding.
+    // TF32 on the tensor cores: from NCHW tensors, from NHWC tensors, and from NHWC
+    // tensors with a bias and ReLU fused (torch: F.relu(F.conv2d(x, w, b))); checked
+    // against the same FP64 sums through a layout change on the GPU, within TF32's
+    // rounding.
     let tf32 = |layout| host::Conv2dParams {
         precision: host::ConvPrecision::Tf32,
         layout,
@@ -414,26 +415,44 @@ fn conv_rows(gpu: &Gpu, reps: usize) -> Result<Vec<Row>> {
     };
     let (x_last, w_last) = (gpu.to_channels_last(&x)?, gpu.to_channels_last(&w)?);
     let mut y_last = gpu.to_channels_last(&y)?;
+    let hb = random_f32(&[128], 9);
+    let b = gpu.upload(&hb)?;
     let mut tf32_rows = Vec::new();
-    for (layout, key, what) in [
+    for (layout, fused, key, what) in [
         (
             host::ConvLayout::Nchw,
+            false,
             "conv_fwd_tf32",
             "conv2d forward TF32, NCHW",
         ),
         (
             host::ConvLayout::Nhwc,
+            false,
             "conv_fwd_tf32_nhwc",
             "conv2d forward TF32, NHWC",
         ),
+        (
+            host::ConvLayout::Nhwc,
+            true,
+            "conv_fwd_tf32_nhwc_bias_relu",
+            "conv2d + bias + ReLU TF32, NHWC",
+        ),
     ] {
-        let p = tf32(layout);
+        let p = host::Conv2dParams {
+            activation: if fused {
+                host::Activation::Relu
+            } else {
+                host::Activation::Identity
+            },
+            ..tf32(layout)
+        };
+        let bias = fused.then_some(&b);
         let (xs, ws, ys) = match layout {
             host::ConvLayout::Nchw => (&x, &w, &mut y),
             host::ConvLayout::Nhwc => (&x_last, &w_last, &mut y_last),
         };
         gpu.poison(ys)?;
-        gpu.conv2d_into(xs, ws, None, &p, ys)?;
+        gpu.conv2d_into(xs, ws, bias, &p, ys)?;
         let got = match layout {
             host::ConvLayout::Nchw => gpu.download(ys)?,
             host::ConvLayout::Nhwc => gpu.download(&gpu.to_channels_first(ys)?)?,
@@ -450,7 +469,8 @@ fn conv_rows(gpu: &Gpu, reps: usize) -> Result<Vec<Row>> {
                         sum += hx[[n, c, i + a, j + b]] as f64 * hw[[o, c, a, b]] as f64;
                     }
                 }
-                (got.as_slice().unwrap()[e], sum)
+                let want = if fused { (sum + hb[o] as f64).max(0.0) } else { sum };
+                (got.as_slice().unwrap()[e], want)
             })
             .collect();
         let error = sampled_error(&samples);
@@ -461,7 +481,7 @@ fn conv_rows(gpu: &Gpu, reps: usize) -> Result<Vec<Row>> {
         if error > TF32_TOLERANCE {
             return Err(format!("conv {what}: relative error {error:e} over {TF32_TOLERANCE:e}").into());
         }
-        let times = time(gpu, reps, |g| g.conv2d_into(xs, ws, None, &p, ys))?;
+        let times = time(gpu, reps, |g| g.conv2d_into(xs, ws, bias, &p, ys))?;
         tf32_rows.push(Row {
             key,
             what: what.into(),

@@ -11,10 +11,10 @@
 //! [`Gpu::conv2d_of`] and [`Gpu::conv2d_backward_of`], which upload them row-major.
 
 use gpu_kernels::conv::{
-    self as kernel, ConvAlgorithm, ConvPass, ConvProblem, ConvShape, ConvShapeError, CudaCoreAlgorithm,
-    WinogradProblem, WinogradSplit, reduce,
+    self as kernel, ConvAlgorithm, ConvEpilogue, ConvPass, ConvProblem, ConvShape, ConvShapeError,
+    CudaCoreAlgorithm, WinogradProblem, WinogradSplit, reduce,
 };
-pub use gpu_kernels::conv::{ConvLayout, ConvPrecision};
+pub use gpu_kernels::conv::{Activation, ConvLayout, ConvPrecision};
 use gpu_kernels::launch::{DevicePtr, DevicePtrMut};
 use ndarray::{ArrayBase, ArrayD, Data, Dimension};
 
@@ -23,7 +23,8 @@ use crate::error::{Error, Result};
 use crate::gpu::Gpu;
 
 /// Stride, padding, dilation (each `[along height, along width]`), groups, the
-/// tensors' layout and the arithmetic.
+/// tensors' layout, the arithmetic, and the activation the forward pass applies after
+/// the bias (fused: `y = activation(conv(x, w) + bias) [+ residual]`, written once).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Conv2dParams {
     pub stride: [usize; 2],
@@ -32,11 +33,12 @@ pub struct Conv2dParams {
     pub groups: usize,
     pub layout: ConvLayout,
     pub precision: ConvPrecision,
+    pub activation: Activation,
 }
 
 impl Default for Conv2dParams {
-    /// Stride 1, no padding, no dilation, one group, NCHW, FP32: torch's defaults
-    /// (with TF32 off).
+    /// Stride 1, no padding, no dilation, one group, NCHW, FP32, no activation: torch's
+    /// defaults (with TF32 off).
     fn default() -> Self {
         Self {
             stride: [1, 1],
@@ -45,6 +47,7 @@ impl Default for Conv2dParams {
             groups: 1,
             layout: ConvLayout::Nchw,
             precision: ConvPrecision::Fp32,
+            activation: Activation::Identity,
         }
     }
 }
@@ -226,24 +229,73 @@ impl Gpu {
         params: &Conv2dParams,
         y: &mut DeviceArray<f32>,
     ) -> Result<()> {
+        self.conv2d_residual_into(x, w, bias, None, params, y)
+    }
+
+    /// `activation(conv2d(x, w) + bias) + residual` in one pass that writes y, the
+    /// residual of y's shape and layout (a block's skip connection).
+    pub fn conv2d_residual(
+        &self,
+        x: &DeviceArray<f32>,
+        w: &DeviceArray<f32>,
+        bias: Option<&DeviceArray<f32>>,
+        residual: &DeviceArray<f32>,
+        params: &Conv2dParams,
+    ) -> Result<DeviceArray<f32>> {
+        let (_, y_shape) = conv2d_problem(x.shape(), w.shape(), params)?;
+        let mut y = self.alloc(&y_shape)?;
+        self.conv2d_residual_into(x, w, bias, Some(residual), params, &mut y)?;
+        Ok(y)
+    }
+
+    /// [`Gpu::conv2d_residual`] into an existing y (every element is written); without
+    /// a residual, [`Gpu::conv2d_into`].
+    pub fn conv2d_residual_into(
+        &self,
+        x: &DeviceArray<f32>,
+        w: &DeviceArray<f32>,
+        bias: Option<&DeviceArray<f32>>,
+        residual: Option<&DeviceArray<f32>>,
+        params: &Conv2dParams,
+        y: &mut DeviceArray<f32>,
+    ) -> Result<()> {
         let (problem, y_shape) = conv2d_problem(x.shape(), w.shape(), params)?;
         if let Some(b) = bias {
             expect_shape("the bias (against w)", vec![w.shape()[0]], b.shape())?;
+        }
+        if let Some(r) = residual {
+            expect_shape("the residual (against conv2d(x, w))", y_shape.clone(), r.shape())?;
         }
         expect_shape("the output y (against conv2d(x, w))", y_shape, y.shape())?;
         if y.is_empty() {
             return Ok(());
         }
         let bias = bias.map_or(DevicePtr::NULL, DeviceArray::ptr);
+        let epilogue = |residual: Option<&DeviceArray<f32>>| {
+            ConvEpilogue::new(
+                bias,
+                params.activation,
+                residual.map_or(DevicePtr::NULL, DeviceArray::ptr),
+            )
+        };
         let algorithm = self.algorithm(&problem, ConvPass::Forward, params);
         let native = algorithm.layout();
         if native == params.layout {
-            return self.forward(&problem, algorithm, x, w, bias, y);
+            return self.forward(&problem, algorithm, x, w, epilogue(residual), y);
         }
-        // The kernels read the other layout: x and w change to it, and y back.
+        // The kernels read the other layout: x, w and the residual change to it, and y
+        // back.
         let (x, w) = (self.relayout(x, params.layout)?, self.relayout(w, params.layout)?);
+        let residual = residual.map(|r| self.relayout(r, params.layout)).transpose()?;
         let mut y_native = self.alloc(&in_layout(problem.output_shape().map(|d| d as usize), native))?;
-        self.forward(&problem, algorithm, &x, &w, bias, &mut y_native)?;
+        self.forward(
+            &problem,
+            algorithm,
+            &x,
+            &w,
+            epilogue(residual.as_ref()),
+            &mut y_native,
+        )?;
         self.change_layout(&y_native, y, native)
     }
 
@@ -254,29 +306,19 @@ impl Gpu {
         algorithm: ConvAlgorithm,
         x: &DeviceArray<f32>,
         w: &DeviceArray<f32>,
-        bias: DevicePtr<f32>,
+        epilogue: ConvEpilogue,
         y: &mut DeviceArray<f32>,
     ) -> Result<()> {
+        let (x, w, y) = (x.ptr(), w.ptr(), y.ptr_mut());
         match algorithm {
-            ConvAlgorithm::Winograd(winograd) => {
-                self.winograd(&winograd, x.ptr(), w.ptr(), bias, y.ptr_mut())
-            }
-            ConvAlgorithm::ImplicitGemm(plan) => {
-                self.launch(&plan.forward(problem, x.ptr(), w.ptr(), bias, y.ptr_mut()))
-            }
-            ConvAlgorithm::TensorCore(plan) => match plan.tensor_maps(problem, x.ptr(), w.ptr()) {
+            ConvAlgorithm::Winograd(winograd) => self.winograd(&winograd, x, w, epilogue, y),
+            ConvAlgorithm::ImplicitGemm(plan) => self.launch(&plan.forward(problem, x, w, epilogue, y)),
+            ConvAlgorithm::TensorCore(plan) => match plan.tensor_maps(problem, x, w) {
                 Some(specs) => {
                     let (_scratch, maps) = self.tensor_maps(&specs)?;
-                    self.launch(&plan.forward_launch(problem, x.ptr(), w.ptr(), bias, y.ptr_mut(), maps))
+                    self.launch(&plan.forward_launch(problem, x, w, epilogue, y, maps))
                 }
-                None => self.launch(&plan.forward_launch(
-                    problem,
-                    x.ptr(),
-                    w.ptr(),
-                    bias,
-                    y.ptr_mut(),
-                    DevicePtr::NULL,
-                )),
+                None => self.launch(&plan.forward_launch(problem, x, w, epilogue, y, DevicePtr::NULL)),
             },
         }
     }
@@ -347,6 +389,16 @@ impl Gpu {
         gradients: ConvGradientArrays<&mut DeviceArray<f32>>,
     ) -> Result<()> {
         let (problem, y_shape) = conv2d_problem(x.shape(), w.shape(), params)?;
+        if params.activation != Activation::Identity {
+            return Err(invalid(
+                "activation",
+                format!(
+                    "{:?}: the backward pass is the convolution's alone; give it the gradient \
+                     of its output (the activation's gradient applied to grad_y)",
+                    params.activation
+                ),
+            ));
+        }
         expect_shape(
             "the output gradient grad_y (against conv2d(x, w))",
             y_shape,
@@ -461,13 +513,13 @@ impl Gpu {
         problem: &WinogradProblem,
         input: DevicePtr<f32>,
         w: DevicePtr<f32>,
-        bias: DevicePtr<f32>,
+        epilogue: ConvEpilogue,
         output: DevicePtrMut<f32>,
     ) -> Result<()> {
         let (_scratch, u) = self.scratch(problem.filter_scratch())?;
         let u = u.cast::<f32>();
         self.launch(&problem.filter(w, u))?;
-        self.launch(&problem.data_pass(input, u.as_const(), bias, output))
+        self.launch(&problem.data_pass(input, u.as_const(), epilogue, output))
     }
 
     fn input_grad(
@@ -482,7 +534,7 @@ impl Gpu {
         }
         match self.cuda_core_algorithm(problem, ConvPass::InputGrad) {
             CudaCoreAlgorithm::Winograd(winograd) => {
-                self.winograd(&winograd, grad_y.ptr(), w.ptr(), DevicePtr::NULL, dx.ptr_mut())
+                self.winograd(&winograd, grad_y.ptr(), w.ptr(), ConvEpilogue::NONE, dx.ptr_mut())
             }
             CudaCoreAlgorithm::ImplicitGemm(plan) => {
                 self.launch(&plan.input_grad(problem, grad_y.ptr(), w.ptr(), dx.ptr_mut()))

@@ -35,7 +35,9 @@ pub mod reference;
 mod scan;
 
 pub use array::{DType, DeviceArray, Element};
-pub use conv::{Conv2dParams, ConvGradientArrays, ConvGradients, ConvLayout, ConvPrecision, conv2d_problem};
+pub use conv::{
+    Activation, Conv2dParams, ConvGradientArrays, ConvGradients, ConvLayout, ConvPrecision, conv2d_problem,
+};
 pub use error::{Error, Result};
 pub use gpu::{DeviceInfo, Gpu};
 pub use matvec::{GemvElement, Op, gemv_problem};

@@ -2,7 +2,7 @@
 //! mainloop and one epilogue, and differ in the gathers that feed the mainloop.
 
 use super::reduce::{self, SplitSumArgs};
-use super::{ConvPass, ConvProblem, MAIN_BLOCKS_PER_SM};
+use super::{ConvEpilogue, ConvPass, ConvProblem, MAIN_BLOCKS_PER_SM};
 use crate::launch::{DevicePtr, DevicePtrMut, Launch, LaunchGeometry, ScratchLayout, kernel_args};
 
 /// Threads of an implicit-GEMM block.
@@ -53,19 +53,19 @@ impl GemmPlan {
         }
     }
 
-    /// The forward launch: `y = conv(x, w) + bias` (bias null when absent).
+    /// The forward launch: `y = epilogue(conv(x, w))`.
     pub const fn forward(
         &self,
         problem: &ConvProblem,
         x: DevicePtr<f32>,
         w: DevicePtr<f32>,
-        bias: DevicePtr<f32>,
+        epilogue: ConvEpilogue,
         y: DevicePtrMut<f32>,
     ) -> Launch<ForwardArgs> {
         let args = ForwardArgs {
             x,
             w,
-            bias,
+            epilogue,
             y,
             problem: *problem,
             plan: *self,
@@ -162,11 +162,11 @@ pub fn plan(problem: &ConvProblem, pass: ConvPass, multiprocessors: u32) -> Gemm
 }
 
 kernel_args! {
-    /// The forward pass's arguments: `y = conv(x, w) + bias`, bias null when absent.
+    /// The forward pass's arguments: `y = epilogue(conv(x, w))`.
     pub struct ForwardArgs {
         pub x: DevicePtr<f32>,
         pub w: DevicePtr<f32>,
-        pub bias: DevicePtr<f32>,
+        pub epilogue: ConvEpilogue,
         pub y: DevicePtrMut<f32>,
         pub problem: ConvProblem,
         pub plan: GemmPlan,
@@ -216,8 +216,9 @@ mod kernel {
     };
 
     /// Where C goes: element (m, n) at `base + (m / row_div) * image_stride + m % row_div
-    /// + n * col_stride`, plus `bias[n]` when `bias` is not null.
+    /// + n * col_stride`, plus `bias[n]` when `bias` is not null, through `epilogue`.
     struct Output {
+        epilogue: ConvEpilogue,
         ptr: *mut f32,
         rows: u32,
         cols: u32,
@@ -339,22 +340,38 @@ mod kernel {
                 let (image, rest) = self.row_div.divmod(m);
                 image as u64 * self.image_stride + rest as u64
             });
-            for j in 0..8 {
-                let n = n0 + tile_offset(ty, j);
+            let columns: [u32; 8] = core::array::from_fn(|j| n0 + tile_offset(ty, j));
+            let bias = columns.map(|n| {
+                if self.bias.is_null() || n >= self.cols {
+                    0.0
+                } else {
+                    // SAFETY: n is a valid column.
+                    unsafe { *self.bias.add(n as usize) }
+                }
+            });
+            let mut values = acc.map(|sums| core::array::from_fn::<f32, 8, _>(|j| sums[j] + bias[j]));
+            let fused = !self.epilogue.is_plain();
+            // The activation apart from the stores, whose loops then stay short enough
+            // to unroll.
+            if fused {
+                self.epilogue.activate_all(values.as_flattened_mut());
+            }
+            for (j, &n) in columns.iter().enumerate() {
                 if n >= self.cols {
                     continue;
                 }
                 let col = self.base + n as u64 * self.col_stride;
-                // SAFETY: n is a valid column.
-                let bias = if self.bias.is_null() {
-                    0.0
-                } else {
-                    unsafe { *self.bias.add(n as usize) }
-                };
-                for (&row, sums) in rows.iter().zip(acc) {
+                for (&row, values) in rows.iter().zip(&values) {
                     if row != NONE {
-                        // SAFETY: (m, n) is inside C.
-                        unsafe { *self.ptr.add((row + col) as usize) = sums[j] + bias };
+                        let at = (row + col) as usize;
+                        // SAFETY: (m, n) is inside C, and so inside the residual.
+                        let value = if fused {
+                            unsafe { self.epilogue.add_residual(values[j], at) }
+                        } else {
+                            values[j]
+                        };
+                        // SAFETY: as above.
+                        unsafe { *self.ptr.add(at) = value };
                     }
                 }
             }
@@ -380,7 +397,7 @@ mod kernel {
         let (x, w, bias, y) = (
             args.x.as_ptr(),
             args.w.as_ptr(),
-            args.bias.as_ptr(),
+            args.epilogue.bias.as_ptr(),
             args.y.as_mut_ptr(),
         );
         let group = block_idx_y();
@@ -398,6 +415,7 @@ mod kernel {
             outer_stride: 0,
         };
         let out = Output {
+            epilogue: args.epilogue,
             ptr: y,
             rows: m,
             cols: n,
@@ -445,6 +463,7 @@ mod kernel {
             outer_stride: n as u64 * taps,
         };
         let out = Output {
+            epilogue: ConvEpilogue::NONE,
             ptr: dx,
             rows: m,
             cols: n,
@@ -486,6 +505,7 @@ mod kernel {
         };
         let gradient = problem.out_channels as u64 * m as u64;
         let out = Output {
+            epilogue: ConvEpilogue::NONE,
             ptr: out,
             rows: m,
             cols: n,

@@ -28,6 +28,7 @@
 //! (16 GEMMs over the tiles) and finished by a kernel that adds the splits in FP64 and
 //! transforms once. All transform coefficients are 0, 1, -1 or 1/2.
 
+pub mod epilogue;
 #[cfg(target_arch = "nvptx64")]
 mod gather;
 pub mod gemm;
@@ -38,6 +39,7 @@ pub mod reduce;
 pub mod tensor_core;
 pub mod winograd;
 
+pub use epilogue::{Activation, ConvEpilogue};
 pub use gemm::GemmPlan;
 pub use problem::{ConvPass, ConvProblem, ConvShape, ConvShapeError, FastDiv};
 pub use tensor_core::TensorCorePlan;

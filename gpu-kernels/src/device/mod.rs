@@ -17,7 +17,7 @@ mod vector;
 mod warpgroup;
 
 pub use async_copy::{STAGE_BARRIER_BYTES, StagedCopy};
-pub use math::{fma_f32, fma_f64};
+pub use math::{exp2_approx, fma_f32, fma_f64, reciprocal_approx};
 pub use memory::{
     Coherent, atomic_add_u32, fence_gpu, load_acquire_u32, load_global_nc_v4, load_global_v4,
     store_global_v2_f32, store_global_v4, store_release_u32,
@@ -29,7 +29,8 @@ pub use mma::{
 #[cfg(target_feature = "sm_90")]
 pub use pipeline::{PIPELINE_BARRIER_BYTES, StagePipeline, fence_tensor_map};
 pub use shared::{
-    SharedCarver, load_shared_f32, load_shared_v4_f32, shared_base, store_shared_f32, store_shared_v4_f32,
+    SharedCarver, load_shared_f32, load_shared_v4_f32, shared_base, store_shared_f32, store_shared_v2_f32,
+    store_shared_v4_f32,
 };
 pub use shuffle::{Lane, Shuffle, WARP_SIZE, ballot};
 pub use thread::{

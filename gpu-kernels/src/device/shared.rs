@@ -109,6 +109,23 @@ pub unsafe fn store_shared_f32(address: u32, value: f32) {
     };
 }
 
+/// Stores two `f32` to shared memory: `st.shared.v2.f32`.
+///
+/// # Safety
+/// As [`store_shared_f32`], with 8-byte alignment.
+#[inline(always)]
+pub unsafe fn store_shared_v2_f32(address: u32, v: [f32; 2]) {
+    // SAFETY: the caller guarantees an aligned address inside the shared allocation.
+    unsafe {
+        asm!(
+            "st.shared.v2.f32 [{p}], {{{a}, {b}}};",
+            p = in(reg32) address,
+            a = in(reg32) v[0], b = in(reg32) v[1],
+            options(nostack),
+        )
+    };
+}
+
 /// Stores four `f32` to shared memory: `st.shared.v4.f32`.
 ///
 /// # Safety

@@ -2,13 +2,14 @@
 //! definition `y[n, o, i, j] = b[o] + sum over c, r, s of x[n, g*C + c, i*sh - ph + r*dh,
 //! j*sw - pw + s*dw] * w[o, c, r, s]` (zero outside x), parallel over output planes.
 //! Tensors in NHWC (`params.layout`) are read and written through permuted views of
-//! the same definition; the precision asked is ignored: these are the exact results.
+//! the same definition; the precision asked is ignored: these are the exact results,
+//! through the activation (and plus the residual) the forward pass fuses.
 
 use ndarray::{Array1, Array4, ArrayView1, ArrayView4, Axis};
 use rayon::prelude::*;
 
-use crate::conv::{Conv2dParams, ConvLayout, conv2d_problem};
-use crate::error::Result;
+use crate::conv::{Activation, Conv2dParams, ConvLayout, conv2d_problem};
+use crate::error::{Error, Result};
 
 /// The geometry shared by the four functions: the validated problem, whose output size
 /// the kernels use too, in `usize`.
@@ -163,11 +164,54 @@ pub fn conv2d(
     bias: Option<ArrayView1<f32>>,
     params: &Conv2dParams,
 ) -> Result<Array4<f64>> {
+    conv2d_residual(x, w, bias, None, params)
+}
+
+/// `params.activation(conv2d(x, w) + bias) + residual`, the residual in y's shape and
+/// layout.
+pub fn conv2d_residual(
+    x: ArrayView4<f32>,
+    w: ArrayView4<f32>,
+    bias: Option<ArrayView1<f32>>,
+    residual: Option<ArrayView4<f32>>,
+    params: &Conv2dParams,
+) -> Result<Array4<f64>> {
     let nchw = channels_first_params(params);
-    Ok(to_layout(
+    let mut y = to_layout(
         conv2d_nchw(to_nchw(x, params), to_nchw(w, params), bias, &nchw)?,
         params,
-    ))
+    );
+    y.mapv_inplace(|v| activate(params.activation, v));
+    if let Some(r) = residual {
+        if r.shape() != y.shape() {
+            return Err(Error::ShapeMismatch {
+                what: "the residual (against conv2d(x, w))",
+                expected: y.shape().to_vec(),
+                actual: r.shape().to_vec(),
+            });
+        }
+        y.zip_mut_with(&r, |y, &r| *y += r as f64);
+    }
+    Ok(y)
+}
+
+/// `activation(v)`, exactly (in f64).
+pub fn activate(activation: Activation, v: f64) -> f64 {
+    match activation {
+        Activation::Identity => v,
+        Activation::Relu => {
+            if v < 0.0 {
+                0.0
+            } else {
+                v
+            }
+        }
+        Activation::Silu => v / (1.0 + (-v).exp()),
+        Activation::GeluTanh => {
+            let z = (2.0 / std::f64::consts::PI).sqrt() * (v + 0.044715 * v * v * v);
+            0.5 * v * (1.0 + z.tanh())
+        }
+    }
 }
 
 /// The gradient of `conv2d(x, w)` with respect to x, for x of shape `x_shape`, in

@@ -8,7 +8,9 @@
 //! fixed case per kernel path checks that the plan takes it.
 
 use host::plans::{ConvAlgorithm, ConvPass};
-use host::{Conv2dParams, ConvGradients, ConvLayout, ConvPrecision, Error, Gpu, conv2d_problem, reference};
+use host::{
+    Activation, Conv2dParams, ConvGradients, ConvLayout, ConvPrecision, Error, Gpu, conv2d_problem, reference,
+};
 use ndarray::{Array1, Array4, ArrayD};
 use proptest::prelude::*;
 use tests::{gpu_or_skip, portable_gpu_or_skip, random_words, runner};
@@ -80,6 +82,7 @@ fn case() -> impl Strategy<Value = Case> {
                     groups,
                     layout,
                     precision,
+                    activation: Activation::Identity,
                 },
                 bias,
                 seed,
@@ -220,6 +223,74 @@ fn conv2d_forward_matches_the_reference() {
         return;
     };
     runner().run(&case(), |c| check_forward(&gpu, c)).unwrap();
+}
+
+/// The fused epilogue, `activation(conv + bias) + residual` in the one pass that writes
+/// y, against the reference of the unfused steps (in f64). ReLU and no activation are
+/// exact on this data; SiLU and GELU go through `ex2.approx` (2 ulp) and a division, so
+/// they are held to 4e-6 of the larger of the value and 1.
+fn check_fused(gpu: &Gpu, c: Case, activation: Activation, with_residual: bool) -> Result<(), TestCaseError> {
+    let params = Conv2dParams {
+        activation,
+        ..c.params
+    };
+    let t = tensors(&c);
+    let bias = c.bias.then_some(t.b.view());
+    let (_, y_shape) = conv2d_problem(t.x.shape(), t.w.shape(), &params).unwrap();
+    let residual = values([y_shape[0], y_shape[1], y_shape[2], y_shape[3]], c.seed ^ 5, DATA);
+    let residual = with_residual.then_some(residual);
+    let want = reference::conv::conv2d_residual(
+        t.x.view(),
+        t.w.view(),
+        bias,
+        residual.as_ref().map(|r| r.view()),
+        &params,
+    )
+    .unwrap();
+    let (x, w, b) = (
+        gpu.upload(&t.x).unwrap(),
+        gpu.upload(&t.w).unwrap(),
+        gpu.upload(&t.b).unwrap(),
+    );
+    let r = residual.as_ref().map(|r| gpu.upload(r).unwrap());
+    let mut y = gpu.alloc::<f32>(want.shape()).unwrap();
+    gpu.poison(&mut y).unwrap();
+    gpu.conv2d_residual_into(&x, &w, c.bias.then_some(&b), r.as_ref(), &params, &mut y)
+        .unwrap();
+    let got = gpu.download(&y).unwrap();
+    let exact = matches!(activation, Activation::Identity | Activation::Relu);
+    let off = got.iter().zip(want.iter()).enumerate().find(|&(_, (&g, &w))| {
+        let g = g as f64;
+        if exact {
+            g != w
+        } else {
+            (g - w).abs() > 4e-6 * w.abs().max(1.0) || g.is_nan()
+        }
+    });
+    prop_assert!(
+        off.is_none(),
+        "{c:?} {activation:?} residual {with_residual}: (index, (got, want)) {off:?}"
+    );
+    Ok(())
+}
+
+#[test]
+fn conv2d_fused_epilogue_matches_the_unfused_reference() {
+    let Some(gpu) = gpu_or_skip("conv2d_fused_epilogue_matches_the_unfused_reference") else {
+        return;
+    };
+    let activation = prop_oneof![
+        Just(Activation::Identity),
+        Just(Activation::Relu),
+        Just(Activation::Silu),
+        Just(Activation::GeluTanh)
+    ];
+    runner()
+        .run(
+            &(case(), activation, any::<bool>()),
+            |(c, activation, residual)| check_fused(&gpu, c, activation, residual),
+        )
+        .unwrap();
 }
 
 /// The same on the kernels every device of the GPU's architecture has (`mma.sync` for
@@ -565,6 +636,25 @@ fn invalid_conv2d_parameters_are_errors_that_name_them() {
     assert!(matches!(
         gpu.conv2d_backward(&x, &w, &dy, &p, ConvGradients::ALL),
         Err(Error::ShapeMismatch { .. })
+    ));
+    // A residual of another shape than y; a backward pass asked through an activation.
+    let w = gpu.upload(&values([3, 2, 3, 3], 2, DATA)).unwrap();
+    let residual = gpu.upload(&values([1, 3, 3, 4], 4, DATA)).unwrap();
+    assert!(matches!(
+        gpu.conv2d_residual(&x, &w, None, &residual, &p),
+        Err(Error::ShapeMismatch { what, .. }) if what.contains("residual")
+    ));
+    let dy = gpu.upload(&values([1, 3, 3, 3], 3, DATA)).unwrap();
+    let relu = Conv2dParams {
+        activation: Activation::Relu,
+        ..p
+    };
+    assert!(matches!(
+        gpu.conv2d_backward(&x, &w, &dy, &relu, ConvGradients::ALL),
+        Err(Error::InvalidParameter {
+            parameter: "activation",
+            ..
+        })
     ));
 }
 

@@ -1,5 +1,6 @@
 //! The epilogue of both tensor-core kernels: each warp's sums, which start from the
-//! bias, stored from registers in the plan's layout.
+//! bias, through the fused epilogue (activation, residual), stored from registers in
+//! the plan's layout.
 
 use super::*;
 use crate::device::{lane_id, store_global_v2_f32};
@@ -34,7 +35,7 @@ pub unsafe fn bias_sums<const I: usize, const J: usize>(
     column0: u32,
 ) -> [[[f32; 4]; J]; I] {
     let out_group = args.problem.out_per_group();
-    let bias = args.bias.as_ptr();
+    let bias = args.epilogue.bias.as_ptr();
     let t = lane_id() % 4;
     let columns: [[f32; 2]; J] = core::array::from_fn(|j| {
         let column = tile.n0 + column0 + 8 * j as u32 + 2 * t;
@@ -50,14 +51,36 @@ pub unsafe fn bias_sums<const I: usize, const J: usize>(
     [columns.map(|[b0, b1]| [b0, b1, b0, b1]); I]
 }
 
-/// Writes the warp's sums to y: output pixel m and channel c of the group at
-/// `y[m][channel]` (NHWC) or `y[image][channel][pixel]` (NCHW).
+/// Writes the warp's sums through the epilogue to y.
+///
+/// # Safety
+/// `args` are the launch's (y and the residual hold the problem's output in the plan's
+/// layout), `tile` a tile of its GEMM.
+#[inline(always)]
+pub unsafe fn store<const I: usize, const J: usize>(
+    args: &TensorCoreArgs,
+    tile: TileOrigin,
+    warp: &WarpTiles<I, J>,
+) {
+    // SAFETY: forwarded.
+    unsafe {
+        if args.epilogue.is_plain() {
+            store_plain(args, tile, warp)
+        } else {
+            store_fused(args, tile, warp)
+        }
+    }
+}
+
+/// Writes the warp's sums as they are (the epilogue plain) to y: output pixel m and
+/// channel c of the group at `y[m][channel]` (NHWC) or `y[image][channel][pixel]`
+/// (NCHW).
 ///
 /// # Safety
 /// `args` are the launch's (y holds the problem's output in the plan's layout), `tile` a
 /// tile of its GEMM.
 #[inline(always)]
-pub unsafe fn store<const I: usize, const J: usize>(
+pub unsafe fn store_plain<const I: usize, const J: usize>(
     args: &TensorCoreArgs,
     tile: TileOrigin,
     warp: &WarpTiles<I, J>,
@@ -113,4 +136,94 @@ pub unsafe fn store<const I: usize, const J: usize>(
             }
         }
     }
+}
+
+/// Writes the warp's sums through the fused epilogue to y: output pixel m and channel c
+/// of the group at `y[m][channel]` (NHWC) or `y[image][channel][pixel]` (NCHW).
+///
+/// # Safety
+/// `args` are the launch's (y and the residual hold the problem's output in the plan's
+/// layout), `tile` a tile of its GEMM.
+#[inline(always)]
+unsafe fn store_fused<const I: usize, const J: usize>(
+    args: &TensorCoreArgs,
+    tile: TileOrigin,
+    warp: &WarpTiles<I, J>,
+) {
+    let p = &args.problem;
+    let lane = lane_id();
+    let (g, t) = (lane / 4, lane % 4);
+    let m_total = p.batch * p.out_pixels();
+    let out_group = p.out_per_group() as usize;
+    let y = args.y.as_mut_ptr();
+    let channels_last = args.plan.channels_last == 1;
+    // Neighbouring channels are neighbours in memory in NHWC, 8-byte aligned when the
+    // first is even: the group's first channel is, and so the pixel's.
+    let pairs = channels_last && out_group.is_multiple_of(2);
+    let channel_stride = if channels_last { 1 } else { p.out_pixels() as usize };
+    // One pass per row of tiles, the row picked out of the registers by selects: this
+    // loop may stay rolled (the epilogue of every row at once is past what the compiler
+    // unrolls, and a rolled loop indexing the sums would move them to local memory);
+    // the loops inside it unroll.
+    for i in 0..I {
+        let row_tiles = row_of_tiles(&warp.sums, i);
+        for half in 0..2 {
+            let m = tile.m0 + warp.origin.0 + warp.row_step * i as u32 + g + 8 * half;
+            if m >= m_total {
+                continue;
+            }
+            // The element of (m, the group's first channel).
+            let row = if channels_last {
+                m as usize * p.out_channels as usize
+            } else {
+                let (image, pixel) = p.div_out_pixels.divmod(m);
+                image as usize * p.out_channels as usize * channel_stride + pixel as usize
+            } + (tile.group as usize * out_group) * channel_stride;
+            for (j, sums) in row_tiles.iter().enumerate() {
+                let column = (tile.n0 + warp.origin.1 + 8 * j as u32 + 2 * t) as usize;
+                let at = row + column * channel_stride;
+                // Selects, not an index: the loop over halves may stay rolled too.
+                let values = if half == 0 {
+                    [sums[0], sums[1]]
+                } else {
+                    [sums[2], sums[3]]
+                };
+                let valid = [column < out_group, column + 1 < out_group];
+                let at = [at, at + channel_stride];
+                // SAFETY: a valid (m, channel) is an output of the problem, inside the
+                // residual.
+                let values = [0, 1].map(|e| {
+                    if valid[e] {
+                        unsafe { args.epilogue.apply(values[e], at[e]) }
+                    } else {
+                        0.0
+                    }
+                });
+                if pairs && valid[1] {
+                    // SAFETY: both are outputs of the problem, neighbours in y, 8-byte
+                    // aligned.
+                    unsafe { store_global_v2_f32(y.add(at[0]), values) };
+                    continue;
+                }
+                for e in 0..2 {
+                    if valid[e] {
+                        // SAFETY: (m, column + e) is an output of the problem, inside y.
+                        unsafe { *y.add(at[e]) = values[e] };
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Row `i` of the tiles, by comparisons with constant indices only.
+#[inline(always)]
+fn row_of_tiles<const I: usize, const J: usize>(sums: &[[[f32; 4]; J]; I], i: usize) -> [[f32; 4]; J] {
+    let mut row = sums[0];
+    for (k, candidate) in sums.iter().enumerate().skip(1) {
+        if k == i {
+            row = *candidate;
+        }
+    }
+    row
 }

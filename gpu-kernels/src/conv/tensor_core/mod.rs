@@ -19,12 +19,14 @@
 mod epilogue;
 #[cfg(target_arch = "nvptx64")]
 mod operands;
+#[cfg(all(target_arch = "nvptx64", target_feature = "sm_90a"))]
+mod staged_epilogue;
 #[cfg(target_arch = "nvptx64")]
 mod warp_mma;
 #[cfg(all(target_arch = "nvptx64", target_feature = "sm_90a"))]
 mod warpgroup_mma;
 
-use super::{ConvLayout, ConvProblem};
+use super::{ConvEpilogue, ConvLayout, ConvProblem};
 use crate::launch::{DeviceLimits, DevicePtr, DevicePtrMut, Launch, LaunchGeometry, kernel_args};
 use crate::tensor_map::{TensorMapMode, TensorMapPair, TensorMapSpec};
 
@@ -42,12 +44,14 @@ pub const TC_THREADS: u32 = 256;
 pub const TC_BLOCKS_PER_SM: u32 = 1;
 
 /// Rows of C per tile of the `wgmma` kernels: 128 for each of two consumer warpgroups.
-pub const WGMMA_BM: u32 = 256;
+pub const WGMMA_BM: u32 = 2 * 64 * WGMMA_CONSUMER_BLOCKS;
+/// Blocks of 64 rows (one `wgmma` each per step of K) a consumer warpgroup multiplies.
+pub const WGMMA_CONSUMER_BLOCKS: u32 = 2;
 /// Threads per block of the `wgmma` kernels: a producer warpgroup that copies the
 /// stages and two consumer warpgroups that multiply them and store the sums.
 pub const WGMMA_THREADS: u32 = 384;
 /// Shared-memory stages of the `wgmma` kernels.
-pub const WGMMA_STAGES: u32 = 4;
+pub const WGMMA_STAGES: u32 = if WGMMA_CONSUMER_BLOCKS == 2 { 4 } else { 6 };
 /// Bytes of the mbarriers of one `wgmma` stage (full and empty).
 pub const WGMMA_BARRIER_BYTES: u32 = 16;
 /// Bytes of the `wgmma` producer's table of window origins (NHWC), 16 per row.
@@ -59,7 +63,7 @@ pub const fn tile_bytes(rows: u32) -> u32 {
 }
 
 const _: () = assert!(TC_BM == TC_BN && TC_BK == 32 && TC_THREADS == 256 && TC_STAGES >= 2);
-const _: () = assert!(WGMMA_BM == 2 * 128 && TC_BN == 128 && WGMMA_THREADS == 3 * 128 && WGMMA_STAGES >= 2);
+const _: () = assert!(TC_BN == 128 && WGMMA_THREADS == 3 * 128 && WGMMA_STAGES >= 2);
 
 /// How a tensor-core pass is launched. Its GEMM has `m_tiles x groups x n_tiles` tiles
 /// (M by the kernel's rows per tile, `TC_BN` output channels of a group). The
@@ -190,14 +194,14 @@ impl TensorCorePlan {
         Some([patches, filters])
     }
 
-    /// The forward launch: `y = conv(x, w) + bias` in the plan's layout, bias null when
-    /// absent, `maps` the [`Self::tensor_maps`] in device memory (null without them).
+    /// The forward launch: `y = epilogue(conv(x, w))` in the plan's layout, `maps` the
+    /// [`Self::tensor_maps`] in device memory (null without them).
     pub const fn forward_launch(
         &self,
         problem: &ConvProblem,
         x: DevicePtr<f32>,
         w: DevicePtr<f32>,
-        bias: DevicePtr<f32>,
+        epilogue: ConvEpilogue,
         y: DevicePtrMut<f32>,
         maps: DevicePtr<TensorMapPair>,
     ) -> Launch<TensorCoreArgs> {
@@ -218,7 +222,7 @@ impl TensorCorePlan {
         let args = TensorCoreArgs {
             x,
             w,
-            bias,
+            epilogue,
             y,
             maps,
             problem: *problem,
@@ -257,12 +261,12 @@ const fn corners_fit(pad: u32, kernel: u32, dilation: u32) -> bool {
 }
 
 kernel_args! {
-    /// The tensor-core forward pass's arguments: `y = conv(x, w) + bias` in the plan's
-    /// layout.
+    /// The tensor-core forward pass's arguments: `y = epilogue(conv(x, w))` in the
+    /// plan's layout.
     pub struct TensorCoreArgs {
         pub x: DevicePtr<f32>,
         pub w: DevicePtr<f32>,
-        pub bias: DevicePtr<f32>,
+        pub epilogue: ConvEpilogue,
         pub y: DevicePtrMut<f32>,
         pub maps: DevicePtr<TensorMapPair>,
         pub problem: ConvProblem,

@@ -7,11 +7,12 @@
 //! and stores its sums, while the producer already copies the next tile's stages. Full
 //! and empty mbarriers per stage order the two sides.
 
-use super::epilogue::{TileOrigin, WarpTiles, bias_sums, store};
+use super::epilogue::{TileOrigin, WarpTiles, bias_sums, store_plain};
 use super::operands::{
     Filters, KTiles, NchwPatches, Operand, Patches, ScalarFilters, ScalarPatches, SharedOrigins, Stagers,
     VectorFilters, VectorPatches,
 };
+use super::staged_epilogue::store_staged;
 use super::*;
 use crate::device::{
     PIPELINE_BARRIER_BYTES, StagePipeline, block_idx_x, fence_async_shared, fence_tensor_map, grid_dim_x,
@@ -334,13 +335,24 @@ unsafe fn consume(args: &TensorCoreArgs, k_tiles: u32, tiles: u32, pipeline: &St
         // SAFETY: as above; the sums are final after the wait.
         unsafe {
             warpgroup_wait::<0>();
-            pipeline.release((fills - 1) % WGMMA_STAGES);
-            let warp_tiles = WarpTiles {
-                sums,
-                origin: (rows + 16 * warp, 0),
-                row_step: 64,
-            };
-            store(args, tile, &warp_tiles);
+            let last = (fills - 1) % WGMMA_STAGES;
+            if args.epilogue.is_plain() {
+                // Straight from the registers, the stage already back with the producer.
+                pipeline.release(last);
+                let warp_tiles = WarpTiles {
+                    sums,
+                    origin: (rows + 16 * warp, 0),
+                    row_step: 64,
+                };
+                store_plain(args, tile, &warp_tiles);
+            } else {
+                // Through this consumer's rows of the last stage, which nothing else
+                // reads until its release; the fence orders the epilogue's accesses
+                // before the producer's next copies into it.
+                store_staged(args, tile, &sums, stage_a(last) + rows * TC_BK * 4, consumer);
+                fence_async_shared();
+                pipeline.release(last);
+            }
         }
         index += grid_dim_x();
     }

@@ -67,12 +67,7 @@ pub unsafe fn filter(args: FilterArgs) {
 #[inline(always)]
 pub unsafe fn winograd(args: WinogradArgs) {
     let problem = args.problem;
-    let (input, u, bias, output) = (
-        args.input.as_ptr(),
-        args.u.as_ptr(),
-        args.bias.as_ptr(),
-        args.output.as_mut_ptr(),
-    );
+    let (input, u) = (args.input.as_ptr(), args.u.as_ptr());
     let p = &problem;
     let t = thread_idx_x();
     let group = block_idx_y();
@@ -80,7 +75,7 @@ pub unsafe fn winograd(args: WinogradArgs) {
     let (rest, out_block) = (block_idx_x() / p.out_blocks(), block_idx_x() % p.out_blocks());
     let (rest, segment) = (rest / p.segments(), rest % p.segments());
     let (image, tile_row) = (rest / tiles_h, rest % tiles_h);
-    let (cg, kg) = (p.in_per_group(), p.out_per_group());
+    let cg = p.in_per_group();
     let k0 = out_block * WINOGRAD_OUT;
 
     let (tile, channel) = (t % WINOGRAD_ROWS, t / WINOGRAD_ROWS);
@@ -118,7 +113,36 @@ pub unsafe fn winograd(args: WinogradArgs) {
     // SAFETY: reached by the whole block.
     unsafe { sync_threads() };
 
-    // The inverse transform, one (tile, out channel) per thread and step.
+    // SAFETY: the products are in shared memory, published by the barrier.
+    let block = (image, tile_row, segment, group, k0);
+    // SAFETY: as above.
+    unsafe {
+        if args.epilogue.is_plain() {
+            write_outputs::<false>(&args, product_at, block)
+        } else {
+            write_outputs::<true>(&args, product_at, block)
+        }
+    };
+}
+
+/// The inverse transform of the block's products (`product_at` their shared-memory
+/// addresses), one (tile, out channel) per thread and step, through the epilogue when
+/// `FUSED` (else plus the bias alone).
+///
+/// # Safety
+/// As [`winograd`], after its products were written and published; `block` is its
+/// (image, tile row, segment, group, first output channel).
+#[inline(always)]
+unsafe fn write_outputs<const FUSED: bool>(
+    args: &WinogradArgs,
+    product_at: impl Fn(u32, u32, u32) -> u32,
+    block: (u32, u32, u32, u32, u32),
+) {
+    let (image, tile_row, segment, group, k0) = block;
+    let p = &args.problem;
+    let (bias, output) = (args.epilogue.bias.as_ptr(), args.output.as_mut_ptr());
+    let kg = p.out_per_group();
+    let t = thread_idx_x();
     for step in 0..WINOGRAD_ROWS * WINOGRAD_OUT / WINOGRAD_THREADS {
         let pair = t + WINOGRAD_THREADS * step;
         let (tile, k) = (pair % WINOGRAD_ROWS, pair / WINOGRAD_ROWS);
@@ -144,9 +168,16 @@ pub unsafe fn winograd(args: WinogradArgs) {
             for (j, value) in y.into_iter().enumerate() {
                 let (row, col) = (oy + i as u32, ox + j as u32);
                 if row < p.out_h && col < p.out_w {
-                    let at = plane + row as u64 * p.out_w as u64 + col as u64;
-                    // SAFETY: (row, col) is inside the output plane.
-                    unsafe { *output.add(at as usize) = value + offset };
+                    let at = (plane + row as u64 * p.out_w as u64 + col as u64) as usize;
+                    // SAFETY: (row, col) is inside the output plane, and so inside the
+                    // residual.
+                    unsafe {
+                        *output.add(at) = if FUSED {
+                            args.epilogue.apply(value + offset, at)
+                        } else {
+                            value + offset
+                        }
+                    };
                 }
             }
         }

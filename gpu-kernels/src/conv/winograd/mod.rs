@@ -7,7 +7,7 @@ mod kernels;
 mod transform;
 
 use super::gemm::{WGRAD_BLOCKS_PER_SM, WGRAD_MAX_CHUNK};
-use super::{ConvPass, ConvProblem, MAIN_BLOCKS_PER_SM};
+use super::{ConvEpilogue, ConvPass, ConvProblem, MAIN_BLOCKS_PER_SM};
 use crate::launch::{DevicePtr, DevicePtrMut, Launch, LaunchGeometry, ScratchLayout, kernel_args};
 
 /// Rows of the GEMM tile of a Winograd block: output tiles (2x2 pixels each, along a
@@ -202,12 +202,12 @@ kernel_args! {
 }
 
 kernel_args! {
-    /// The data pass's arguments: `output = conv(input) + bias` for the transformed
-    /// weights `u` (bias null when absent).
+    /// The data pass's arguments: `output = epilogue(conv(input))` for the transformed
+    /// weights `u`.
     pub struct WinogradArgs {
         pub input: DevicePtr<f32>,
         pub u: DevicePtr<f32>,
-        pub bias: DevicePtr<f32>,
+        pub epilogue: ConvEpilogue,
         pub output: DevicePtrMut<f32>,
         pub problem: WinogradProblem,
     }
@@ -270,7 +270,7 @@ impl WinogradProblem {
         &self,
         input: DevicePtr<f32>,
         u: DevicePtr<f32>,
-        bias: DevicePtr<f32>,
+        epilogue: ConvEpilogue,
         output: DevicePtrMut<f32>,
     ) -> Launch<WinogradArgs> {
         let geometry = LaunchGeometry {
@@ -281,7 +281,7 @@ impl WinogradProblem {
         let args = WinogradArgs {
             input,
             u,
-            bias,
+            epilogue,
             output,
             problem: *self,
         };
