@@ -276,7 +276,8 @@ fn check_fused(gpu: &Gpu, c: Case, activation: Activation, with_residual: bool) 
 
 #[test]
 fn conv2d_fused_epilogue_matches_the_unfused_reference() {
-    let Some(gpu) = gpu_or_skip("conv2d_fused_epilogue_matches_the_unfused_reference") else {
+    let test = "conv2d_fused_epilogue_matches_the_unfused_reference";
+    let (Some(gpu), Some(portable)) = (gpu_or_skip(test), portable_gpu_or_skip(test)) else {
         return;
     };
     let activation = prop_oneof![
@@ -285,12 +286,16 @@ fn conv2d_fused_epilogue_matches_the_unfused_reference() {
         Just(Activation::Silu),
         Just(Activation::GeluTanh)
     ];
-    runner()
-        .run(
-            &(case(), activation, any::<bool>()),
-            |(c, activation, residual)| check_fused(&gpu, c, activation, residual),
-        )
-        .unwrap();
+    // Both tensor-core epilogues on Hopper: staged (`wgmma`) and from registers
+    // (`mma.sync`, the portable kernels).
+    for gpu in [&gpu, &portable] {
+        runner()
+            .run(
+                &(case(), activation.clone(), any::<bool>()),
+                |(c, activation, residual)| check_fused(gpu, c, activation, residual),
+            )
+            .unwrap();
+    }
 }
 
 /// The same on the kernels every device of the GPU's architecture has (`mma.sync` for
