@@ -20,7 +20,8 @@ pub enum Activation {
 }
 
 /// What every forward kernel does to an output's sum: adds the bias of its channel
-/// (the kernel does, where it suits it), then [`ConvEpilogue::apply`].
+/// (the kernel does, where it suits it), then the activation and the residual
+/// (`apply`, in the GPU build).
 #[repr(C)]
 #[derive(Debug, Clone, Copy)]
 pub struct ConvEpilogue {
