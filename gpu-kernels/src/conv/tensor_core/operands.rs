@@ -268,10 +268,22 @@ impl<const R: usize, O: Origins> Patches<R, O> {
         )
     }
 
-    /// Whether the origin displaced by (dy, dx) lies inside the image.
+    /// Where row `i`'s element at `element` (from [`Self::tap`]) lies in x, and whether
+    /// it is to be read (inside K and the image); x itself when it is not.
     #[inline(always)]
-    fn inside(&self, origin: (i64, i32, i32), dy: i32, dx: i32) -> bool {
-        ((origin.1 + dy) as u32) < self.problem.height && ((origin.2 + dx) as u32) < self.problem.width
+    fn source(&self, i: usize, element: (i64, i32, i32, bool)) -> (*const u8, bool) {
+        let (offset, dy, dx, in_k) = element;
+        let origin = self.origins.get(i, self.rows[i]);
+        let inside =
+            ((origin.1 + dy) as u32) < self.problem.height && ((origin.2 + dx) as u32) < self.problem.width;
+        if in_k && inside {
+            (
+                self.x.wrapping_offset((origin.0 + offset) as isize) as *const u8,
+                true,
+            )
+        } else {
+            (self.x as *const u8, false)
+        }
     }
 }
 
@@ -283,22 +295,16 @@ impl<const R: usize, O: Origins> Operand for VectorPatches<R, O> {
     #[inline(always)]
     unsafe fn stage(&self, tile: u32, kt: u32) {
         let p = &self.0;
-        let (offset, dy, dx, in_k) = p.tap(kt, p.chunk * 4);
+        let element = p.tap(kt, p.chunk * 4);
         for i in 0..R {
-            let origin = p.origins.get(i, p.rows[i]);
-            let valid = in_k && p.inside(origin, dy, dx);
-            let source = if valid {
-                p.x.wrapping_offset((origin.0 + offset) as isize)
-            } else {
-                p.x
-            };
+            let (source, valid) = p.source(i, element);
             // SAFETY: a valid chunk lies inside x (the tap is inside the image, the four
             // channels inside the group) and is 16-byte aligned (channels per group and
             // the image's channels are multiples of 4); else nothing is read.
             unsafe {
                 async_copy_cached(
                     staged(tile, p.rows[i], p.chunk * 4),
-                    source as *const u8,
+                    source,
                     if valid { 16 } else { 0 },
                 )
             };
@@ -314,20 +320,14 @@ impl<const R: usize, O: Origins> Operand for ScalarPatches<R, O> {
     unsafe fn stage(&self, tile: u32, kt: u32) {
         let p = &self.0;
         for e in 0..4 {
-            let (offset, dy, dx, in_k) = p.tap(kt, p.chunk * 4 + e);
+            let element = p.tap(kt, p.chunk * 4 + e);
             for i in 0..R {
-                let origin = p.origins.get(i, p.rows[i]);
-                let valid = in_k && p.inside(origin, dy, dx);
-                let source = if valid {
-                    p.x.wrapping_offset((origin.0 + offset) as isize)
-                } else {
-                    p.x
-                };
+                let (source, valid) = p.source(i, element);
                 // SAFETY: a valid element lies inside x; else nothing is read.
                 unsafe {
                     async_copy::<4>(
                         staged(tile, p.rows[i], p.chunk * 4 + e),
-                        source as *const u8,
+                        source,
                         if valid { 4 } else { 0 },
                     )
                 };
