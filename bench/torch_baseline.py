@@ -139,7 +139,68 @@ def convs(reps):
     }
 
 
-WORKLOADS = {"copy": copy, "scan": scans, "matvec": matvecs, "min": min_reductions, "conv": convs}
+# name, x (NCHW), w, stride, padding, groups (dilation 1): the same table as LAYERS in
+# bench/src/layers.rs.
+LAYERS = (
+    ("R1", (32, 64, 56, 56), (256, 64, 1, 1), 1, 0, 1),
+    ("R2", (32, 128, 28, 28), (128, 128, 3, 3), 1, 1, 1),
+    ("R3", (32, 256, 14, 14), (256, 256, 3, 3), 1, 1, 1),
+    ("R4", (32, 512, 7, 7), (512, 512, 3, 3), 1, 1, 1),
+    ("R5", (32, 256, 56, 56), (512, 256, 1, 1), 2, 0, 1),
+    ("R6", (32, 128, 56, 56), (128, 128, 3, 3), 2, 1, 1),
+    ("R7", (32, 3, 224, 224), (64, 3, 7, 7), 2, 3, 1),
+    ("U1", (4, 64, 256, 256), (64, 64, 3, 3), 1, 1, 1),
+    ("D1", (32, 256, 28, 28), (256, 1, 3, 3), 1, 1, 256),
+)
+
+
+def layers(reps):
+    """The layer suite: forward with a bias and backward with all three gradients, in
+    FP32 and TF32 (cudnn.allow_tf32), NCHW and channels_last, cuDNN in benchmark mode."""
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.benchmark = True
+    results = {}
+    for name, x_shape, w_shape, stride, padding, groups in LAYERS:
+        x = torch.rand(x_shape, device="cuda") * 2 - 1
+        w = torch.rand(w_shape, device="cuda") * 2 - 1
+        b = torch.rand(w_shape[0], device="cuda") * 2 - 1
+        dy = torch.rand_like(torch.nn.functional.conv2d(x, w, b, stride, padding, 1, groups)) * 2 - 1
+        shapes = f"x {x_shape}, w {w_shape}, stride {stride}, padding {padding}, groups {groups}"
+        for precision in ("fp32", "tf32"):
+            torch.backends.cudnn.allow_tf32 = precision == "tf32"
+            for layout, memory_format in (("nchw", torch.contiguous_format), ("nhwc", torch.channels_last)):
+                xs, ws, dys = (t.contiguous(memory_format=memory_format) for t in (x, w, dy))
+                mode = f"{precision}_{layout}"
+                results[f"layer_{name}_fwd_{mode}"] = {
+                    "ms": median_ms(
+                        lambda: torch.nn.functional.conv2d(xs, ws, b, stride, padding, 1, groups), reps
+                    ),
+                    "op": f"F.conv2d with bias, {shapes}, {mode}",
+                }
+                results[f"layer_{name}_bwd_{mode}"] = {
+                    "ms": median_ms(
+                        lambda: torch.ops.aten.convolution_backward(
+                            dys, xs, ws, [w_shape[0]], [stride] * 2, [padding] * 2, [1, 1], False, [0, 0],
+                            groups, [True, True, True],
+                        ),
+                        reps,
+                    ),
+                    "op": f"convolution_backward, input + weight + bias grads, {shapes}, {mode}",
+                }
+                del xs, ws, dys
+        del x, w, b, dy
+    torch.backends.cudnn.allow_tf32 = False
+    return results
+
+
+WORKLOADS = {
+    "copy": copy,
+    "scan": scans,
+    "matvec": matvecs,
+    "min": min_reductions,
+    "conv": convs,
+    "layers": layers,
+}
 
 
 def main():

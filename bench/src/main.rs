@@ -1,9 +1,13 @@
-//! `bench [--only scan,matvec,min,conv] [--reps N] [--baseline torch.json] [--json OUT]`
+//! `bench [--only scan,matvec,min,conv,layers] [--reps N] [--baseline torch.json] [--json OUT]`
 //!
 //! Runs each workload on its headline shape (../shared/WORKLOADS.md), checks the result,
 //! times it with CUDA events (warm-up, then the median of `--reps` runs) and prints one
 //! table: time, rate, percent of the copy bandwidth measured in the same run, and
 //! PyTorch's time from `bench/torch_baseline.py` when `--baseline` names its JSON.
+//! The `layers` family (layers.rs) adds a table of convolution layers in four modes.
+
+mod conv_reference;
+mod layers;
 
 use std::error::Error;
 use std::time::Instant;
@@ -13,6 +17,8 @@ use ndarray::{ArrayD, IxDyn};
 use rayon::prelude::*;
 use serde_json::{Value, json};
 
+use conv_reference::{ConvReference, Samples, as_nchw, tolerance};
+
 type Result<T = ()> = std::result::Result<T, Box<dyn Error>>;
 
 const WARMUP: usize = 3;
@@ -20,7 +26,7 @@ const WARMUP: usize = 3;
 /// One timed operation.
 struct Row {
     /// Matches the key in torch_baseline.py's JSON.
-    key: &'static str,
+    key: String,
     what: String,
     times_ms: Vec<f32>,
     /// Bytes that must move (read + written), for GB/s.
@@ -37,6 +43,15 @@ impl Row {
     }
     fn gbps(&self) -> f64 {
         self.bytes / (self.median_ms() * 1e-3) / 1e9
+    }
+    /// The row in the `--json` output.
+    fn record(&self, copy_bw: f64, torch_ms: Option<f64>) -> Value {
+        let (ms, gbps) = (self.median_ms(), self.gbps());
+        json!({
+            "key": self.key, "workload": self.what, "median_ms": ms, "gbps": gbps,
+            "percent_of_copy": 100.0 * gbps / copy_bw, "torch_ms": torch_ms,
+            "tflops": self.flops / (ms * 1e-3) / 1e12, "times_ms": self.times_ms,
+        })
     }
 }
 
@@ -117,14 +132,14 @@ fn copy_rows(gpu: &Gpu, reps: usize) -> Result<Vec<Row>> {
     let driver = time(gpu, reps, |g| g.copy_with_driver(&src, &mut dst))?;
     Ok(vec![
         Row {
-            key: "copy",
+            key: "copy".into(),
             what: "copy kernel, 8 GiB f32".into(),
             times_ms: kernel,
             bytes,
             flops: 0.0,
         },
         Row {
-            key: "memcpy",
+            key: "memcpy".into(),
             what: "cuMemcpyDtoD, 8 GiB f32".into(),
             times_ms: driver,
             bytes,
@@ -190,7 +205,7 @@ fn min_rows(gpu: &Gpu, reps: usize) -> Result<Vec<Row>> {
         let bytes = x.bytes() as f64;
         let times = time(gpu, reps, |g| g.min_into(&x, axis, &mut values, &mut indices))?;
         rows.push(Row {
-            key: ["min0", "min1", "min2"][axis],
+            key: format!("min{axis}"),
             what: format!("min (values+indices), dim {axis}"),
             times_ms: times,
             bytes: bytes + 3.0 * out_bytes,
@@ -198,7 +213,7 @@ fn min_rows(gpu: &Gpu, reps: usize) -> Result<Vec<Row>> {
         });
         let times = time(gpu, reps, |g| g.amin_into(&x, axis, &mut amin_values))?;
         rows.push(Row {
-            key: ["amin0", "amin1", "amin2"][axis],
+            key: format!("amin{axis}"),
             what: format!("amin, dim {axis}"),
             times_ms: times,
             bytes: bytes + out_bytes,
@@ -272,7 +287,7 @@ fn scan_rows(gpu: &Gpu, reps: usize) -> Result<Vec<Row>> {
         drop(out);
         let times = time(gpu, reps, |g| g.cumsum_into(&x, &mut y, axis, Exclusive, false))?;
         rows.push(Row {
-            key,
+            key: key.into(),
             what: what.into(),
             times_ms: times,
             bytes: 2.0 * x.bytes() as f64,
@@ -283,7 +298,7 @@ fn scan_rows(gpu: &Gpu, reps: usize) -> Result<Vec<Row>> {
 }
 
 /// One matvec row: `op(A) x` for A of `shape`, checked whole against the f64 reference.
-fn gemv_row(gpu: &Gpu, reps: usize, key: &'static str, shape: [usize; 2], op: host::Op) -> Result<Row> {
+fn gemv_row(gpu: &Gpu, reps: usize, key: &str, shape: [usize; 2], op: host::Op) -> Result<Row> {
     use ndarray::Ix2;
     let host_a = random_f32(&shape, 4).into_dimensionality::<Ix2>()?;
     let inner = if op == host::Op::N { shape[1] } else { shape[0] };
@@ -315,7 +330,7 @@ fn gemv_row(gpu: &Gpu, reps: usize, key: &'static str, shape: [usize; 2], op: ho
         shape[1]
     );
     Ok(Row {
-        key,
+        key: key.into(),
         what,
         times_ms: times,
         bytes: (a.bytes() + x.bytes() + y.bytes()) as f64,
@@ -354,9 +369,8 @@ fn sample_indices(count: usize, samples: usize) -> Vec<usize> {
 /// the forward pass, and the backward pass (input and weight gradients), each checked
 /// against f64 sums at sampled outputs (relative norm error at most 1e-5).
 fn conv_rows(gpu: &Gpu, reps: usize) -> Result<Vec<Row>> {
-    use ndarray::Ix4;
-    const TOLERANCE: f64 = 1e-5;
-    const TF32_TOLERANCE: f64 = 5e-3;
+    use host::{ConvLayout, ConvPrecision};
+    use ndarray::{ArrayView4, Ix4};
     let params = host::Conv2dParams::default();
     let (x_shape, w_shape) = ([8, 64, 512, 1024], [128, 64, 3, 3]);
     let (_, y_shape) = host::conv2d_problem(&x_shape, &w_shape, &params)?;
@@ -364,52 +378,42 @@ fn conv_rows(gpu: &Gpu, reps: usize) -> Result<Vec<Row>> {
     let hw = random_f32(&w_shape, 7).into_dimensionality::<Ix4>()?;
     let hdy = random_f32(&y_shape, 8).into_dimensionality::<Ix4>()?;
     let (x, w, dy) = (gpu.upload(&hx)?, gpu.upload(&hw)?, gpu.upload(&hdy)?);
-    let [_, _, oh, ow] = y_shape[..] else {
-        unreachable!()
-    };
+    let y_dims: [usize; 4] = hdy.dim().into();
+    let [_, _, oh, ow] = y_dims;
     let flops = 2.0 * (8 * 128 * oh * ow) as f64 * (64 * 9) as f64;
-    let check = |what: &str, samples: Vec<(f32, f64)>| {
-        let error = sampled_error(&samples);
+    let reference = ConvReference::new(hx.view(), hw.view(), hdy.view(), &params)?;
+    let check = |what: &str, want: &Samples, got: ArrayView4<f32>, precision| -> Result {
+        let (error, tolerance) = (want.error(got), tolerance(precision));
         eprintln!(
             "conv {what}: relative error {error:.2e} over {} sampled outputs",
-            samples.len()
+            want.len()
         );
-        if error > TOLERANCE {
-            return Err(format!(
-                "conv {what}: relative error {error:e} over {TOLERANCE:e}"
-            ));
+        if error.is_nan() || error > tolerance {
+            return Err(format!("conv {what}: relative error {error:e} over {tolerance:e}").into());
         }
         Ok(())
     };
 
+    let y_want = Samples::new(y_dims, 10_000, |at| reference.output(at));
     let mut y = gpu.alloc::<f32>(&y_shape)?;
     gpu.poison(&mut y)?;
     gpu.conv2d_into(&x, &w, None, &params, &mut y)?;
-    let got = gpu.download(&y)?.into_dimensionality::<Ix4>()?;
-    let samples = sample_indices(got.len(), 10_000)
-        .into_par_iter()
-        .map(|e| {
-            let (n, o, r) = (e / (128 * oh * ow), e / (oh * ow) % 128, e % (oh * ow));
-            let (i, j) = (r / ow, r % ow);
-            let mut sum = 0.0f64;
-            for c in 0..64 {
-                for (a, b) in (0..3).flat_map(|a| (0..3).map(move |b| (a, b))) {
-                    sum += hx[[n, c, i + a, j + b]] as f64 * hw[[o, c, a, b]] as f64;
-                }
-            }
-            (got.as_slice().unwrap()[e], sum)
-        })
-        .collect();
-    check("forward", samples)?;
+    let got = gpu.download(&y)?;
+    check(
+        "forward",
+        &y_want,
+        as_nchw(&got, ConvLayout::Nchw)?,
+        ConvPrecision::Fp32,
+    )?;
     drop(got);
     let forward = time(gpu, reps, |g| g.conv2d_into(&x, &w, None, &params, &mut y))?;
 
     // TF32 on the tensor cores: from NCHW tensors, from NHWC tensors, and from NHWC
     // tensors with a bias and ReLU fused (torch: F.relu(F.conv2d(x, w, b))); checked
-    // against the same FP64 sums through a layout change on the GPU, within TF32's
-    // rounding.
+    // against the same FP64 sums, NHWC results through an NCHW view on the host,
+    // within TF32's rounding.
     let tf32 = |layout| host::Conv2dParams {
-        precision: host::ConvPrecision::Tf32,
+        precision: ConvPrecision::Tf32,
         layout,
         ..params
     };
@@ -417,22 +421,25 @@ fn conv_rows(gpu: &Gpu, reps: usize) -> Result<Vec<Row>> {
     let mut y_last = gpu.to_channels_last(&y)?;
     let hb = random_f32(&[128], 9);
     let b = gpu.upload(&hb)?;
+    let fused_want = Samples::new(y_dims, 10_000, |at| {
+        (reference.output(at) + hb[at[1]] as f64).max(0.0)
+    });
     let mut tf32_rows = Vec::new();
     for (layout, fused, key, what) in [
         (
-            host::ConvLayout::Nchw,
+            ConvLayout::Nchw,
             false,
             "conv_fwd_tf32",
             "conv2d forward TF32, NCHW",
         ),
         (
-            host::ConvLayout::Nhwc,
+            ConvLayout::Nhwc,
             false,
             "conv_fwd_tf32_nhwc",
             "conv2d forward TF32, NHWC",
         ),
         (
-            host::ConvLayout::Nhwc,
+            ConvLayout::Nhwc,
             true,
             "conv_fwd_tf32_nhwc_bias_relu",
             "conv2d + bias + ReLU TF32, NHWC",
@@ -448,42 +455,17 @@ fn conv_rows(gpu: &Gpu, reps: usize) -> Result<Vec<Row>> {
         };
         let bias = fused.then_some(&b);
         let (xs, ws, ys) = match layout {
-            host::ConvLayout::Nchw => (&x, &w, &mut y),
-            host::ConvLayout::Nhwc => (&x_last, &w_last, &mut y_last),
+            ConvLayout::Nchw => (&x, &w, &mut y),
+            ConvLayout::Nhwc => (&x_last, &w_last, &mut y_last),
         };
         gpu.poison(ys)?;
         gpu.conv2d_into(xs, ws, bias, &p, ys)?;
-        let got = match layout {
-            host::ConvLayout::Nchw => gpu.download(ys)?,
-            host::ConvLayout::Nhwc => gpu.download(&gpu.to_channels_first(ys)?)?,
-        };
-        let got = got.into_dimensionality::<Ix4>()?;
-        let samples: Vec<(f32, f64)> = sample_indices(got.len(), 10_000)
-            .into_par_iter()
-            .map(|e| {
-                let (n, o, r) = (e / (128 * oh * ow), e / (oh * ow) % 128, e % (oh * ow));
-                let (i, j) = (r / ow, r % ow);
-                let mut sum = 0.0f64;
-                for c in 0..64 {
-                    for (a, b) in (0..3).flat_map(|a| (0..3).map(move |b| (a, b))) {
-                        sum += hx[[n, c, i + a, j + b]] as f64 * hw[[o, c, a, b]] as f64;
-                    }
-                }
-                let want = if fused { (sum + hb[o] as f64).max(0.0) } else { sum };
-                (got.as_slice().unwrap()[e], want)
-            })
-            .collect();
-        let error = sampled_error(&samples);
-        eprintln!(
-            "conv {what}: relative error {error:.2e} over {} sampled outputs",
-            samples.len()
-        );
-        if error > TF32_TOLERANCE {
-            return Err(format!("conv {what}: relative error {error:e} over {TF32_TOLERANCE:e}").into());
-        }
+        let got = gpu.download(ys)?;
+        let want = if fused { &fused_want } else { &y_want };
+        check(what, want, as_nchw(&got, layout)?, ConvPrecision::Tf32)?;
         let times = time(gpu, reps, |g| g.conv2d_into(xs, ws, bias, &p, ys))?;
         tf32_rows.push(Row {
-            key,
+            key: key.into(),
             what: what.into(),
             times_ms: times,
             bytes: (x.bytes() + w.bytes() + ys.bytes()) as f64,
@@ -496,44 +478,23 @@ fn conv_rows(gpu: &Gpu, reps: usize) -> Result<Vec<Row>> {
     gpu.poison(&mut dx)?;
     gpu.poison(&mut dw)?;
     gpu.conv2d_backward_into(&x, &w, &dy, &params, (Some(&mut dx), Some(&mut dw), None))?;
+    let want = Samples::new(x_shape, 10_000, |at| reference.input_grad(at));
     let got = gpu.download(&dx)?;
-    let samples = sample_indices(got.len(), 10_000)
-        .into_par_iter()
-        .map(|e| {
-            let (n, c, r) = (e / (64 * 512 * 1024), e / (512 * 1024) % 64, e % (512 * 1024));
-            let (iy, ix) = (r / 1024, r % 1024);
-            let mut sum = 0.0f64;
-            for o in 0..128 {
-                for (a, b) in (0..3).flat_map(|a| (0..3).map(move |b| (a, b))) {
-                    let (Some(i), Some(j)) = (iy.checked_sub(a), ix.checked_sub(b)) else {
-                        continue;
-                    };
-                    if i < oh && j < ow {
-                        sum += hdy[[n, o, i, j]] as f64 * hw[[o, c, a, b]] as f64;
-                    }
-                }
-            }
-            (got.as_slice().unwrap()[e], sum)
-        })
-        .collect();
-    check("input gradient", samples)?;
+    check(
+        "input gradient",
+        &want,
+        as_nchw(&got, ConvLayout::Nchw)?,
+        ConvPrecision::Fp32,
+    )?;
+    // Each weight-gradient element sums 4 million products: fewer samples.
+    let want = Samples::new(w_shape, 62, |at| reference.weight_grad(at));
     let got = gpu.download(&dw)?;
-    let samples = sample_indices(got.len(), 62)
-        .into_par_iter()
-        .map(|e| {
-            let (o, c, a, b) = (e / 576, e / 9 % 64, e / 3 % 3, e % 3);
-            let sum: f64 = (0..8)
-                .flat_map(|n| (0..oh).map(move |i| (n, i)))
-                .map(|(n, i)| {
-                    (0..ow)
-                        .map(|j| hdy[[n, o, i, j]] as f64 * hx[[n, c, i + a, j + b]] as f64)
-                        .sum::<f64>()
-                })
-                .sum();
-            (got.as_slice().unwrap()[e], sum)
-        })
-        .collect();
-    check("weight gradient", samples)?;
+    check(
+        "weight gradient",
+        &want,
+        as_nchw(&got, ConvLayout::Nchw)?,
+        ConvPrecision::Fp32,
+    )?;
     let backward = time(gpu, reps, |g| {
         g.conv2d_backward_into(&x, &w, &dy, &params, (Some(&mut dx), Some(&mut dw), None))
     })?;
@@ -546,28 +507,28 @@ fn conv_rows(gpu: &Gpu, reps: usize) -> Result<Vec<Row>> {
     let bytes = (x.bytes() + w.bytes() + dy.bytes()) as f64;
     let mut rows = vec![
         Row {
-            key: "conv_fwd",
+            key: "conv_fwd".into(),
             what: "conv2d forward 8x64x512x1024, 3x3".into(),
             times_ms: forward,
             bytes,
             flops,
         },
         Row {
-            key: "conv_bwd",
+            key: "conv_bwd".into(),
             what: "conv2d backward (input + weight)".into(),
             times_ms: backward,
             bytes: bytes + x.bytes() as f64,
             flops: 2.0 * flops,
         },
         Row {
-            key: "conv_bwd_input",
+            key: "conv_bwd_input".into(),
             what: "  of which the input gradient".into(),
             times_ms: input_only,
             bytes,
             flops,
         },
         Row {
-            key: "conv_bwd_weight",
+            key: "conv_bwd_weight".into(),
             what: "  of which the weight gradient".into(),
             times_ms: weight_only,
             bytes,
@@ -622,6 +583,13 @@ fn main() -> Result {
         rows.extend(conv_rows(&gpu, opts.reps)?);
         eprintln!("conv: {:.1} s", started.elapsed().as_secs_f64());
     }
+    // Printed in a table of their own, after the main one.
+    let mut layer_rows = Vec::new();
+    if wanted("layers") {
+        let started = Instant::now();
+        layer_rows = layers::layer_rows(&gpu, opts.reps)?;
+        eprintln!("layers: {:.1} s", started.elapsed().as_secs_f64());
+    }
 
     let copy_bw = rows
         .iter()
@@ -642,10 +610,9 @@ fn main() -> Result {
         "|{:-<36}|{:->11}|{:->10}|{:->9}|{:->11}|{:->15}|",
         "", "", "", "", "", ""
     );
-    let mut records = Vec::new();
     for r in &rows {
         let (ms, gbps) = (r.median_ms(), r.gbps());
-        let torch = torch_ms(r.key);
+        let torch = torch_ms(&r.key);
         println!(
             "| {:<34} | {:>9.3} | {:>8.0} | {:>6.1}% | {:>9} | {:>13} |",
             r.what,
@@ -655,11 +622,6 @@ fn main() -> Result {
             torch.map_or("-".into(), |t| format!("{t:.3}")),
             torch.map_or("-".into(), |t| format!("{:.3}x", t / ms)),
         );
-        records.push(json!({
-            "key": r.key, "workload": r.what, "median_ms": ms, "gbps": gbps,
-            "percent_of_copy": 100.0 * gbps / copy_bw, "torch_ms": torch,
-            "tflops": r.flops / (ms * 1e-3) / 1e12, "times_ms": r.times_ms,
-        }));
     }
     for r in rows.iter().filter(|r| r.flops > 0.0) {
         let rate = |ms: f64| r.flops / (ms * 1e-3) / 1e12;
@@ -667,7 +629,7 @@ fn main() -> Result {
             "{}: {:.1} TFLOP/s{}",
             r.what,
             rate(r.median_ms()),
-            torch_ms(r.key).map_or(String::new(), |t| format!(" (torch {:.1} TFLOP/s)", rate(t)))
+            torch_ms(&r.key).map_or(String::new(), |t| format!(" (torch {:.1} TFLOP/s)", rate(t)))
         );
     }
     for r in &rows {
@@ -684,8 +646,17 @@ fn main() -> Result {
         "\ncopy bandwidth (cuMemcpyDtoD, read + write): {copy_bw:.0} GB/s; median of {} runs after {WARMUP} warm-up",
         opts.reps
     );
+    let layer_summary = (!layer_rows.is_empty()).then(|| layers::report(&layer_rows, torch_ms));
     if let Some(path) = &opts.json {
-        let doc = json!({ "device": info.name, "kernel_image": info.kernel_image, "reps": opts.reps, "rows": records });
+        let records: Vec<Value> = rows
+            .iter()
+            .chain(&layer_rows)
+            .map(|r| r.record(copy_bw, torch_ms(&r.key)))
+            .collect();
+        let doc = json!({
+            "device": info.name, "kernel_image": info.kernel_image, "reps": opts.reps,
+            "rows": records, "layer_summary": layer_summary,
+        });
         std::fs::write(path, serde_json::to_string_pretty(&doc)?)?;
     }
     Ok(())
