@@ -12,7 +12,7 @@
 
 use gpu_kernels::conv::{
     self as kernel, ConvAlgorithm, ConvEpilogue, ConvPass, ConvProblem, ConvShape, ConvShapeError,
-    CudaCoreAlgorithm, WinogradProblem, WinogradSplit, reduce,
+    CudaCoreAlgorithm, TensorCorePlan, WinogradProblem, WinogradSplit, reduce, transposed,
 };
 pub use gpu_kernels::conv::{Activation, ConvLayout, ConvPrecision};
 use gpu_kernels::launch::{DevicePtr, DevicePtrMut};
@@ -415,6 +415,21 @@ impl Gpu {
                 expect_shape(what, shape.to_vec(), g.shape())?;
             }
         }
+        // The input gradient as a forward pass on the tensor cores, in the tensors'
+        // layout, where the plan takes that.
+        let input = match (input, problem.input_grad_as_forward()) {
+            (Some(dx), Some(transposed)) => match self.algorithm(&problem, ConvPass::InputGrad, params) {
+                ConvAlgorithm::TensorCore(plan) => {
+                    self.input_grad_as_forward(&problem, &transposed, plan, grad_y, w, dx)?;
+                    None
+                }
+                _ => Some(dx),
+            },
+            (input, _) => input,
+        };
+        if input.is_none() && weight.is_none() && bias.is_none() {
+            return Ok(());
+        }
         if params.layout == ConvLayout::Nchw {
             return self.backward(&problem, x, w, grad_y, (input, weight, bias));
         }
@@ -520,6 +535,35 @@ impl Gpu {
         let u = u.cast::<f32>();
         self.launch(&problem.filter(w, u))?;
         self.launch(&problem.data_pass(input, u.as_const(), epilogue, output))
+    }
+
+    /// The input gradient of `problem` as the forward pass of `transposed` (its
+    /// [`ConvProblem::input_grad_as_forward`]) by `plan`: dy convolved by the flipped,
+    /// group-transposed weights, all in the plan's layout.
+    fn input_grad_as_forward(
+        &self,
+        problem: &ConvProblem,
+        transposed: &ConvProblem,
+        plan: TensorCorePlan,
+        grad_y: &DeviceArray<f32>,
+        w: &DeviceArray<f32>,
+        dx: &mut DeviceArray<f32>,
+    ) -> Result<()> {
+        if dx.is_empty() {
+            return Ok(());
+        }
+        let layout = plan.layout();
+        let [out, in_group, kh, kw] = transposed.weight_shape();
+        let mut flipped =
+            self.alloc::<f32>(&in_layout([out, in_group, kh, kw].map(|d| d as usize), layout))?;
+        self.launch(&transposed::flip_filters(
+            problem,
+            layout,
+            w.ptr(),
+            flipped.ptr_mut(),
+        ))?;
+        let algorithm = ConvAlgorithm::TensorCore(plan);
+        self.forward(transposed, algorithm, grad_y, &flipped, ConvEpilogue::NONE, dx)
     }
 
     fn input_grad(

@@ -1,5 +1,7 @@
-//! 2-D convolution in FP32 (NCHW), forward and backward, as in
-//! `torch.nn.functional.conv2d`: stride, padding, dilation and groups.
+//! 2-D convolution of f32 tensors, forward and backward, as in
+//! `torch.nn.functional.conv2d`: stride, padding, dilation and groups; exact FP32 on
+//! the CUDA cores (below), or TF32 on the tensor cores (`tensor_core`), whose forward
+//! kernels also take the input gradient of stride-1 convolutions (`transposed`).
 //!
 //! Every pass is an implicit GEMM per group, whose operands are gathered from the
 //! tensors as the tiles are loaded (no im2col buffer):
@@ -37,6 +39,7 @@ mod outer_product;
 mod problem;
 pub mod reduce;
 pub mod tensor_core;
+pub mod transposed;
 pub mod winograd;
 
 pub use epilogue::{Activation, ConvEpilogue};
@@ -63,6 +66,7 @@ pub const ENTRY_POINTS: &[&[EntryPoint]] = &[
     winograd::WEIGHT_GRAD_ENTRY_POINTS,
     winograd::FINISH_ENTRY_POINTS,
     tensor_core::ENTRY_POINTS,
+    transposed::FLIP_ENTRY_POINTS,
 ];
 
 /// The arithmetic of a convolution of f32 tensors.
@@ -124,9 +128,11 @@ impl ConvAlgorithm {
     }
 }
 
-/// The one place that picks a pass's algorithm: the tensor cores for a TF32 forward
-/// pass (in the tensors' layout), else [`cuda_core_algorithm`]. Call only on problems
-/// that fit the index limits, with no empty extent.
+/// The one place that picks a pass's algorithm: in TF32, the tensor cores (in the
+/// tensors' layout) for the forward pass, and for the input gradient where it is the
+/// forward pass of [`ConvProblem::input_grad_as_forward`] (the plan is that problem's);
+/// else [`cuda_core_algorithm`]. Call only on problems that fit the index limits, with
+/// no empty extent.
 pub fn algorithm(
     problem: &ConvProblem,
     pass: ConvPass,
@@ -134,8 +140,15 @@ pub fn algorithm(
     layout: ConvLayout,
     device: &DeviceLimits,
 ) -> ConvAlgorithm {
-    if precision == ConvPrecision::Tf32 && pass == ConvPass::Forward {
-        return ConvAlgorithm::TensorCore(TensorCorePlan::forward(problem, layout, device));
+    if precision == ConvPrecision::Tf32 {
+        let forward = match pass {
+            ConvPass::Forward => Some(*problem),
+            ConvPass::InputGrad => problem.input_grad_as_forward(),
+            ConvPass::WeightGrad => None,
+        };
+        if let Some(forward) = forward {
+            return ConvAlgorithm::TensorCore(TensorCorePlan::forward(&forward, layout, device));
+        }
     }
     cuda_core_algorithm(problem, pass, device.multiprocessors).into()
 }

@@ -239,6 +239,15 @@ impl ConvProblem {
     pub const fn output_shape(&self) -> [u32; 4] {
         [self.batch, self.out_channels, self.out_h, self.out_w]
     }
+    /// w's shape: `[out_channels, in_channels / groups, kernel_h, kernel_w]`.
+    pub const fn weight_shape(&self) -> [u32; 4] {
+        [
+            self.out_channels,
+            self.in_per_group(),
+            self.kernel_h,
+            self.kernel_w,
+        ]
+    }
     pub const fn in_per_group(&self) -> u32 {
         self.in_channels / self.groups
     }

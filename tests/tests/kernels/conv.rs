@@ -403,7 +403,9 @@ fn every_conv_kernel_matches_the_reference_on_fixed_cases() {
         (case(1, [2, 3], [1, 1], [2, 2], p, false), [Gemm, Gemm, Gemm]),
         // TF32 on the tensor cores, channels last, with a bias: bulk tensor copies on
         // Hopper, else 16-byte copies (8 input channels); several blocks of outputs and
-        // of output channels (130 > 128); backward in FP32.
+        // of output channels (130 > 128). The input gradient is the forward pass of dy
+        // (130 channels: copied one at a time) by the flipped weights; the weight
+        // gradient in FP32.
         (
             case(
                 2,
@@ -416,7 +418,38 @@ fn every_conv_kernel_matches_the_reference_on_fixed_cases() {
                 },
                 true,
             ),
-            [TensorCoreBulk, Winograd, Winograd],
+            [TensorCoreBulk, TensorCoreScalar, Winograd],
+        ),
+        // The same with 32 output channels: the input gradient's dy by bulk copies too.
+        (
+            case(
+                2,
+                [16, 32],
+                [3, 3],
+                [9, 12],
+                Conv2dParams {
+                    padding: [1, 1],
+                    ..tf32(ConvLayout::Nhwc)
+                },
+                false,
+            ),
+            [TensorCoreBulk, TensorCoreBulk, Winograd],
+        ),
+        // NCHW, dilated, padded unevenly: both data passes on the tensor cores.
+        (
+            case(
+                1,
+                [5, 12],
+                [3, 3],
+                [10, 13],
+                Conv2dParams {
+                    padding: [2, 1],
+                    dilation: [1, 2],
+                    ..tf32(ConvLayout::Nchw)
+                },
+                true,
+            ),
+            [TensorCoreScalar, TensorCoreScalar, SplitGemm],
         ),
         // A stem: 3 input channels, a 7x7 window at stride 2, NCHW: x gathered one
         // element at a time, the weights too (K = 147).
@@ -435,7 +468,8 @@ fn every_conv_kernel_matches_the_reference_on_fixed_cases() {
             ),
             [TensorCoreScalar, Gemm, SplitGemm],
         ),
-        // Groups of 4 channels, dilation, channels last.
+        // Groups of 4 channels (3 output channels in each: the input gradient copies dy
+        // one element at a time), dilation, channels last.
         (
             case(
                 3,
@@ -449,7 +483,7 @@ fn every_conv_kernel_matches_the_reference_on_fixed_cases() {
                 },
                 true,
             ),
-            [TensorCore, Gemm, SplitGemm],
+            [TensorCore, TensorCoreScalar, SplitGemm],
         ),
         // Channels last, a strided and dilated window over 12 channels (one partial
         // chunk of 32): bulk tensor copies on Hopper.
@@ -663,21 +697,30 @@ fn invalid_conv2d_parameters_are_errors_that_name_them() {
     ));
 }
 
-/// TF32 on data that TF32 does not represent (random floats): the forward pass on the
-/// tensor cores within a relative norm error of 5e-3 of the f64 reference, and the same
-/// bits on a second run.
+/// TF32 on data that TF32 does not represent (random floats): the forward pass and the
+/// input gradient on the tensor cores within a relative norm error of 5e-3 of the f64
+/// reference, and the same bits on a second run.
 #[test]
-fn tf32_forward_is_close_and_deterministic() {
-    let test = "tf32_forward_is_close_and_deterministic";
+fn tf32_passes_are_close_and_deterministic() {
+    let test = "tf32_passes_are_close_and_deterministic";
     let (Some(gpu), Some(portable)) = (gpu_or_skip(test), portable_gpu_or_skip(test)) else {
         return;
     };
     let mut next = random_words(99);
-    let mut random = |shape: [usize; 4]| {
-        Array4::from_shape_simple_fn(shape, || {
+    let mut random = |shape: &[usize]| {
+        ArrayD::from_shape_simple_fn(shape, || {
             ((next() >> 11) as f64 / (1u64 << 52) as f64 - 1.0) as f32
         })
     };
+    let relative_error = |got: &ArrayD<f32>, want: &ArrayD<f64>| {
+        let (mut difference, mut norm) = (0.0, 0.0);
+        for (&g, &w) in got.iter().zip(want.iter()) {
+            difference += (g as f64 - w).powi(2);
+            norm += w * w;
+        }
+        (difference / norm).sqrt()
+    };
+    let bits = |a: &ArrayD<f32>| a.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
     for (x_shape, w_shape, padding, layout) in [
         ([2, 17, 19, 64], [96, 3, 3, 64], [1, 1], ConvLayout::Nhwc),
         ([3, 5, 33, 31], [40, 5, 1, 1], [0, 0], ConvLayout::Nchw),
@@ -689,34 +732,50 @@ fn tf32_forward_is_close_and_deterministic() {
                 precision: ConvPrecision::Tf32,
                 ..Conv2dParams::default()
             };
-            let (x, w) = (random(x_shape), random(w_shape));
-            let plan = gpu
-                .conv2d_algorithm(&x_shape, &w_shape, &params, ConvPass::Forward)
-                .unwrap();
-            assert!(matches!(plan, ConvAlgorithm::TensorCore(_)), "{plan:?}");
-            let want = reference::conv::conv2d(x.view(), w.view(), None, &params).unwrap();
-            let (dx, dw) = (gpu.upload(&x).unwrap(), gpu.upload(&w).unwrap());
+            let (x, w) = (random(&x_shape), random(&w_shape));
+            let (_, y_shape) = conv2d_problem(&x_shape, &w_shape, &params).unwrap();
+            let dy = random(&y_shape);
+            for pass in [ConvPass::Forward, ConvPass::InputGrad] {
+                let plan = gpu.conv2d_algorithm(&x_shape, &w_shape, &params, pass).unwrap();
+                assert!(matches!(plan, ConvAlgorithm::TensorCore(_)), "{pass:?}: {plan:?}");
+            }
+            let (x4, w4, dy4) = [&x, &w, &dy]
+                .map(|a| a.view().into_dimensionality().unwrap())
+                .into();
+            let want_y = reference::conv::conv2d(x4, w4, None, &params).unwrap();
+            let want_dx = reference::conv::conv2d_grad_input(dy4, w4, &x_shape, &params).unwrap();
+            let (dx, dw, ddy) = (
+                gpu.upload(&x).unwrap(),
+                gpu.upload(&w).unwrap(),
+                gpu.upload(&dy).unwrap(),
+            );
+            let only_input = ConvGradients {
+                input: true,
+                weight: false,
+                bias: false,
+            };
             let run = || {
-                gpu.download(&gpu.conv2d(&dx, &dw, None, &params).unwrap())
-                    .unwrap()
+                let y = gpu.conv2d(&dx, &dw, None, &params).unwrap();
+                let (gx, _, _) = gpu.conv2d_backward(&dx, &dw, &ddy, &params, only_input).unwrap();
+                [y, gx.unwrap()].map(|a| gpu.download(&a).unwrap())
             };
             let (first, second) = (run(), run());
-            let (mut difference, mut norm) = (0.0, 0.0);
-            for (&g, &w) in first.iter().zip(want.iter()) {
-                difference += (g as f64 - w).powi(2);
-                norm += w * w;
+            for ((got, again), (want, pass)) in first
+                .iter()
+                .zip(&second)
+                .zip([(&want_y, "forward"), (&want_dx, "input gradient")])
+            {
+                let error = relative_error(got, &want.clone().into_dyn());
+                assert!(
+                    error <= 5e-3 && error.is_finite(),
+                    "{x_shape:?} {layout:?} {pass}: relative error {error:e}"
+                );
+                assert!(bits(got) == bits(again), "{x_shape:?} {pass}: two runs differ");
+                eprintln!(
+                    "{test}: {x_shape:?} {layout:?} {pass} on {}: relative error {error:.2e}",
+                    gpu.info().kernel_image
+                );
             }
-            let error = (difference / norm).sqrt();
-            assert!(
-                error <= 5e-3 && error.is_finite(),
-                "{x_shape:?} {layout:?}: relative error {error:e}"
-            );
-            let bits = |a: &ArrayD<f32>| a.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
-            assert!(bits(&first) == bits(&second), "{x_shape:?}: two runs differ");
-            eprintln!(
-                "{test}: {x_shape:?} {layout:?} on {}: relative error {error:.2e}",
-                gpu.info().kernel_image
-            );
         }
     }
 }
