@@ -313,6 +313,7 @@ impl Gpu {
         match algorithm {
             ConvAlgorithm::Winograd(winograd) => self.winograd(&winograd, x, w, epilogue, y),
             ConvAlgorithm::ImplicitGemm(plan) => self.launch(&plan.forward(problem, x, w, epilogue, y)),
+            ConvAlgorithm::Depthwise(plan) => self.launch(&plan.forward(problem, x, w, epilogue, y)),
             ConvAlgorithm::TensorCore(plan) => match plan.tensor_maps(problem, x, w) {
                 Some(specs) => {
                     let (_scratch, maps) = self.tensor_maps(&specs)?;
@@ -415,62 +416,122 @@ impl Gpu {
                 expect_shape(what, shape.to_vec(), g.shape())?;
             }
         }
-        // The input gradient as a forward pass on the tensor cores, in the tensors'
-        // layout, where the plan takes that.
-        let input = match (input, problem.input_grad_as_forward()) {
-            (Some(dx), Some(transposed)) => match self.algorithm(&problem, ConvPass::InputGrad, params) {
-                ConvAlgorithm::TensorCore(plan) => {
-                    self.input_grad_as_forward(&problem, &transposed, plan, grad_y, w, dx)?;
-                    None
-                }
-                _ => Some(dx),
-            },
-            (input, _) => input,
+        // The passes whose kernels read the tensors' layout (the tensor cores', the
+        // depthwise ones) run on them as they are.
+        let input = match input {
+            Some(dx) => self.input_grad_in_layout(&problem, params, grad_y, w, dx)?,
+            None => None,
         };
-        if input.is_none() && weight.is_none() && bias.is_none() {
-            return Ok(());
-        }
-        if params.layout == ConvLayout::Nchw {
-            return self.backward(&problem, x, w, grad_y, (input, weight, bias));
-        }
-        // The backward kernels read NCHW: the tensors change to it, and the gradients
-        // back.
+        let weight = match weight {
+            Some(dw) => self.weight_grad_in_layout(&problem, params, x, grad_y, dw)?,
+            None => None,
+        };
+        // The rest on the CUDA cores in FP32 (more exact than TF32), over NCHW tensors:
+        // NHWC ones change to it, and the gradients back.
+        let layout = params.layout;
         let nchw = |a: &DeviceArray<f32>| self.to_channels_first(a);
-        let (x, w, grad_y) = (nchw(x)?, nchw(w)?, nchw(grad_y)?);
-        let alloc = |g: &Option<&mut DeviceArray<f32>>, shape: &[usize]| {
-            g.as_ref().map(|_| self.alloc(shape)).transpose()
-        };
-        let (mut dx, mut dw) = (alloc(&input, x.shape())?, alloc(&weight, w.shape())?);
-        self.backward(&problem, &x, &w, &grad_y, (dx.as_mut(), dw.as_mut(), bias))?;
-        for (native, gradient) in [(dx, input), (dw, weight)] {
-            if let (Some(native), Some(gradient)) = (native, gradient) {
-                self.change_layout(&native, gradient, ConvLayout::Nchw)?;
+        let (x_nchw, w_nchw, grad_y_nchw);
+        let grad_y = match (layout, input.is_some() || weight.is_some() || bias.is_some()) {
+            (ConvLayout::Nhwc, true) => {
+                grad_y_nchw = nchw(grad_y)?;
+                &grad_y_nchw
             }
+            _ => grad_y,
+        };
+        if let Some(dx) = input {
+            let w = match layout {
+                ConvLayout::Nchw => w,
+                ConvLayout::Nhwc => {
+                    w_nchw = nchw(w)?;
+                    &w_nchw
+                }
+            };
+            self.through_nchw(layout, problem.input_shape(), dx, |dx| {
+                self.input_grad(&problem, grad_y, w, dx)
+            })?;
+        }
+        if let Some(dw) = weight {
+            let x = match layout {
+                ConvLayout::Nchw => x,
+                ConvLayout::Nhwc => {
+                    x_nchw = nchw(x)?;
+                    &x_nchw
+                }
+            };
+            self.through_nchw(layout, problem.weight_shape(), dw, |dw| {
+                self.weight_grad(&problem, x, grad_y, dw)
+            })?;
+        }
+        if let Some(db) = bias {
+            self.bias_grad(&problem, grad_y, db)?;
         }
         Ok(())
     }
 
-    /// The backward passes over NCHW tensors, on the CUDA cores in FP32 whatever the
-    /// precision asked (more exact than TF32).
-    fn backward(
+    /// `pass` writing `gradient` (in `layout`, `shape` in NCHW), through an NCHW array
+    /// when the layout is NHWC.
+    fn through_nchw(
+        &self,
+        layout: ConvLayout,
+        shape: [u32; 4],
+        gradient: &mut DeviceArray<f32>,
+        pass: impl FnOnce(&mut DeviceArray<f32>) -> Result<()>,
+    ) -> Result<()> {
+        match layout {
+            ConvLayout::Nchw => pass(gradient),
+            ConvLayout::Nhwc => {
+                let mut native = self.alloc(&shape.map(|d| d as usize))?;
+                pass(&mut native)?;
+                self.change_layout(&native, gradient, ConvLayout::Nchw)
+            }
+        }
+    }
+
+    /// The input gradient where its plan reads the tensors' layout: the depthwise
+    /// kernel, or the tensor cores' forward pass of the transposed problem. `dx` back
+    /// when the plan is another.
+    fn input_grad_in_layout<'a>(
         &self,
         problem: &ConvProblem,
-        x: &DeviceArray<f32>,
-        w: &DeviceArray<f32>,
+        params: &Conv2dParams,
         grad_y: &DeviceArray<f32>,
-        gradients: ConvGradientArrays<&mut DeviceArray<f32>>,
-    ) -> Result<()> {
-        let (input, weight, bias) = gradients;
-        if let Some(dx) = input {
-            self.input_grad(problem, grad_y, w, dx)?;
+        w: &DeviceArray<f32>,
+        dx: &'a mut DeviceArray<f32>,
+    ) -> Result<Option<&'a mut DeviceArray<f32>>> {
+        if dx.is_empty() {
+            return Ok(None);
         }
-        if let Some(dw) = weight {
-            self.weight_grad(problem, x, grad_y, dw)?;
+        match self.algorithm(problem, ConvPass::InputGrad, params) {
+            ConvAlgorithm::Depthwise(plan) => {
+                self.launch(&plan.input_grad(problem, grad_y.ptr(), w.ptr(), dx.ptr_mut()))?
+            }
+            ConvAlgorithm::TensorCore(plan) => match problem.input_grad_as_forward() {
+                Some(transposed) => self.input_grad_as_forward(problem, &transposed, plan, grad_y, w, dx)?,
+                None => return Ok(Some(dx)),
+            },
+            ConvAlgorithm::ImplicitGemm(_) | ConvAlgorithm::Winograd(_) => return Ok(Some(dx)),
         }
-        if let Some(db) = bias {
-            self.bias_grad(problem, grad_y, db)?;
+        Ok(None)
+    }
+
+    /// The weight gradient where its plan reads the tensors' layout (depthwise); `dw`
+    /// back when the plan is another.
+    fn weight_grad_in_layout<'a>(
+        &self,
+        problem: &ConvProblem,
+        params: &Conv2dParams,
+        x: &DeviceArray<f32>,
+        grad_y: &DeviceArray<f32>,
+        dw: &'a mut DeviceArray<f32>,
+    ) -> Result<Option<&'a mut DeviceArray<f32>>> {
+        match self.algorithm(problem, ConvPass::WeightGrad, params) {
+            ConvAlgorithm::Depthwise(_) if problem.batch == 0 => self.fill_zero(dw)?,
+            ConvAlgorithm::Depthwise(plan) => {
+                self.launch(&plan.weight_grad(problem, x.ptr(), grad_y.ptr(), dw.ptr_mut()))?
+            }
+            _ => return Ok(Some(dw)),
         }
-        Ok(())
+        Ok(None)
     }
 
     /// [`Gpu::conv2d_backward`] of host arrays or views.

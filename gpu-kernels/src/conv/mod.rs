@@ -30,6 +30,7 @@
 //! (16 GEMMs over the tiles) and finished by a kernel that adds the splits in FP64 and
 //! transforms once. All transform coefficients are 0, 1, -1 or 1/2.
 
+pub mod depthwise;
 pub mod epilogue;
 #[cfg(target_arch = "nvptx64")]
 mod gather;
@@ -42,6 +43,7 @@ pub mod tensor_core;
 pub mod transposed;
 pub mod winograd;
 
+pub use depthwise::DepthwisePlan;
 pub use epilogue::{Activation, ConvEpilogue};
 pub use gemm::GemmPlan;
 pub use problem::{ConvPass, ConvProblem, ConvShape, ConvShapeError, FastDiv};
@@ -67,6 +69,9 @@ pub const ENTRY_POINTS: &[&[EntryPoint]] = &[
     winograd::FINISH_ENTRY_POINTS,
     tensor_core::ENTRY_POINTS,
     transposed::FLIP_ENTRY_POINTS,
+    depthwise::FORWARD_ENTRY_POINTS,
+    depthwise::INPUT_GRAD_ENTRY_POINTS,
+    depthwise::WEIGHT_GRAD_ENTRY_POINTS,
 ];
 
 /// The arithmetic of a convolution of f32 tensors.
@@ -99,6 +104,7 @@ pub enum ConvAlgorithm {
     ImplicitGemm(GemmPlan),
     Winograd(WinogradProblem),
     TensorCore(TensorCorePlan),
+    Depthwise(DepthwisePlan),
 }
 
 /// How a pass runs on the CUDA cores, in FP32.
@@ -124,11 +130,13 @@ impl ConvAlgorithm {
         match self {
             ConvAlgorithm::ImplicitGemm(_) | ConvAlgorithm::Winograd(_) => ConvLayout::Nchw,
             ConvAlgorithm::TensorCore(plan) => plan.layout(),
+            ConvAlgorithm::Depthwise(plan) => plan.layout(),
         }
     }
 }
 
-/// The one place that picks a pass's algorithm: in TF32, the tensor cores (in the
+/// The one place that picks a pass's algorithm: the depthwise kernels for one input
+/// channel per group, in every precision and pass; in TF32, the tensor cores (in the
 /// tensors' layout) for the forward pass, and for the input gradient where it is the
 /// forward pass of [`ConvProblem::input_grad_as_forward`] (the plan is that problem's);
 /// else [`cuda_core_algorithm`]. Call only on problems that fit the index limits, with
@@ -140,6 +148,9 @@ pub fn algorithm(
     layout: ConvLayout,
     device: &DeviceLimits,
 ) -> ConvAlgorithm {
+    if let Some(plan) = DepthwisePlan::of(problem, layout) {
+        return ConvAlgorithm::Depthwise(plan);
+    }
     if precision == ConvPrecision::Tf32 {
         let forward = match pass {
             ConvPass::Forward => Some(*problem),

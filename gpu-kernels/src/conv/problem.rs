@@ -239,6 +239,10 @@ impl ConvProblem {
     pub const fn output_shape(&self) -> [u32; 4] {
         [self.batch, self.out_channels, self.out_h, self.out_w]
     }
+    /// x's shape: `[batch, in_channels, height, width]`.
+    pub const fn input_shape(&self) -> [u32; 4] {
+        [self.batch, self.in_channels, self.height, self.width]
+    }
     /// w's shape: `[out_channels, in_channels / groups, kernel_h, kernel_w]`.
     pub const fn weight_shape(&self) -> [u32; 4] {
         [

@@ -349,8 +349,9 @@ fn every_conv_kernel_matches_the_reference_on_fixed_cases() {
         TensorCoreScalar,
         /// Bulk tensor copies (TMA), Hopper only: `TensorCore` elsewhere.
         TensorCoreBulk,
+        Depthwise,
     }
-    use Path::{Gemm, SplitGemm, TensorCore, TensorCoreBulk, TensorCoreScalar, Winograd};
+    use Path::{Depthwise, Gemm, SplitGemm, TensorCore, TensorCoreBulk, TensorCoreScalar, Winograd};
     let tf32 = |layout| Conv2dParams {
         layout,
         precision: ConvPrecision::Tf32,
@@ -503,6 +504,43 @@ fn every_conv_kernel_matches_the_reference_on_fixed_cases() {
             ),
             [TensorCoreBulk, Gemm, SplitGemm],
         ),
+        // Depthwise, two output channels per input channel, strided, padded and dilated
+        // unevenly, channels last, with a bias: the depthwise kernels in every pass.
+        (
+            case(
+                2,
+                [6, 12],
+                [3, 3],
+                [9, 11],
+                Conv2dParams {
+                    stride: [2, 1],
+                    padding: [1, 2],
+                    dilation: [1, 2],
+                    groups: 6,
+                    layout: ConvLayout::Nhwc,
+                    ..p
+                },
+                true,
+            ),
+            [Depthwise, Depthwise, Depthwise],
+        ),
+        // Depthwise in TF32 (the depthwise kernels are exact FP32 in every precision),
+        // NCHW.
+        (
+            case(
+                1,
+                [5, 5],
+                [3, 3],
+                [7, 8],
+                Conv2dParams {
+                    padding: [1, 1],
+                    groups: 5,
+                    ..tf32(ConvLayout::Nchw)
+                },
+                false,
+            ),
+            [Depthwise, Depthwise, Depthwise],
+        ),
     ];
     let passes = [ConvPass::Forward, ConvPass::InputGrad, ConvPass::WeightGrad];
     for (gpu, warpgroup_mma) in [(&*gpu, hopper as u32), (&*portable, 0)] {
@@ -514,6 +552,10 @@ fn every_conv_kernel_matches_the_reference_on_fixed_cases() {
                     .unwrap()
                 {
                     ConvAlgorithm::Winograd(_) => Winograd,
+                    ConvAlgorithm::Depthwise(plan) => {
+                        assert_eq!(plan.layout(), c.params.layout, "{c:?} {pass:?}");
+                        Depthwise
+                    }
                     ConvAlgorithm::ImplicitGemm(plan) if plan.split > 1 => SplitGemm,
                     ConvAlgorithm::ImplicitGemm(_) => Gemm,
                     ConvAlgorithm::TensorCore(plan) => {

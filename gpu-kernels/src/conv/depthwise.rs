@@ -1,0 +1,453 @@
+//! Depthwise convolution (one input channel per group; `out / in` output channels read
+//! each input channel) on its own kernels. With `taps` products per element these
+//! passes are memory-bound: a direct loop over the window, one thread per output
+//! element in the output's layout, moves each tensor about once, where the implicit
+//! GEMM would spend its tiles on a K of `taps`. Exact FP32 in every precision (the
+//! tensor cores would gain nothing), each sum in a fixed order.
+//!
+//! The forward pass and the input gradient take one image per grid z and the image's
+//! elements, flat in their layout, along x. The weight gradient takes a block per tap
+//! and output channel (NCHW: its threads along the pixels) or per tap and 32 output
+//! channels (NHWC: a warp along the channels, 8 warps along the pixels), sums in FP64
+//! and adds the threads' sums in a fixed order.
+
+use super::{ConvEpilogue, ConvLayout, ConvProblem, FastDiv};
+use crate::launch::{DevicePtr, DevicePtrMut, Launch, LaunchGeometry, kernel_args};
+
+/// Threads per block of every depthwise kernel.
+pub const DEPTHWISE_THREADS: u32 = 256;
+/// Output channels per block of the NHWC weight gradient: one per lane.
+pub const WGRAD_CHANNELS: u32 = 32;
+/// Bytes of shared memory of the weight gradient: an FP64 sum per thread.
+const WGRAD_SHARED_BYTES: u32 = DEPTHWISE_THREADS * 8;
+
+/// How the depthwise kernels run a problem.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DepthwisePlan {
+    /// Divides a flat NHWC index by the output channels (pixel, channel).
+    pub div_out_channels: FastDiv,
+    /// Divides a flat NHWC index by the input channels.
+    pub div_in_channels: FastDiv,
+    /// Divides an output channel by the channel multiplier (`out / in`): its input
+    /// channel.
+    pub div_multiplier: FastDiv,
+    /// Whether the tensors are channels last (NHWC), as 1 or 0 (NCHW).
+    pub channels_last: u32,
+}
+
+impl DepthwisePlan {
+    /// The plan of `problem` over tensors in `layout`, when it is depthwise (one input
+    /// channel per group) and fits the grid: at most 65535 images (grid z), fewer than
+    /// 2^31 elements of x and of y per image.
+    pub const fn of(problem: &ConvProblem, layout: ConvLayout) -> Option<Self> {
+        let p = problem;
+        let out_image = p.out_channels as u64 * p.out_pixels() as u64;
+        let in_image = p.in_channels as u64 * p.pixels() as u64;
+        if p.in_per_group() != 1 || p.batch > 65535 || out_image >= 1 << 31 || in_image >= 1 << 31 {
+            return None;
+        }
+        Some(Self {
+            div_out_channels: FastDiv::new(p.out_channels),
+            div_in_channels: FastDiv::new(p.in_channels),
+            div_multiplier: FastDiv::new(p.out_per_group()),
+            channels_last: matches!(layout, ConvLayout::Nhwc) as u32,
+        })
+    }
+
+    /// The layout of the tensors.
+    pub const fn layout(&self) -> ConvLayout {
+        if self.channels_last == 1 {
+            ConvLayout::Nhwc
+        } else {
+            ConvLayout::Nchw
+        }
+    }
+
+    /// `y = epilogue(conv(x, w))`; call with at least one image.
+    pub const fn forward(
+        &self,
+        problem: &ConvProblem,
+        x: DevicePtr<f32>,
+        w: DevicePtr<f32>,
+        epilogue: ConvEpilogue,
+        y: DevicePtrMut<f32>,
+    ) -> Launch<DepthwiseForwardArgs> {
+        let per_image = problem.out_channels as u64 * problem.out_pixels() as u64;
+        let args = DepthwiseForwardArgs {
+            x,
+            w,
+            epilogue,
+            y,
+            problem: *problem,
+            plan: *self,
+        };
+        let kernel = if self.channels_last == 1 {
+            CONV_DEPTHWISE_FORWARD_NHWC
+        } else {
+            CONV_DEPTHWISE_FORWARD_NCHW
+        };
+        Launch::new(kernel, per_image_geometry(per_image, problem.batch), args)
+    }
+
+    /// `dx` from `dy` and `w`; call with at least one image.
+    pub const fn input_grad(
+        &self,
+        problem: &ConvProblem,
+        dy: DevicePtr<f32>,
+        w: DevicePtr<f32>,
+        dx: DevicePtrMut<f32>,
+    ) -> Launch<DepthwiseInputGradArgs> {
+        let per_image = problem.in_channels as u64 * problem.pixels() as u64;
+        let args = DepthwiseInputGradArgs {
+            dy,
+            w,
+            dx,
+            problem: *problem,
+            plan: *self,
+        };
+        let kernel = if self.channels_last == 1 {
+            CONV_DEPTHWISE_INPUT_GRAD_NHWC
+        } else {
+            CONV_DEPTHWISE_INPUT_GRAD_NCHW
+        };
+        Launch::new(kernel, per_image_geometry(per_image, problem.batch), args)
+    }
+
+    /// `dw` from `x` and `dy`; call with at least one image.
+    pub const fn weight_grad(
+        &self,
+        problem: &ConvProblem,
+        x: DevicePtr<f32>,
+        dy: DevicePtr<f32>,
+        dw: DevicePtrMut<f32>,
+    ) -> Launch<DepthwiseWeightGradArgs> {
+        let (channel_blocks, kernel) = if self.channels_last == 1 {
+            (
+                problem.out_channels.div_ceil(WGRAD_CHANNELS),
+                CONV_DEPTHWISE_WEIGHT_GRAD_NHWC,
+            )
+        } else {
+            (problem.out_channels, CONV_DEPTHWISE_WEIGHT_GRAD_NCHW)
+        };
+        let blocks = channel_blocks as u64 * problem.taps() as u64;
+        let geometry = LaunchGeometry::linear(blocks, DEPTHWISE_THREADS).with_shared(WGRAD_SHARED_BYTES);
+        let args = DepthwiseWeightGradArgs {
+            x,
+            dy,
+            dw,
+            problem: *problem,
+            plan: *self,
+        };
+        Launch::new(kernel, geometry, args)
+    }
+}
+
+/// A thread per element of an image along x, an image per z.
+const fn per_image_geometry(per_image: u64, batch: u32) -> LaunchGeometry {
+    LaunchGeometry {
+        grid: [per_image.div_ceil(DEPTHWISE_THREADS as u64), 1, batch as u64],
+        threads: DEPTHWISE_THREADS,
+        shared_bytes: 0,
+    }
+}
+
+kernel_args! {
+    /// The depthwise forward pass's arguments: `y = epilogue(conv(x, w))`.
+    pub struct DepthwiseForwardArgs {
+        pub x: DevicePtr<f32>,
+        pub w: DevicePtr<f32>,
+        pub epilogue: ConvEpilogue,
+        pub y: DevicePtrMut<f32>,
+        pub problem: ConvProblem,
+        pub plan: DepthwisePlan,
+    }
+    /// The depthwise forward pass over NCHW tensors.
+    pub const CONV_DEPTHWISE_FORWARD_NCHW = "conv_depthwise_forward_nchw_f32" =>
+        kernel::forward::<false>, bounds(DEPTHWISE_THREADS, 8);
+    /// The depthwise forward pass over NHWC tensors.
+    pub const CONV_DEPTHWISE_FORWARD_NHWC = "conv_depthwise_forward_nhwc_f32" =>
+        kernel::forward::<true>, bounds(DEPTHWISE_THREADS, 8);
+    entry points in FORWARD_ENTRY_POINTS;
+}
+
+kernel_args! {
+    /// The depthwise input gradient's arguments: `dx` from `dy` and `w`.
+    pub struct DepthwiseInputGradArgs {
+        pub dy: DevicePtr<f32>,
+        pub w: DevicePtr<f32>,
+        pub dx: DevicePtrMut<f32>,
+        pub problem: ConvProblem,
+        pub plan: DepthwisePlan,
+    }
+    /// The depthwise input gradient over NCHW tensors.
+    pub const CONV_DEPTHWISE_INPUT_GRAD_NCHW = "conv_depthwise_input_grad_nchw_f32" =>
+        kernel::input_grad::<false>, bounds(DEPTHWISE_THREADS, 8);
+    /// The depthwise input gradient over NHWC tensors.
+    pub const CONV_DEPTHWISE_INPUT_GRAD_NHWC = "conv_depthwise_input_grad_nhwc_f32" =>
+        kernel::input_grad::<true>, bounds(DEPTHWISE_THREADS, 8);
+    entry points in INPUT_GRAD_ENTRY_POINTS;
+}
+
+kernel_args! {
+    /// The depthwise weight gradient's arguments: `dw` from `x` and `dy`.
+    pub struct DepthwiseWeightGradArgs {
+        pub x: DevicePtr<f32>,
+        pub dy: DevicePtr<f32>,
+        pub dw: DevicePtrMut<f32>,
+        pub problem: ConvProblem,
+        pub plan: DepthwisePlan,
+    }
+    /// The depthwise weight gradient over NCHW tensors.
+    pub const CONV_DEPTHWISE_WEIGHT_GRAD_NCHW = "conv_depthwise_weight_grad_nchw_f32" =>
+        kernel::weight_grad::<false>, bounds(DEPTHWISE_THREADS, 8);
+    /// The depthwise weight gradient over NHWC tensors.
+    pub const CONV_DEPTHWISE_WEIGHT_GRAD_NHWC = "conv_depthwise_weight_grad_nhwc_f32" =>
+        kernel::weight_grad::<true>, bounds(DEPTHWISE_THREADS, 8);
+    entry points in WEIGHT_GRAD_ENTRY_POINTS;
+}
+
+#[cfg(target_arch = "nvptx64")]
+mod kernel {
+    use super::*;
+    use crate::device::{SharedCarver, block_idx_x, block_idx_z, fma_f32, sync_threads, thread_idx_x};
+
+    /// A coordinate of the window along one axis, `out * stride + tap * dilation -
+    /// padding`, or `None` outside `[0, extent)` (the subtraction wraps below zero; the
+    /// index limits keep every sum under 2^29).
+    #[inline(always)]
+    fn input_coordinate(
+        out: u32,
+        stride: u32,
+        tap: u32,
+        dilation: u32,
+        padding: u32,
+        extent: u32,
+    ) -> Option<u32> {
+        let at = (out * stride + tap * dilation).wrapping_sub(padding);
+        if at < extent { Some(at) } else { None }
+    }
+
+    /// The output coordinate that reads input `at` through `tap`, `(at + padding - tap
+    /// * dilation) / stride`, when it is whole and inside `[0, extent)`.
+    #[inline(always)]
+    fn output_coordinate(
+        at: u32,
+        tap: u32,
+        dilation: u32,
+        padding: u32,
+        stride: FastDiv,
+        extent: u32,
+    ) -> Option<u32> {
+        let offset = (at + padding).wrapping_sub(tap * dilation);
+        // Below zero the subtraction wraps past 2^31, where the division is not exact.
+        if offset >= 1 << 30 {
+            return None;
+        }
+        let (out, remainder) = stride.divmod(offset);
+        if remainder == 0 && out < extent {
+            Some(out)
+        } else {
+            None
+        }
+    }
+
+    /// `(channel, pixel)` of a flat index into an image of `channels` planes of
+    /// `pixels` (NCHW) or `pixels` rows of `channels` (NHWC).
+    #[inline(always)]
+    fn channel_and_pixel<const CHANNELS_LAST: bool>(
+        i: u32,
+        channels: FastDiv,
+        pixels: FastDiv,
+    ) -> (u32, u32) {
+        if CHANNELS_LAST {
+            let (pixel, channel) = channels.divmod(i);
+            (channel, pixel)
+        } else {
+            pixels.divmod(i)
+        }
+    }
+
+    /// Element `(channel, pixel)` of an image of `channels x pixels`, flat in its layout.
+    #[inline(always)]
+    fn image_index<const CHANNELS_LAST: bool>(channel: u32, pixel: u32, channels: u32, pixels: u32) -> usize {
+        if CHANNELS_LAST {
+            pixel as usize * channels as usize + channel as usize
+        } else {
+            channel as usize * pixels as usize + pixel as usize
+        }
+    }
+
+    /// One output per thread: the window of its input channel times its filter, plus
+    /// the epilogue.
+    ///
+    /// # Safety
+    /// x, w, y (and the epilogue's bias and residual) hold the problem's tensors in the
+    /// plan's layout; the grid is [`per_image_geometry`] of y's image, `batch` images.
+    #[inline(always)]
+    pub unsafe fn forward<const CHANNELS_LAST: bool>(args: DepthwiseForwardArgs) {
+        let (p, plan) = (args.problem, args.plan);
+        let per_image = p.out_channels * p.out_pixels();
+        let i = block_idx_x() * DEPTHWISE_THREADS + thread_idx_x();
+        if i >= per_image {
+            return;
+        }
+        let image = block_idx_z() as usize;
+        let (o, pixel) = channel_and_pixel::<CHANNELS_LAST>(i, plan.div_out_channels, p.div_out_pixels);
+        let (oh, ow) = p.div_out_w.divmod(pixel);
+        let channel = plan.div_multiplier.divmod(o).0;
+        let in_image = p.in_channels as usize * p.pixels() as usize;
+        // SAFETY: the image's offset lies inside x.
+        let x = unsafe { args.x.as_ptr().add(image * in_image) };
+        // SAFETY: o < out_channels, whose filter holds `taps` weights.
+        let w = unsafe { args.w.as_ptr().add((o * p.taps()) as usize) };
+        let mut sum = 0.0f32;
+        for r in 0..p.kernel_h {
+            let Some(ih) = input_coordinate(oh, p.stride_h, r, p.dilation_h, p.pad_h, p.height) else {
+                continue;
+            };
+            for s in 0..p.kernel_w {
+                let Some(iw) = input_coordinate(ow, p.stride_w, s, p.dilation_w, p.pad_w, p.width) else {
+                    continue;
+                };
+                let at = image_index::<CHANNELS_LAST>(channel, ih * p.width + iw, p.in_channels, p.pixels());
+                // SAFETY: (channel, ih, iw) is inside the image, (r, s) inside the filter.
+                sum = fma_f32(
+                    unsafe { *x.add(at) },
+                    unsafe { *w.add((r * p.kernel_w + s) as usize) },
+                    sum,
+                );
+            }
+        }
+        let bias = args.epilogue.bias.as_ptr();
+        if !bias.is_null() {
+            // SAFETY: the bias holds out_channels values.
+            sum += unsafe { *bias.add(o as usize) };
+        }
+        let at = image * per_image as usize + i as usize;
+        // SAFETY: `at` is an element of y (and of the residual).
+        unsafe { *args.y.as_mut_ptr().add(at) = args.epilogue.apply(sum, at) };
+    }
+
+    /// One input-gradient element per thread: over the channel's output channels and
+    /// the window's taps, the outputs that read it times their weights.
+    ///
+    /// # Safety
+    /// dy, w and dx hold the problem's tensors in the plan's layout; the grid is
+    /// [`per_image_geometry`] of x's image, `batch` images.
+    #[inline(always)]
+    pub unsafe fn input_grad<const CHANNELS_LAST: bool>(args: DepthwiseInputGradArgs) {
+        let (p, plan) = (args.problem, args.plan);
+        let per_image = p.in_channels * p.pixels();
+        let i = block_idx_x() * DEPTHWISE_THREADS + thread_idx_x();
+        if i >= per_image {
+            return;
+        }
+        let image = block_idx_z() as usize;
+        let (channel, pixel) = channel_and_pixel::<CHANNELS_LAST>(i, plan.div_in_channels, p.div_pixels);
+        let (ih, iw) = p.div_width.divmod(pixel);
+        let out_image = p.out_channels as usize * p.out_pixels() as usize;
+        // SAFETY: the image's offset lies inside dy.
+        let dy = unsafe { args.dy.as_ptr().add(image * out_image) };
+        let multiplier = p.out_per_group();
+        let mut sum = 0.0f32;
+        for j in 0..multiplier {
+            let o = channel * multiplier + j;
+            // SAFETY: o < out_channels, whose filter holds `taps` weights.
+            let w = unsafe { args.w.as_ptr().add((o * p.taps()) as usize) };
+            for r in 0..p.kernel_h {
+                let Some(oh) = output_coordinate(ih, r, p.dilation_h, p.pad_h, p.div_stride_h, p.out_h)
+                else {
+                    continue;
+                };
+                for s in 0..p.kernel_w {
+                    let Some(ow) = output_coordinate(iw, s, p.dilation_w, p.pad_w, p.div_stride_w, p.out_w)
+                    else {
+                        continue;
+                    };
+                    let at =
+                        image_index::<CHANNELS_LAST>(o, oh * p.out_w + ow, p.out_channels, p.out_pixels());
+                    // SAFETY: (o, oh, ow) is inside dy's image, (r, s) inside the filter.
+                    sum = fma_f32(
+                        unsafe { *dy.add(at) },
+                        unsafe { *w.add((r * p.kernel_w + s) as usize) },
+                        sum,
+                    );
+                }
+            }
+        }
+        // SAFETY: the element is inside dx.
+        unsafe { *args.dx.as_mut_ptr().add(image * per_image as usize + i as usize) = sum };
+    }
+
+    /// One weight per block (NCHW: a tap of one filter) or 32 (NHWC: a tap of 32
+    /// filters, one per lane): the sum over every output of dy times the input its tap
+    /// reads, in FP64, the threads' sums added in a fixed order.
+    ///
+    /// # Safety
+    /// x, dy and dw hold the problem's tensors in the plan's layout, at least one
+    /// image; the grid is [`DepthwisePlan::weight_grad`]'s, with its shared memory.
+    #[inline(always)]
+    pub unsafe fn weight_grad<const CHANNELS_LAST: bool>(args: DepthwiseWeightGradArgs) {
+        let p = args.problem;
+        let t = thread_idx_x();
+        let (channel_block, tap) = p.div_taps.divmod(block_idx_x());
+        let (r, s) = p.div_kernel_w.divmod(tap);
+        // NHWC: a lane per output channel, the warps along the outputs; NCHW: one output
+        // channel, every thread along the outputs.
+        let (o, first, step) = if CHANNELS_LAST {
+            (
+                channel_block * WGRAD_CHANNELS + t % 32,
+                t / 32,
+                DEPTHWISE_THREADS / 32,
+            )
+        } else {
+            (channel_block, t, DEPTHWISE_THREADS)
+        };
+        let mut sum = 0.0f64;
+        if o < p.out_channels {
+            let channel = args.plan.div_multiplier.divmod(o).0;
+            let outputs = p.batch * p.out_pixels();
+            let mut q = first;
+            while q < outputs {
+                let (image, pixel) = p.div_out_pixels.divmod(q);
+                let (oh, ow) = p.div_out_w.divmod(pixel);
+                let ih = input_coordinate(oh, p.stride_h, r, p.dilation_h, p.pad_h, p.height);
+                let iw = input_coordinate(ow, p.stride_w, s, p.dilation_w, p.pad_w, p.width);
+                if let (Some(ih), Some(iw)) = (ih, iw) {
+                    let out_image = p.out_channels as usize * p.out_pixels() as usize;
+                    let in_image = p.in_channels as usize * p.pixels() as usize;
+                    let dy_at = image as usize * out_image
+                        + image_index::<CHANNELS_LAST>(o, pixel, p.out_channels, p.out_pixels());
+                    let x_at = image as usize * in_image
+                        + image_index::<CHANNELS_LAST>(channel, ih * p.width + iw, p.in_channels, p.pixels());
+                    // SAFETY: both elements lie inside their tensors.
+                    let (g, v) = unsafe { (*args.dy.as_ptr().add(dy_at), *args.x.as_ptr().add(x_at)) };
+                    sum += g as f64 * v as f64;
+                }
+                q += step;
+            }
+        }
+        // SAFETY: the launch provides DEPTHWISE_THREADS f64.
+        let sums: *mut f64 = unsafe { SharedCarver::new().take(DEPTHWISE_THREADS as usize) };
+        // SAFETY: one slot per thread.
+        unsafe { *sums.add(t as usize) = sum };
+        // SAFETY: reached by the whole block.
+        unsafe { sync_threads() };
+        let (writers, stride) = if CHANNELS_LAST {
+            (WGRAD_CHANNELS, WGRAD_CHANNELS)
+        } else {
+            (1, 1)
+        };
+        if t < writers && o < p.out_channels {
+            let mut total = 0.0f64;
+            for k in 0..DEPTHWISE_THREADS / stride {
+                // SAFETY: written before the barrier.
+                total += unsafe { *sums.add((k * stride + t) as usize) };
+            }
+            // SAFETY: o < out_channels; in_per_group is 1, so a filter is its taps in
+            // either layout.
+            unsafe { *args.dw.as_mut_ptr().add((o * p.taps() + tap) as usize) = total as f32 };
+        }
+    }
+}
