@@ -125,13 +125,28 @@ def convs(reps):
     bias_relu_nhwc = median_ms(
         lambda: torch.nn.functional.relu(torch.nn.functional.conv2d(x_last, w_last, b)), reps
     )
+    dy_last = dy.contiguous(memory_format=torch.channels_last)
+    backward_tf32, backward_tf32_nhwc = (
+        median_ms(
+            lambda: torch.ops.aten.convolution_backward(
+                g, a, f, None, [1, 1], [0, 0], [1, 1], False, [0, 0], 1, [True, True, False]
+            ),
+            reps,
+        )
+        for g, a, f in ((dy, x, w), (dy_last, x_last, w_last))
+    )
     torch.backends.cudnn.allow_tf32 = False
-    del x, w, dy, x_last, w_last, b
+    del x, w, dy, x_last, w_last, b, dy_last
     return {
         "conv_fwd": {"ms": forward, "op": "F.conv2d, x 8x64x512x1024, w 128x64x3x3, FP32 cuDNN"},
         "conv_bwd": {"ms": backward, "op": "convolution_backward, input + weight grads, FP32 cuDNN"},
         "conv_fwd_tf32": {"ms": forward_tf32, "op": "F.conv2d, TF32 cuDNN, NCHW"},
         "conv_fwd_tf32_nhwc": {"ms": forward_tf32_nhwc, "op": "F.conv2d, TF32 cuDNN, channels_last"},
+        "conv_bwd_tf32": {"ms": backward_tf32, "op": "convolution_backward, input + weight grads, TF32 cuDNN, NCHW"},
+        "conv_bwd_tf32_nhwc": {
+            "ms": backward_tf32_nhwc,
+            "op": "convolution_backward, input + weight grads, TF32 cuDNN, channels_last",
+        },
         "conv_fwd_tf32_nhwc_bias_relu": {
             "ms": bias_relu_nhwc,
             "op": "F.relu(F.conv2d(x, w, b)), TF32 cuDNN, channels_last",

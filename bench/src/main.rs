@@ -478,20 +478,20 @@ fn conv_rows(gpu: &Gpu, reps: usize) -> Result<Vec<Row>> {
     gpu.poison(&mut dx)?;
     gpu.poison(&mut dw)?;
     gpu.conv2d_backward_into(&x, &w, &dy, &params, (Some(&mut dx), Some(&mut dw), None))?;
-    let want = Samples::new(x_shape, 10_000, |at| reference.input_grad(at));
+    let dx_want = Samples::new(x_shape, 10_000, |at| reference.input_grad(at));
     let got = gpu.download(&dx)?;
     check(
         "input gradient",
-        &want,
+        &dx_want,
         as_nchw(&got, ConvLayout::Nchw)?,
         ConvPrecision::Fp32,
     )?;
     // Each weight-gradient element sums 4 million products: fewer samples.
-    let want = Samples::new(w_shape, 62, |at| reference.weight_grad(at));
+    let dw_want = Samples::new(w_shape, 62, |at| reference.weight_grad(at));
     let got = gpu.download(&dw)?;
     check(
         "weight gradient",
-        &want,
+        &dw_want,
         as_nchw(&got, ConvLayout::Nchw)?,
         ConvPrecision::Fp32,
     )?;
@@ -536,6 +536,49 @@ fn conv_rows(gpu: &Gpu, reps: usize) -> Result<Vec<Row>> {
         },
     ];
     rows.extend(tf32_rows);
+
+    // TF32 backward from NCHW and from NHWC tensors, checked against the same sums.
+    let (x_last, w_last, dy_last) = (
+        gpu.to_channels_last(&x)?,
+        gpu.to_channels_last(&w)?,
+        gpu.to_channels_last(&dy)?,
+    );
+    drop((dx, dw));
+    for (layout, key, what) in [
+        (ConvLayout::Nchw, "conv_bwd_tf32", "conv2d backward TF32, NCHW"),
+        (
+            ConvLayout::Nhwc,
+            "conv_bwd_tf32_nhwc",
+            "conv2d backward TF32, NHWC",
+        ),
+    ] {
+        let p = tf32(layout);
+        let (xs, ws, dys) = match layout {
+            ConvLayout::Nchw => (&x, &w, &dy),
+            ConvLayout::Nhwc => (&x_last, &w_last, &dy_last),
+        };
+        let (mut gx, mut gw) = (gpu.alloc::<f32>(xs.shape())?, gpu.alloc::<f32>(ws.shape())?);
+        gpu.poison(&mut gx)?;
+        gpu.poison(&mut gw)?;
+        gpu.conv2d_backward_into(xs, ws, dys, &p, (Some(&mut gx), Some(&mut gw), None))?;
+        let got = gpu.download(&gx)?;
+        let which = format!("{what}, input gradient");
+        check(&which, &dx_want, as_nchw(&got, layout)?, ConvPrecision::Tf32)?;
+        drop(got);
+        let got = gpu.download(&gw)?;
+        let which = format!("{what}, weight gradient");
+        check(&which, &dw_want, as_nchw(&got, layout)?, ConvPrecision::Tf32)?;
+        let times = time(gpu, reps, |g| {
+            g.conv2d_backward_into(xs, ws, dys, &p, (Some(&mut gx), Some(&mut gw), None))
+        })?;
+        rows.push(Row {
+            key: key.into(),
+            what: what.into(),
+            times_ms: times,
+            bytes: bytes + x.bytes() as f64,
+            flops: 2.0 * flops,
+        });
+    }
     Ok(rows)
 }
 

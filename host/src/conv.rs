@@ -527,7 +527,13 @@ impl Gpu {
         match self.algorithm(problem, ConvPass::WeightGrad, params) {
             ConvAlgorithm::Depthwise(_) if problem.batch == 0 => self.fill_zero(dw)?,
             ConvAlgorithm::Depthwise(plan) => {
-                self.launch(&plan.weight_grad(problem, x.ptr(), grad_y.ptr(), dw.ptr_mut()))?
+                let (_scratch, partials) = self.scratch(plan.weight_grad_scratch(problem))?;
+                let (products, sum) =
+                    plan.weight_grad(problem, x.ptr(), grad_y.ptr(), partials, dw.ptr_mut());
+                self.launch(&products)?;
+                if let Some(sum) = sum {
+                    self.launch(&sum)?;
+                }
             }
             _ => return Ok(Some(dw)),
         }

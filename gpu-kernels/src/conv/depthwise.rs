@@ -8,11 +8,16 @@
 //! The forward pass and the input gradient take one image per grid z and the image's
 //! elements, flat in their layout, along x. The weight gradient takes a block per tap
 //! and output channel (NCHW: its threads along the pixels) or per tap and 32 output
-//! channels (NHWC: a warp along the channels, 8 warps along the pixels), sums in FP64
-//! and adds the threads' sums in a fixed order.
+//! channels (NHWC: a warp along the channels, 8 warps along the pixels), and per part
+//! of the outputs (grid y) when that many blocks would not fill the GPU; it sums in
+//! FP64, adds the threads' sums in a fixed order, and the parts' partials in order in
+//! a second pass.
 
+use super::reduce::{self, SplitSumArgs};
 use super::{ConvEpilogue, ConvLayout, ConvProblem, FastDiv};
-use crate::launch::{DevicePtr, DevicePtrMut, Launch, LaunchGeometry, kernel_args};
+use crate::launch::{
+    DevicePtr, DevicePtrMut, Launch, LaunchGeometry, ScratchLayout, THREADS_PER_SM, kernel_args,
+};
 
 /// Threads per block of every depthwise kernel.
 pub const DEPTHWISE_THREADS: u32 = 256;
@@ -20,6 +25,8 @@ pub const DEPTHWISE_THREADS: u32 = 256;
 pub const WGRAD_CHANNELS: u32 = 32;
 /// Bytes of shared memory of the weight gradient: an FP64 sum per thread.
 const WGRAD_SHARED_BYTES: u32 = DEPTHWISE_THREADS * 8;
+/// Outputs per thread below which the weight gradient splits no further.
+const WGRAD_MIN_OUTPUTS_PER_THREAD: u64 = 16;
 
 /// How the depthwise kernels run a problem.
 #[repr(C)]
@@ -32,6 +39,8 @@ pub struct DepthwisePlan {
     /// Divides an output channel by the channel multiplier (`out / in`): its input
     /// channel.
     pub div_multiplier: FastDiv,
+    /// Parts of the outputs the weight gradient splits its sums into (grid y).
+    pub split: u32,
     /// Whether the tensors are channels last (NHWC), as 1 or 0 (NCHW).
     pub channels_last: u32,
 }
@@ -39,19 +48,38 @@ pub struct DepthwisePlan {
 impl DepthwisePlan {
     /// The plan of `problem` over tensors in `layout`, when it is depthwise (one input
     /// channel per group) and fits the grid: at most 65535 images (grid z), fewer than
-    /// 2^31 elements of x and of y per image.
-    pub const fn of(problem: &ConvProblem, layout: ConvLayout) -> Option<Self> {
+    /// 2^31 elements of x and of y per image. The weight gradient splits its outputs
+    /// until its blocks fill the `multiprocessors`.
+    pub const fn of(problem: &ConvProblem, layout: ConvLayout, multiprocessors: u32) -> Option<Self> {
         let p = problem;
         let out_image = p.out_channels as u64 * p.out_pixels() as u64;
         let in_image = p.in_channels as u64 * p.pixels() as u64;
         if p.in_per_group() != 1 || p.batch > 65535 || out_image >= 1 << 31 || in_image >= 1 << 31 {
             return None;
         }
+        let channels_last = matches!(layout, ConvLayout::Nhwc);
+        let blocks = weight_grad_channel_blocks(p, channels_last) as u64 * p.taps() as u64;
+        let wanted = (multiprocessors as u64 * THREADS_PER_SM / DEPTHWISE_THREADS as u64).div_ceil(blocks);
+        let rows = if channels_last {
+            DEPTHWISE_THREADS / WGRAD_CHANNELS
+        } else {
+            DEPTHWISE_THREADS
+        };
+        let outputs = p.batch as u64 * p.out_pixels() as u64;
+        let most = outputs / (rows as u64 * WGRAD_MIN_OUTPUTS_PER_THREAD);
+        let split = if wanted < most { wanted } else { most };
         Some(Self {
             div_out_channels: FastDiv::new(p.out_channels),
             div_in_channels: FastDiv::new(p.in_channels),
             div_multiplier: FastDiv::new(p.out_per_group()),
-            channels_last: matches!(layout, ConvLayout::Nhwc) as u32,
+            split: if split < 1 {
+                1
+            } else if split > 65535 {
+                65535
+            } else {
+                split as u32
+            },
+            channels_last: channels_last as u32,
         })
     }
 
@@ -114,32 +142,71 @@ impl DepthwisePlan {
         Launch::new(kernel, per_image_geometry(per_image, problem.batch), args)
     }
 
-    /// `dw` from `x` and `dy`; call with at least one image.
-    pub const fn weight_grad(
+    /// The scratch of the weight gradient: a partial gradient per part of the split.
+    pub const fn weight_grad_scratch(&self, problem: &ConvProblem) -> ScratchLayout {
+        let bytes = if self.split > 1 {
+            self.split as u64 * weights(problem) * 4
+        } else {
+            0
+        };
+        ScratchLayout { bytes, zeroed: 0 }
+    }
+
+    /// The weight-gradient launches: `dw` from `x` and `dy`, or with a split, the
+    /// partials into `partials` ([`Self::weight_grad_scratch`]) and then their sum into
+    /// `dw`. Call with at least one image.
+    pub fn weight_grad(
         &self,
         problem: &ConvProblem,
         x: DevicePtr<f32>,
         dy: DevicePtr<f32>,
+        partials: DevicePtrMut<u8>,
         dw: DevicePtrMut<f32>,
-    ) -> Launch<DepthwiseWeightGradArgs> {
-        let (channel_blocks, kernel) = if self.channels_last == 1 {
-            (
-                problem.out_channels.div_ceil(WGRAD_CHANNELS),
-                CONV_DEPTHWISE_WEIGHT_GRAD_NHWC,
-            )
+    ) -> (Launch<DepthwiseWeightGradArgs>, Option<Launch<SplitSumArgs>>) {
+        let channels_last = self.channels_last == 1;
+        let kernel = if channels_last {
+            CONV_DEPTHWISE_WEIGHT_GRAD_NHWC
         } else {
-            (problem.out_channels, CONV_DEPTHWISE_WEIGHT_GRAD_NCHW)
+            CONV_DEPTHWISE_WEIGHT_GRAD_NCHW
         };
-        let blocks = channel_blocks as u64 * problem.taps() as u64;
-        let geometry = LaunchGeometry::linear(blocks, DEPTHWISE_THREADS).with_shared(WGRAD_SHARED_BYTES);
+        let blocks = weight_grad_channel_blocks(problem, channels_last) as u64 * problem.taps() as u64;
+        let geometry = LaunchGeometry {
+            grid: [blocks, self.split as u64, 1],
+            threads: DEPTHWISE_THREADS,
+            shared_bytes: WGRAD_SHARED_BYTES,
+        };
+        let split = self.split > 1;
         let args = DepthwiseWeightGradArgs {
             x,
             dy,
-            dw,
+            out: if split { partials.cast() } else { dw },
             problem: *problem,
             plan: *self,
         };
-        Launch::new(kernel, geometry, args)
+        let sum = split.then(|| {
+            reduce::split_sum(SplitSumArgs {
+                partials: partials.cast().as_const(),
+                out: dw,
+                count: weights(problem),
+                split: self.split,
+            })
+        });
+        (Launch::new(kernel, geometry, args), sum)
+    }
+}
+
+/// Elements of the weights (one input channel per group).
+const fn weights(problem: &ConvProblem) -> u64 {
+    problem.out_channels as u64 * problem.taps() as u64
+}
+
+/// The weight gradient's blocks per tap: one per output channel (NCHW) or per
+/// `WGRAD_CHANNELS` (NHWC).
+const fn weight_grad_channel_blocks(problem: &ConvProblem, channels_last: bool) -> u32 {
+    if channels_last {
+        problem.out_channels.div_ceil(WGRAD_CHANNELS)
+    } else {
+        problem.out_channels
     }
 }
 
@@ -190,11 +257,12 @@ kernel_args! {
 }
 
 kernel_args! {
-    /// The depthwise weight gradient's arguments: `dw` from `x` and `dy`.
+    /// The depthwise weight gradient's arguments: `dw` from `x` and `dy`, or with a
+    /// split, a partial per part into `out` (`split` gradients one after another).
     pub struct DepthwiseWeightGradArgs {
         pub x: DevicePtr<f32>,
         pub dy: DevicePtr<f32>,
-        pub dw: DevicePtrMut<f32>,
+        pub out: DevicePtrMut<f32>,
         pub problem: ConvProblem,
         pub plan: DepthwisePlan,
     }
@@ -210,7 +278,10 @@ kernel_args! {
 #[cfg(target_arch = "nvptx64")]
 mod kernel {
     use super::*;
-    use crate::device::{SharedCarver, block_idx_x, block_idx_z, fma_f32, sync_threads, thread_idx_x};
+    use crate::device::{
+        SharedCarver, block_idx_x, block_idx_y, block_idx_z, fma_f32, sync_threads, thread_idx_x,
+    };
+    use crate::launch::chunk;
 
     /// A coordinate of the window along one axis, `out * stride + tap * dilation -
     /// padding`, or `None` outside `[0, extent)` (the subtraction wraps below zero; the
@@ -392,6 +463,8 @@ mod kernel {
         let p = args.problem;
         let t = thread_idx_x();
         let (channel_block, tap) = p.div_taps.divmod(block_idx_x());
+        let outputs = p.batch * p.out_pixels();
+        let (begin, end) = chunk(outputs as u64, args.plan.split as u64, block_idx_y() as u64, 1);
         let (r, s) = p.div_kernel_w.divmod(tap);
         // NHWC: a lane per output channel, the warps along the outputs; NCHW: one output
         // channel, every thread along the outputs.
@@ -407,9 +480,8 @@ mod kernel {
         let mut sum = 0.0f64;
         if o < p.out_channels {
             let channel = args.plan.div_multiplier.divmod(o).0;
-            let outputs = p.batch * p.out_pixels();
-            let mut q = first;
-            while q < outputs {
+            let mut q = begin as u32 + first;
+            while q < end as u32 {
                 let (image, pixel) = p.div_out_pixels.divmod(q);
                 let (oh, ow) = p.div_out_w.divmod(pixel);
                 let ih = input_coordinate(oh, p.stride_h, r, p.dilation_h, p.pad_h, p.height);
@@ -445,9 +517,10 @@ mod kernel {
                 // SAFETY: written before the barrier.
                 total += unsafe { *sums.add((k * stride + t) as usize) };
             }
-            // SAFETY: o < out_channels; in_per_group is 1, so a filter is its taps in
-            // either layout.
-            unsafe { *args.dw.as_mut_ptr().add((o * p.taps() + tap) as usize) = total as f32 };
+            let at = block_idx_y() as u64 * weights(&p) + (o * p.taps() + tap) as u64;
+            // SAFETY: o < out_channels, and `out` holds `split` gradients; in_per_group is
+            // 1, so a filter is its taps in either layout.
+            unsafe { *args.out.as_mut_ptr().add(at as usize) = total as f32 };
         }
     }
 }

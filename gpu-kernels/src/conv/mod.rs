@@ -148,7 +148,7 @@ pub fn algorithm(
     layout: ConvLayout,
     device: &DeviceLimits,
 ) -> ConvAlgorithm {
-    if let Some(plan) = DepthwisePlan::of(problem, layout) {
+    if let Some(plan) = DepthwisePlan::of(problem, layout, device.multiprocessors) {
         return ConvAlgorithm::Depthwise(plan);
     }
     if precision == ConvPrecision::Tf32 {

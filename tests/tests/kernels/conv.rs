@@ -511,7 +511,7 @@ fn every_conv_kernel_matches_the_reference_on_fixed_cases() {
                 2,
                 [6, 12],
                 [3, 3],
-                [9, 11],
+                [30, 40],
                 Conv2dParams {
                     stride: [2, 1],
                     padding: [1, 2],
@@ -528,10 +528,10 @@ fn every_conv_kernel_matches_the_reference_on_fixed_cases() {
         // NCHW.
         (
             case(
-                1,
+                2,
                 [5, 5],
                 [3, 3],
-                [7, 8],
+                [70, 70],
                 Conv2dParams {
                     padding: [1, 1],
                     groups: 5,
@@ -554,6 +554,9 @@ fn every_conv_kernel_matches_the_reference_on_fixed_cases() {
                     ConvAlgorithm::Winograd(_) => Winograd,
                     ConvAlgorithm::Depthwise(plan) => {
                         assert_eq!(plan.layout(), c.params.layout, "{c:?} {pass:?}");
+                        // The depthwise cases have outputs enough to split the weight
+                        // gradient's sums.
+                        assert!(plan.split > 1, "{c:?} {pass:?}");
                         Depthwise
                     }
                     ConvAlgorithm::ImplicitGemm(plan) if plan.split > 1 => SplitGemm,
