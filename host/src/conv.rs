@@ -313,7 +313,7 @@ impl Gpu {
         match algorithm {
             ConvAlgorithm::Winograd(winograd) => self.winograd(&winograd, x, w, epilogue, y),
             ConvAlgorithm::ImplicitGemm(plan) => self.launch(&plan.forward(problem, x, w, epilogue, y)),
-            ConvAlgorithm::Depthwise(plan) => self.launch(&plan.forward(problem, x, w, epilogue, y)),
+            ConvAlgorithm::Direct(plan) => self.launch(&plan.forward(problem, x, w, epilogue, y)),
             ConvAlgorithm::TensorCore(plan) => match plan.tensor_maps(problem, x, w) {
                 Some(specs) => {
                     let (_scratch, maps) = self.tensor_maps(&specs)?;
@@ -502,7 +502,7 @@ impl Gpu {
             return Ok(None);
         }
         match self.algorithm(problem, ConvPass::InputGrad, params) {
-            ConvAlgorithm::Depthwise(plan) => {
+            ConvAlgorithm::Direct(plan) => {
                 self.launch(&plan.input_grad(problem, grad_y.ptr(), w.ptr(), dx.ptr_mut()))?
             }
             ConvAlgorithm::TensorCore(plan) => match problem.input_grad_as_forward() {
@@ -525,8 +525,8 @@ impl Gpu {
         dw: &'a mut DeviceArray<f32>,
     ) -> Result<Option<&'a mut DeviceArray<f32>>> {
         match self.algorithm(problem, ConvPass::WeightGrad, params) {
-            ConvAlgorithm::Depthwise(_) if problem.batch == 0 => self.fill_zero(dw)?,
-            ConvAlgorithm::Depthwise(plan) => {
+            ConvAlgorithm::Direct(_) if problem.batch == 0 => self.fill_zero(dw)?,
+            ConvAlgorithm::Direct(plan) => {
                 let (_scratch, partials) = self.scratch(plan.weight_grad_scratch(problem))?;
                 let (products, sum) =
                     plan.weight_grad(problem, x.ptr(), grad_y.ptr(), partials, dw.ptr_mut());

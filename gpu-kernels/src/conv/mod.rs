@@ -30,7 +30,7 @@
 //! (16 GEMMs over the tiles) and finished by a kernel that adds the splits in FP64 and
 //! transforms once. All transform coefficients are 0, 1, -1 or 1/2.
 
-pub mod depthwise;
+pub mod direct;
 pub mod epilogue;
 #[cfg(target_arch = "nvptx64")]
 mod gather;
@@ -43,7 +43,7 @@ pub mod tensor_core;
 pub mod transposed;
 pub mod winograd;
 
-pub use depthwise::DepthwisePlan;
+pub use direct::DirectPlan;
 pub use epilogue::{Activation, ConvEpilogue};
 pub use gemm::GemmPlan;
 pub use problem::{ConvPass, ConvProblem, ConvShape, ConvShapeError, FastDiv};
@@ -69,9 +69,9 @@ pub const ENTRY_POINTS: &[&[EntryPoint]] = &[
     winograd::FINISH_ENTRY_POINTS,
     tensor_core::ENTRY_POINTS,
     transposed::FLIP_ENTRY_POINTS,
-    depthwise::FORWARD_ENTRY_POINTS,
-    depthwise::INPUT_GRAD_ENTRY_POINTS,
-    depthwise::WEIGHT_GRAD_ENTRY_POINTS,
+    direct::FORWARD_ENTRY_POINTS,
+    direct::INPUT_GRAD_ENTRY_POINTS,
+    direct::WEIGHT_GRAD_ENTRY_POINTS,
 ];
 
 /// The arithmetic of a convolution of f32 tensors.
@@ -104,7 +104,7 @@ pub enum ConvAlgorithm {
     ImplicitGemm(GemmPlan),
     Winograd(WinogradProblem),
     TensorCore(TensorCorePlan),
-    Depthwise(DepthwisePlan),
+    Direct(DirectPlan),
 }
 
 /// How a pass runs on the CUDA cores, in FP32.
@@ -130,13 +130,14 @@ impl ConvAlgorithm {
         match self {
             ConvAlgorithm::ImplicitGemm(_) | ConvAlgorithm::Winograd(_) => ConvLayout::Nchw,
             ConvAlgorithm::TensorCore(plan) => plan.layout(),
-            ConvAlgorithm::Depthwise(plan) => plan.layout(),
+            ConvAlgorithm::Direct(plan) => plan.layout(),
         }
     }
 }
 
-/// The one place that picks a pass's algorithm: the depthwise kernels for one input
-/// channel per group, in every precision and pass; in TF32, the tensor cores (in the
+/// The one place that picks a pass's algorithm: the direct kernels for one input
+/// channel per group, in every precision and pass, and for the input gradient of few
+/// input channels per group; in TF32, the tensor cores (in the
 /// tensors' layout) for the forward pass, and for the input gradient where it is the
 /// forward pass of [`ConvProblem::input_grad_as_forward`] (the plan is that problem's);
 /// else [`cuda_core_algorithm`]. Call only on problems that fit the index limits, with
@@ -148,8 +149,14 @@ pub fn algorithm(
     layout: ConvLayout,
     device: &DeviceLimits,
 ) -> ConvAlgorithm {
-    if let Some(plan) = DepthwisePlan::of(problem, layout, device.multiprocessors) {
-        return ConvAlgorithm::Depthwise(plan);
+    let multiprocessors = device.multiprocessors;
+    if let Some(plan) = DirectPlan::of_depthwise(problem, layout, multiprocessors) {
+        return ConvAlgorithm::Direct(plan);
+    }
+    if pass == ConvPass::InputGrad
+        && let Some(plan) = DirectPlan::of_input_grad(problem, layout, multiprocessors)
+    {
+        return ConvAlgorithm::Direct(plan);
     }
     if precision == ConvPrecision::Tf32 {
         let forward = match pass {
@@ -161,7 +168,7 @@ pub fn algorithm(
             return ConvAlgorithm::TensorCore(TensorCorePlan::forward(&forward, layout, device));
         }
     }
-    cuda_core_algorithm(problem, pass, device.multiprocessors).into()
+    cuda_core_algorithm(problem, pass, multiprocessors).into()
 }
 
 /// The FP32 algorithm of a pass: Winograd for 3x3, stride-1, undilated windows, the

@@ -349,9 +349,10 @@ fn every_conv_kernel_matches_the_reference_on_fixed_cases() {
         TensorCoreScalar,
         /// Bulk tensor copies (TMA), Hopper only: `TensorCore` elsewhere.
         TensorCoreBulk,
-        Depthwise,
+        /// The direct kernels (depthwise, or the input gradient of few channels).
+        Direct,
     }
-    use Path::{Depthwise, Gemm, SplitGemm, TensorCore, TensorCoreBulk, TensorCoreScalar, Winograd};
+    use Path::{Direct, Gemm, SplitGemm, TensorCore, TensorCoreBulk, TensorCoreScalar, Winograd};
     let tf32 = |layout| Conv2dParams {
         layout,
         precision: ConvPrecision::Tf32,
@@ -370,11 +371,12 @@ fn every_conv_kernel_matches_the_reference_on_fixed_cases() {
             ),
             [Winograd, Winograd, Winograd],
         ),
-        // Winograd forward and weight gradient; padding 3 sends dx to the implicit GEMM.
+        // Winograd forward and weight gradient; padding 3 sends dx to the implicit GEMM
+        // (6 input channels: more than the direct kernel takes).
         (
             case(
                 1,
-                [3, 4],
+                [6, 4],
                 [3, 3],
                 [6, 7],
                 Conv2dParams { padding: [3, 3], ..p },
@@ -386,7 +388,7 @@ fn every_conv_kernel_matches_the_reference_on_fixed_cases() {
         (
             case(
                 2,
-                [4, 6],
+                [10, 6],
                 [2, 3],
                 [11, 9],
                 Conv2dParams {
@@ -401,7 +403,8 @@ fn every_conv_kernel_matches_the_reference_on_fixed_cases() {
             [Gemm, Gemm, SplitGemm],
         ),
         // A weight gradient short enough for one split (no partials).
-        (case(1, [2, 3], [1, 1], [2, 2], p, false), [Gemm, Gemm, Gemm]),
+        // dx by the direct kernel (2 input channels).
+        (case(1, [2, 3], [1, 1], [2, 2], p, false), [Gemm, Direct, Gemm]),
         // TF32 on the tensor cores, channels last, with a bias: bulk tensor copies on
         // Hopper, else 16-byte copies (8 input channels); several blocks of outputs and
         // of output channels (130 > 128). The input gradient is the forward pass of dy
@@ -453,7 +456,7 @@ fn every_conv_kernel_matches_the_reference_on_fixed_cases() {
             [TensorCoreScalar, TensorCoreScalar, SplitGemm],
         ),
         // A stem: 3 input channels, a 7x7 window at stride 2, NCHW: x gathered one
-        // element at a time, the weights too (K = 147).
+        // element at a time, the weights too (K = 147); dx by the direct kernel.
         (
             case(
                 1,
@@ -467,10 +470,10 @@ fn every_conv_kernel_matches_the_reference_on_fixed_cases() {
                 },
                 false,
             ),
-            [TensorCoreScalar, Gemm, SplitGemm],
+            [TensorCoreScalar, Direct, SplitGemm],
         ),
-        // Groups of 4 channels (3 output channels in each: the input gradient copies dy
-        // one element at a time), dilation, channels last.
+        // Groups of 4 channels (the input gradient on the direct kernel), dilation,
+        // channels last.
         (
             case(
                 3,
@@ -484,7 +487,7 @@ fn every_conv_kernel_matches_the_reference_on_fixed_cases() {
                 },
                 true,
             ),
-            [TensorCore, TensorCoreScalar, SplitGemm],
+            [TensorCore, Direct, SplitGemm],
         ),
         // Channels last, a strided and dilated window over 12 channels (one partial
         // chunk of 32): bulk tensor copies on Hopper.
@@ -522,7 +525,7 @@ fn every_conv_kernel_matches_the_reference_on_fixed_cases() {
                 },
                 true,
             ),
-            [Depthwise, Depthwise, Depthwise],
+            [Direct, Direct, Direct],
         ),
         // Depthwise in TF32 (the depthwise kernels are exact FP32 in every precision),
         // NCHW.
@@ -539,7 +542,7 @@ fn every_conv_kernel_matches_the_reference_on_fixed_cases() {
                 },
                 false,
             ),
-            [Depthwise, Depthwise, Depthwise],
+            [Direct, Direct, Direct],
         ),
     ];
     let passes = [ConvPass::Forward, ConvPass::InputGrad, ConvPass::WeightGrad];
@@ -552,12 +555,13 @@ fn every_conv_kernel_matches_the_reference_on_fixed_cases() {
                     .unwrap()
                 {
                     ConvAlgorithm::Winograd(_) => Winograd,
-                    ConvAlgorithm::Depthwise(plan) => {
+                    ConvAlgorithm::Direct(plan) => {
                         assert_eq!(plan.layout(), c.params.layout, "{c:?} {pass:?}");
                         // The depthwise cases have outputs enough to split the weight
                         // gradient's sums.
-                        assert!(plan.split > 1, "{c:?} {pass:?}");
-                        Depthwise
+                        let depthwise = c.in_channels == c.params.groups;
+                        assert!(!depthwise || plan.split > 1, "{c:?} {pass:?}");
+                        Direct
                     }
                     ConvAlgorithm::ImplicitGemm(plan) if plan.split > 1 => SplitGemm,
                     ConvAlgorithm::ImplicitGemm(_) => Gemm,

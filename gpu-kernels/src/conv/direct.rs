@@ -1,12 +1,16 @@
-//! Depthwise convolution (one input channel per group; `out / in` output channels read
-//! each input channel) on its own kernels. With `taps` products per element these
-//! passes are memory-bound: a direct loop over the window, one thread per output
-//! element in the output's layout, moves each tensor about once, where the implicit
-//! GEMM would spend its tiles on a K of `taps`. Exact FP32 in every precision (the
-//! tensor cores would gain nothing), each sum in a fixed order.
+//! Direct convolution kernels, a loop over the window per output element, for the
+//! problems an implicit GEMM tiles badly: every pass of depthwise convolutions (one
+//! input channel per group; `out / in` output channels read each input channel), whose
+//! GEMMs have a K of `taps` and are memory-bound, and the input gradient of any
+//! convolution with at most `DIRECT_MAX_IN_GROUP` input channels per group (a stem's
+//! 3), whose GEMM has an N that small. Exact FP32 in every precision (the tensor cores'
+//! tiles would be as empty), each sum in a fixed order.
 //!
-//! The forward pass and the input gradient take one image per grid z and the image's
-//! elements, flat in their layout, along x. The weight gradient takes a block per tap
+//! The forward pass takes one image per grid z and a thread per output element, flat
+//! in the output's layout, along x; the input gradient a thread per pixel and group,
+//! which sums its group's input channels at once (each dy read once for them), over
+//! the taps that reach its pixel (at any stride) and the group's output channels. The
+//! weight gradient takes a block per tap
 //! and output channel (NCHW: its threads along the pixels) or per tap and 32 output
 //! channels (NHWC: a warp along the channels, 8 warps along the pixels), and per part
 //! of the outputs (grid y) when that many blocks would not fill the GPU; it sums in
@@ -19,23 +23,28 @@ use crate::launch::{
     DevicePtr, DevicePtrMut, Launch, LaunchGeometry, ScratchLayout, THREADS_PER_SM, kernel_args,
 };
 
-/// Threads per block of every depthwise kernel.
+/// Threads per block of every direct kernel.
 pub const DEPTHWISE_THREADS: u32 = 256;
 /// Output channels per block of the NHWC weight gradient: one per lane.
 pub const WGRAD_CHANNELS: u32 = 32;
 /// Bytes of shared memory of the weight gradient: an FP64 sum per thread.
 const WGRAD_SHARED_BYTES: u32 = DEPTHWISE_THREADS * 8;
+/// Blocks per SM of the input gradient: its sums and addresses take up to 64
+/// registers a thread.
+const INPUT_GRAD_BLOCKS_PER_SM: u32 = 4;
+/// Input channels per group up to which the input gradient takes the direct kernel.
+pub const DIRECT_MAX_IN_GROUP: u32 = 4;
 /// Outputs per thread below which the weight gradient splits no further.
 const WGRAD_MIN_OUTPUTS_PER_THREAD: u64 = 16;
 
-/// How the depthwise kernels run a problem.
+/// How the direct kernels run a problem.
 #[repr(C)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct DepthwisePlan {
+pub struct DirectPlan {
     /// Divides a flat NHWC index by the output channels (pixel, channel).
     pub div_out_channels: FastDiv,
-    /// Divides a flat NHWC index by the input channels.
-    pub div_in_channels: FastDiv,
+    /// Divides a flat NHWC index by the groups (the input gradient's pixel, group).
+    pub div_groups: FastDiv,
     /// Divides an output channel by the channel multiplier (`out / in`): its input
     /// channel.
     pub div_multiplier: FastDiv,
@@ -45,16 +54,41 @@ pub struct DepthwisePlan {
     pub channels_last: u32,
 }
 
-impl DepthwisePlan {
-    /// The plan of `problem` over tensors in `layout`, when it is depthwise (one input
-    /// channel per group) and fits the grid: at most 65535 images (grid z), fewer than
-    /// 2^31 elements of x and of y per image. The weight gradient splits its outputs
-    /// until its blocks fill the `multiprocessors`.
-    pub const fn of(problem: &ConvProblem, layout: ConvLayout, multiprocessors: u32) -> Option<Self> {
+impl DirectPlan {
+    /// The plan of every pass of `problem` over tensors in `layout`, when it is
+    /// depthwise (one input channel per group) and fits the grid ([`Self::fits`]).
+    pub const fn of_depthwise(
+        problem: &ConvProblem,
+        layout: ConvLayout,
+        multiprocessors: u32,
+    ) -> Option<Self> {
+        if problem.in_per_group() != 1 {
+            return None;
+        }
+        Self::fits(problem, layout, multiprocessors)
+    }
+
+    /// The plan of the input gradient of `problem`, when it has at most
+    /// `DIRECT_MAX_IN_GROUP` input channels per group and fits the grid.
+    pub const fn of_input_grad(
+        problem: &ConvProblem,
+        layout: ConvLayout,
+        multiprocessors: u32,
+    ) -> Option<Self> {
+        if problem.in_per_group() > DIRECT_MAX_IN_GROUP {
+            return None;
+        }
+        Self::fits(problem, layout, multiprocessors)
+    }
+
+    /// The plan, when the problem fits the grid: at most 65535 images (grid z), fewer
+    /// than 2^31 elements of x and of y per image. The weight gradient splits its
+    /// outputs until its blocks fill the `multiprocessors`.
+    const fn fits(problem: &ConvProblem, layout: ConvLayout, multiprocessors: u32) -> Option<Self> {
         let p = problem;
         let out_image = p.out_channels as u64 * p.out_pixels() as u64;
         let in_image = p.in_channels as u64 * p.pixels() as u64;
-        if p.in_per_group() != 1 || p.batch > 65535 || out_image >= 1 << 31 || in_image >= 1 << 31 {
+        if p.batch > 65535 || out_image >= 1 << 31 || in_image >= 1 << 31 {
             return None;
         }
         let channels_last = matches!(layout, ConvLayout::Nhwc);
@@ -70,7 +104,7 @@ impl DepthwisePlan {
         let split = if wanted < most { wanted } else { most };
         Some(Self {
             div_out_channels: FastDiv::new(p.out_channels),
-            div_in_channels: FastDiv::new(p.in_channels),
+            div_groups: FastDiv::new(p.groups),
             div_multiplier: FastDiv::new(p.out_per_group()),
             split: if split < 1 {
                 1
@@ -125,9 +159,9 @@ impl DepthwisePlan {
         dy: DevicePtr<f32>,
         w: DevicePtr<f32>,
         dx: DevicePtrMut<f32>,
-    ) -> Launch<DepthwiseInputGradArgs> {
-        let per_image = problem.in_channels as u64 * problem.pixels() as u64;
-        let args = DepthwiseInputGradArgs {
+    ) -> Launch<DirectInputGradArgs> {
+        let per_image = problem.groups as u64 * problem.pixels() as u64;
+        let args = DirectInputGradArgs {
             dy,
             w,
             dx,
@@ -135,9 +169,9 @@ impl DepthwisePlan {
             plan: *self,
         };
         let kernel = if self.channels_last == 1 {
-            CONV_DEPTHWISE_INPUT_GRAD_NHWC
+            CONV_DIRECT_INPUT_GRAD_NHWC
         } else {
-            CONV_DEPTHWISE_INPUT_GRAD_NCHW
+            CONV_DIRECT_INPUT_GRAD_NCHW
         };
         Launch::new(kernel, per_image_geometry(per_image, problem.batch), args)
     }
@@ -227,7 +261,7 @@ kernel_args! {
         pub epilogue: ConvEpilogue,
         pub y: DevicePtrMut<f32>,
         pub problem: ConvProblem,
-        pub plan: DepthwisePlan,
+        pub plan: DirectPlan,
     }
     /// The depthwise forward pass over NCHW tensors.
     pub const CONV_DEPTHWISE_FORWARD_NCHW = "conv_depthwise_forward_nchw_f32" =>
@@ -239,20 +273,20 @@ kernel_args! {
 }
 
 kernel_args! {
-    /// The depthwise input gradient's arguments: `dx` from `dy` and `w`.
-    pub struct DepthwiseInputGradArgs {
+    /// The direct input gradient's arguments: `dx` from `dy` and `w`.
+    pub struct DirectInputGradArgs {
         pub dy: DevicePtr<f32>,
         pub w: DevicePtr<f32>,
         pub dx: DevicePtrMut<f32>,
         pub problem: ConvProblem,
-        pub plan: DepthwisePlan,
+        pub plan: DirectPlan,
     }
-    /// The depthwise input gradient over NCHW tensors.
-    pub const CONV_DEPTHWISE_INPUT_GRAD_NCHW = "conv_depthwise_input_grad_nchw_f32" =>
-        kernel::input_grad::<false>, bounds(DEPTHWISE_THREADS, 8);
-    /// The depthwise input gradient over NHWC tensors.
-    pub const CONV_DEPTHWISE_INPUT_GRAD_NHWC = "conv_depthwise_input_grad_nhwc_f32" =>
-        kernel::input_grad::<true>, bounds(DEPTHWISE_THREADS, 8);
+    /// The direct input gradient over NCHW tensors.
+    pub const CONV_DIRECT_INPUT_GRAD_NCHW = "conv_direct_input_grad_nchw_f32" =>
+        kernel::input_grad::<false>, bounds(DEPTHWISE_THREADS, INPUT_GRAD_BLOCKS_PER_SM);
+    /// The direct input gradient over NHWC tensors.
+    pub const CONV_DIRECT_INPUT_GRAD_NHWC = "conv_direct_input_grad_nhwc_f32" =>
+        kernel::input_grad::<true>, bounds(DEPTHWISE_THREADS, INPUT_GRAD_BLOCKS_PER_SM);
     entry points in INPUT_GRAD_ENTRY_POINTS;
 }
 
@@ -264,7 +298,7 @@ kernel_args! {
         pub dy: DevicePtr<f32>,
         pub out: DevicePtrMut<f32>,
         pub problem: ConvProblem,
-        pub plan: DepthwisePlan,
+        pub plan: DirectPlan,
     }
     /// The depthwise weight gradient over NCHW tensors.
     pub const CONV_DEPTHWISE_WEIGHT_GRAD_NCHW = "conv_depthwise_weight_grad_nchw_f32" =>
@@ -400,55 +434,83 @@ mod kernel {
         unsafe { *args.y.as_mut_ptr().add(at) = args.epilogue.apply(sum, at) };
     }
 
-    /// One input-gradient element per thread: over the channel's output channels and
-    /// the window's taps, the outputs that read it times their weights.
+    /// The input gradient at one pixel for one group's input channels: over the taps
+    /// that reach the pixel, and the group's output channels, dy times the weights.
     ///
     /// # Safety
-    /// dy, w and dx hold the problem's tensors in the plan's layout; the grid is
-    /// [`per_image_geometry`] of x's image, `batch` images.
+    /// dy, w and dx hold the problem's tensors in the plan's layout, at most
+    /// `DIRECT_MAX_IN_GROUP` input channels per group; the grid is
+    /// [`per_image_geometry`] of an image's groups x pixels, `batch` images.
     #[inline(always)]
-    pub unsafe fn input_grad<const CHANNELS_LAST: bool>(args: DepthwiseInputGradArgs) {
+    pub unsafe fn input_grad<const CHANNELS_LAST: bool>(args: DirectInputGradArgs) {
+        const MAX: usize = DIRECT_MAX_IN_GROUP as usize;
         let (p, plan) = (args.problem, args.plan);
-        let per_image = p.in_channels * p.pixels();
+        let per_image = p.groups * p.pixels();
         let i = block_idx_x() * DEPTHWISE_THREADS + thread_idx_x();
         if i >= per_image {
             return;
         }
         let image = block_idx_z() as usize;
-        let (channel, pixel) = channel_and_pixel::<CHANNELS_LAST>(i, plan.div_in_channels, p.div_pixels);
+        let (group, pixel) = channel_and_pixel::<CHANNELS_LAST>(i, plan.div_groups, p.div_pixels);
         let (ih, iw) = p.div_width.divmod(pixel);
+        let (in_group, out_group, taps) = (p.in_per_group(), p.out_per_group(), p.taps());
         let out_image = p.out_channels as usize * p.out_pixels() as usize;
-        // SAFETY: the image's offset lies inside dy.
-        let dy = unsafe { args.dy.as_ptr().add(image * out_image) };
-        let multiplier = p.out_per_group();
-        let mut sum = 0.0f32;
-        for j in 0..multiplier {
-            let o = channel * multiplier + j;
-            // SAFETY: o < out_channels, whose filter holds `taps` weights.
-            let w = unsafe { args.w.as_ptr().add((o * p.taps()) as usize) };
-            for r in 0..p.kernel_h {
-                let Some(oh) = output_coordinate(ih, r, p.dilation_h, p.pad_h, p.div_stride_h, p.out_h)
+        // SAFETY: the image's offset lies inside dy, the group's filters inside w.
+        let (dy, w) = unsafe {
+            (
+                args.dy.as_ptr().add(image * out_image),
+                args.w
+                    .as_ptr()
+                    .add((group * out_group * in_group * taps) as usize),
+            )
+        };
+        // Steps between consecutive output channels in dy and in w, and between the
+        // input channels of a filter.
+        let dy_step = if CHANNELS_LAST { 1 } else { p.out_pixels() as usize };
+        let w_step = (in_group * taps) as usize;
+        let channel_step = if CHANNELS_LAST { 1 } else { taps as usize };
+        let mut sums = [0.0f32; MAX];
+        for r in 0..p.kernel_h {
+            let Some(oh) = output_coordinate(ih, r, p.dilation_h, p.pad_h, p.div_stride_h, p.out_h) else {
+                continue;
+            };
+            for s in 0..p.kernel_w {
+                let Some(ow) = output_coordinate(iw, s, p.dilation_w, p.pad_w, p.div_stride_w, p.out_w)
                 else {
                     continue;
                 };
-                for s in 0..p.kernel_w {
-                    let Some(ow) = output_coordinate(iw, s, p.dilation_w, p.pad_w, p.div_stride_w, p.out_w)
-                    else {
-                        continue;
-                    };
-                    let at =
-                        image_index::<CHANNELS_LAST>(o, oh * p.out_w + ow, p.out_channels, p.out_pixels());
-                    // SAFETY: (o, oh, ow) is inside dy's image, (r, s) inside the filter.
-                    sum = fma_f32(
-                        unsafe { *dy.add(at) },
-                        unsafe { *w.add((r * p.kernel_w + s) as usize) },
-                        sum,
-                    );
+                let tap = r * p.kernel_w + s;
+                let mut dy_at = image_index::<CHANNELS_LAST>(
+                    group * out_group,
+                    oh * p.out_w + ow,
+                    p.out_channels,
+                    p.out_pixels(),
+                );
+                let mut w_at = if CHANNELS_LAST { tap * in_group } else { tap } as usize;
+                for _ in 0..out_group {
+                    // SAFETY: the output channel is the group's, (oh, ow) inside dy.
+                    let g = unsafe { *dy.add(dy_at) };
+                    for (c, sum) in sums.iter_mut().enumerate() {
+                        if (c as u32) < in_group {
+                            // SAFETY: input channel c of the filter, at the tap.
+                            *sum = fma_f32(g, unsafe { *w.add(w_at + c * channel_step) }, *sum);
+                        }
+                    }
+                    dy_at += dy_step;
+                    w_at += w_step;
                 }
             }
         }
-        // SAFETY: the element is inside dx.
-        unsafe { *args.dx.as_mut_ptr().add(image * per_image as usize + i as usize) = sum };
+        let in_image = p.in_channels as usize * p.pixels() as usize;
+        for (c, &sum) in sums.iter().enumerate() {
+            if (c as u32) < in_group {
+                let channel = group * in_group + c as u32;
+                let at = image * in_image
+                    + image_index::<CHANNELS_LAST>(channel, pixel, p.in_channels, p.pixels());
+                // SAFETY: the element is inside dx.
+                unsafe { *args.dx.as_mut_ptr().add(at) = sum };
+            }
+        }
     }
 
     /// One weight per block (NCHW: a tap of one filter) or 32 (NHWC: a tap of 32
@@ -457,7 +519,7 @@ mod kernel {
     ///
     /// # Safety
     /// x, dy and dw hold the problem's tensors in the plan's layout, at least one
-    /// image; the grid is [`DepthwisePlan::weight_grad`]'s, with its shared memory.
+    /// image; the grid is [`DirectPlan::weight_grad`]'s, with its shared memory.
     #[inline(always)]
     pub unsafe fn weight_grad<const CHANNELS_LAST: bool>(args: DepthwiseWeightGradArgs) {
         let p = args.problem;
