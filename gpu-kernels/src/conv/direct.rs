@@ -50,6 +50,9 @@ pub struct DirectPlan {
     pub div_multiplier: FastDiv,
     /// Parts of the outputs the weight gradient splits its sums into (grid y).
     pub split: u32,
+    /// Whether the NHWC input gradient reads dy 16 bytes at a time (output channels per
+    /// group a multiple of 4), as 1 or 0.
+    pub dy_vector: u32,
     /// Whether the tensors are channels last (NHWC), as 1 or 0 (NCHW).
     pub channels_last: u32,
 }
@@ -113,6 +116,7 @@ impl DirectPlan {
             } else {
                 split as u32
             },
+            dy_vector: (channels_last && p.out_per_group().is_multiple_of(4)) as u32,
             channels_last: channels_last as u32,
         })
     }
@@ -313,7 +317,8 @@ kernel_args! {
 mod kernel {
     use super::*;
     use crate::device::{
-        SharedCarver, block_idx_x, block_idx_y, block_idx_z, fma_f32, sync_threads, thread_idx_x,
+        SharedCarver, block_idx_x, block_idx_y, block_idx_z, fma_f32, load_global_nc_v4, sync_threads,
+        thread_idx_x,
     };
     use crate::launch::chunk;
 
@@ -487,17 +492,35 @@ mod kernel {
                     p.out_pixels(),
                 );
                 let mut w_at = if CHANNELS_LAST { tap * in_group } else { tap } as usize;
-                for _ in 0..out_group {
-                    // SAFETY: the output channel is the group's, (oh, ow) inside dy.
-                    let g = unsafe { *dy.add(dy_at) };
+                // dy at one output channel times its filter's weights, then the next.
+                let mut accumulate = |g: f32| {
                     for (c, sum) in sums.iter_mut().enumerate() {
                         if (c as u32) < in_group {
-                            // SAFETY: input channel c of the filter, at the tap.
+                            // SAFETY: input channel c of the group's filter, at the tap.
                             *sum = fma_f32(g, unsafe { *w.add(w_at + c * channel_step) }, *sum);
                         }
                     }
-                    dy_at += dy_step;
                     w_at += w_step;
+                };
+                // Eight output channels' loads at a time, then their products in order.
+                for _ in 0..out_group / 8 {
+                    let g: [f32; 8] = if CHANNELS_LAST && plan.dy_vector == 1 {
+                        // SAFETY: eight of the group's output channels, contiguous and
+                        // 16-byte aligned (channel counts multiples of 4); dy is read-only
+                        // here.
+                        let [a, b] = [0, 4].map(|k| unsafe { load_global_nc_v4(dy.add(dy_at + k).cast()) });
+                        core::array::from_fn(|k| f32::from_bits(if k < 4 { a[k] } else { b[k - 4] }))
+                    } else {
+                        // SAFETY: eight of the group's output channels, (oh, ow) inside dy.
+                        core::array::from_fn(|k| unsafe { *dy.add(dy_at + k * dy_step) })
+                    };
+                    g.into_iter().for_each(&mut accumulate);
+                    dy_at += 8 * dy_step;
+                }
+                for _ in 0..out_group % 8 {
+                    // SAFETY: the output channel is the group's, (oh, ow) inside dy.
+                    accumulate(unsafe { *dy.add(dy_at) });
+                    dy_at += dy_step;
                 }
             }
         }

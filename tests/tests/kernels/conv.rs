@@ -507,12 +507,13 @@ fn every_conv_kernel_matches_the_reference_on_fixed_cases() {
             ),
             [TensorCoreBulk, Gemm, SplitGemm],
         ),
-        // Depthwise, two output channels per input channel, strided, padded and dilated
-        // unevenly, channels last, with a bias: the depthwise kernels in every pass.
+        // Depthwise, four output channels per input channel (dy read 16 bytes at a time
+        // by the input gradient), strided, padded and dilated unevenly, channels last,
+        // with a bias: the depthwise kernels in every pass.
         (
             case(
                 2,
-                [6, 12],
+                [6, 24],
                 [3, 3],
                 [30, 40],
                 Conv2dParams {
