@@ -428,36 +428,20 @@ impl Gpu {
         };
         // The rest on the CUDA cores in FP32 (more exact than TF32), over NCHW tensors:
         // NHWC ones change to it, and the gradients back.
+        if input.is_none() && weight.is_none() && bias.is_none() {
+            return Ok(());
+        }
         let layout = params.layout;
-        let nchw = |a: &DeviceArray<f32>| self.to_channels_first(a);
-        let (x_nchw, w_nchw, grad_y_nchw);
-        let grad_y = match (layout, input.is_some() || weight.is_some() || bias.is_some()) {
-            (ConvLayout::Nhwc, true) => {
-                grad_y_nchw = nchw(grad_y)?;
-                &grad_y_nchw
-            }
-            _ => grad_y,
-        };
+        let (mut x_nchw, mut w_nchw, mut grad_y_nchw) = (None, None, None);
+        let grad_y = self.as_nchw(grad_y, layout, &mut grad_y_nchw)?;
         if let Some(dx) = input {
-            let w = match layout {
-                ConvLayout::Nchw => w,
-                ConvLayout::Nhwc => {
-                    w_nchw = nchw(w)?;
-                    &w_nchw
-                }
-            };
+            let w = self.as_nchw(w, layout, &mut w_nchw)?;
             self.through_nchw(layout, problem.input_shape(), dx, |dx| {
                 self.input_grad(&problem, grad_y, w, dx)
             })?;
         }
         if let Some(dw) = weight {
-            let x = match layout {
-                ConvLayout::Nchw => x,
-                ConvLayout::Nhwc => {
-                    x_nchw = nchw(x)?;
-                    &x_nchw
-                }
-            };
+            let x = self.as_nchw(x, layout, &mut x_nchw)?;
             self.through_nchw(layout, problem.weight_shape(), dw, |dw| {
                 self.weight_grad(&problem, x, grad_y, dw)
             })?;
@@ -466,6 +450,19 @@ impl Gpu {
             self.bias_grad(&problem, grad_y, db)?;
         }
         Ok(())
+    }
+
+    /// `a` (in `layout`) in NCHW: itself, or a copy kept in `copy`.
+    fn as_nchw<'a>(
+        &self,
+        a: &'a DeviceArray<f32>,
+        layout: ConvLayout,
+        copy: &'a mut Option<DeviceArray<f32>>,
+    ) -> Result<&'a DeviceArray<f32>> {
+        Ok(match layout {
+            ConvLayout::Nchw => a,
+            ConvLayout::Nhwc => copy.insert(self.to_channels_first(a)?),
+        })
     }
 
     /// `pass` writing `gradient` (in `layout`, `shape` in NCHW), through an NCHW array

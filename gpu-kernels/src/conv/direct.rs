@@ -123,11 +123,7 @@ impl DirectPlan {
 
     /// The layout of the tensors.
     pub const fn layout(&self) -> ConvLayout {
-        if self.channels_last == 1 {
-            ConvLayout::Nhwc
-        } else {
-            ConvLayout::Nchw
-        }
+        ConvLayout::of_channels_last(self.channels_last)
     }
 
     /// `y = epilogue(conv(x, w))`; call with at least one image.
@@ -182,12 +178,7 @@ impl DirectPlan {
 
     /// The scratch of the weight gradient: a partial gradient per part of the split.
     pub const fn weight_grad_scratch(&self, problem: &ConvProblem) -> ScratchLayout {
-        let bytes = if self.split > 1 {
-            self.split as u64 * weights(problem) * 4
-        } else {
-            0
-        };
-        ScratchLayout { bytes, zeroed: 0 }
+        reduce::partials_scratch(self.split, weights(problem))
     }
 
     /// The weight-gradient launches: `dw` from `x` and `dy`, or with a split, the
@@ -213,22 +204,14 @@ impl DirectPlan {
             threads: DEPTHWISE_THREADS,
             shared_bytes: WGRAD_SHARED_BYTES,
         };
-        let split = self.split > 1;
+        let (out, sum) = reduce::split_outputs(self.split, weights(problem), partials, dw);
         let args = DepthwiseWeightGradArgs {
             x,
             dy,
-            out: if split { partials.cast() } else { dw },
+            out,
             problem: *problem,
             plan: *self,
         };
-        let sum = split.then(|| {
-            reduce::split_sum(SplitSumArgs {
-                partials: partials.cast().as_const(),
-                out: dw,
-                count: weights(problem),
-                split: self.split,
-            })
-        });
         (Launch::new(kernel, geometry, args), sum)
     }
 }

@@ -93,12 +93,7 @@ impl GemmPlan {
 
     /// The scratch of the weight gradient's partials: `split` gradients, when split.
     pub const fn weight_grad_scratch(&self, problem: &ConvProblem) -> ScratchLayout {
-        let bytes = if self.split > 1 {
-            self.split as u64 * weight_elements(problem) * 4
-        } else {
-            0
-        };
-        ScratchLayout { bytes, zeroed: 0 }
+        reduce::partials_scratch(self.split, weight_elements(problem))
     }
 
     /// The weight-gradient launches: the products into `dw`, or with a split into
@@ -112,22 +107,14 @@ impl GemmPlan {
         partials: DevicePtrMut<u8>,
         dw: DevicePtrMut<f32>,
     ) -> (Launch<WeightGradArgs>, Option<Launch<SplitSumArgs>>) {
-        let split = self.split > 1;
+        let (out, sum) = reduce::split_outputs(self.split, weight_elements(problem), partials, dw);
         let args = WeightGradArgs {
             x,
             dy,
-            out: if split { partials.cast() } else { dw },
+            out,
             problem: *problem,
             plan: *self,
         };
-        let sum = split.then(|| {
-            reduce::split_sum(SplitSumArgs {
-                partials: partials.cast().as_const(),
-                out: dw,
-                count: weight_elements(problem),
-                split: self.split,
-            })
-        });
         (Launch::new(CONV_WEIGHT_GRAD, self.geometry(), args), sum)
     }
 }

@@ -98,6 +98,17 @@ pub enum ConvLayout {
     Nhwc,
 }
 
+impl ConvLayout {
+    /// NHWC for a plan's `channels_last` flag of 1, else NCHW.
+    pub const fn of_channels_last(channels_last: u32) -> Self {
+        if channels_last == 1 {
+            Self::Nhwc
+        } else {
+            Self::Nchw
+        }
+    }
+}
+
 /// How a pass runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ConvAlgorithm {

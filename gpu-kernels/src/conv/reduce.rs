@@ -2,7 +2,7 @@
 //! gradient's partials, and the bias gradient. Both add in FP64 in a fixed order.
 
 use super::ConvProblem;
-use crate::launch::{DevicePtr, DevicePtrMut, Launch, LaunchGeometry, kernel_args};
+use crate::launch::{DevicePtr, DevicePtrMut, Launch, LaunchGeometry, ScratchLayout, kernel_args};
 
 /// Threads of the bias-gradient and split-sum kernels.
 pub const REDUCE_THREADS: u32 = 256;
@@ -39,6 +39,34 @@ pub const fn split_sum(args: SplitSumArgs) -> Launch<SplitSumArgs> {
         LaunchGeometry::per_item(args.count, REDUCE_THREADS),
         args,
     )
+}
+
+/// The scratch of a pass split into `split` partial results of `count` floats each:
+/// none when it is not split.
+pub const fn partials_scratch(split: u32, count: u64) -> ScratchLayout {
+    let bytes = if split > 1 { split as u64 * count * 4 } else { 0 };
+    ScratchLayout { bytes, zeroed: 0 }
+}
+
+/// Where a pass split into `split` parts writes (`partials`, laid out by
+/// [`partials_scratch`], or `out` itself when not split), and the launch that adds the
+/// partials into `out` when split.
+pub fn split_outputs(
+    split: u32,
+    count: u64,
+    partials: DevicePtrMut<u8>,
+    out: DevicePtrMut<f32>,
+) -> (DevicePtrMut<f32>, Option<Launch<SplitSumArgs>>) {
+    if split <= 1 {
+        return (out, None);
+    }
+    let sum = split_sum(SplitSumArgs {
+        partials: partials.cast().as_const(),
+        out,
+        count,
+        split,
+    });
+    (partials.cast(), Some(sum))
 }
 
 /// The launch of the bias gradient of `dy` into `db`: one block per channel, reducing

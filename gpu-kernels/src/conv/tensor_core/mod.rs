@@ -136,11 +136,7 @@ impl TensorCorePlan {
 
     /// The layout of the tensors.
     pub const fn layout(&self) -> ConvLayout {
-        if self.channels_last == 1 {
-            ConvLayout::Nhwc
-        } else {
-            ConvLayout::Nchw
-        }
+        ConvLayout::of_channels_last(self.channels_last)
     }
 
     /// The tensor maps of the bulk copies, when the plan takes them: x for im2col
