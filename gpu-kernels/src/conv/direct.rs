@@ -59,7 +59,7 @@ pub struct DirectPlan {
 
 impl DirectPlan {
     /// The plan of every pass of `problem` over tensors in `layout`, when it is
-    /// depthwise (one input channel per group) and fits the grid ([`Self::fits`]).
+    /// depthwise (one input channel per group) and fits the grid (as `fits` says).
     pub const fn of_depthwise(
         problem: &ConvProblem,
         layout: ConvLayout,
