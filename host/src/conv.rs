@@ -15,7 +15,8 @@ use gpu_kernels::conv::{
     CudaCoreAlgorithm, TensorCorePlan, WinogradProblem, WinogradSplit, reduce, transposed,
 };
 pub use gpu_kernels::conv::{Activation, ConvLayout, ConvPrecision};
-use gpu_kernels::launch::{DevicePtr, DevicePtrMut};
+use gpu_kernels::launch::{DevicePtr, DevicePtrMut, ScratchLayout};
+use gpu_kernels::tensor_map::TensorMapPair;
 use ndarray::{ArrayBase, ArrayD, Data, Dimension};
 
 use crate::array::DeviceArray;
@@ -203,6 +204,15 @@ fn expect_shape(what: &'static str, expected: Vec<usize>, actual: &[usize]) -> R
     Ok(())
 }
 
+/// The weights a tensor-core pass reads.
+#[derive(Clone, Copy)]
+enum Weights {
+    /// As the caller gave them.
+    AsGiven(DevicePtr<f32>),
+    /// Already TF32 values (rounded by the filter preparation).
+    Tf32(DevicePtr<f32>),
+}
+
 impl Gpu {
     /// `conv2d(x, w) + bias` for x `[batch, in_channels, h, w]` and w `[out_channels,
     /// in_channels / groups, kh, kw]`; bias, when given, is `[out_channels]`.
@@ -314,14 +324,55 @@ impl Gpu {
             ConvAlgorithm::Winograd(winograd) => self.winograd(&winograd, x, w, epilogue, y),
             ConvAlgorithm::ImplicitGemm(plan) => self.launch(&plan.forward(problem, x, w, epilogue, y)),
             ConvAlgorithm::Direct(plan) => self.launch(&plan.forward(problem, x, w, epilogue, y)),
-            ConvAlgorithm::TensorCore(plan) => match plan.tensor_maps(problem, x, w) {
-                Some(specs) => {
-                    let (_scratch, maps) = self.tensor_maps(&specs)?;
-                    self.launch(&plan.forward_launch(problem, x, w, epilogue, y, maps))
-                }
-                None => self.launch(&plan.forward_launch(problem, x, w, epilogue, y, DevicePtr::NULL)),
-            },
+            ConvAlgorithm::TensorCore(plan) => {
+                self.tensor_core_forward(problem, plan, x, Weights::AsGiven(w), epilogue, y)
+            }
         }
+    }
+
+    /// The forward pass on the tensor cores. `wgmma` reads the weights from shared
+    /// memory as TF32 by dropping their low mantissa bits, which biases the products:
+    /// unless they are TF32 values already, a rounded copy (to nearest) goes to the
+    /// scratch buffer first, followed by the plan's tensor maps.
+    fn tensor_core_forward(
+        &self,
+        problem: &ConvProblem,
+        plan: TensorCorePlan,
+        x: DevicePtr<f32>,
+        w: Weights,
+        epilogue: ConvEpilogue,
+        y: DevicePtrMut<f32>,
+    ) -> Result<()> {
+        let (w, round) = match w {
+            Weights::AsGiven(w) => (w, plan.warpgroup_mma == 1),
+            Weights::Tf32(w) => (w, false),
+        };
+        let rounded_bytes = if round {
+            (problem.weight_count() * 4).next_multiple_of(size_of::<TensorMapPair>() as u64)
+        } else {
+            0
+        };
+        let map_bytes = if plan.bulk_copies == 1 {
+            size_of::<TensorMapPair>() as u64
+        } else {
+            0
+        };
+        let (_scratch, start) = self.scratch(ScratchLayout {
+            bytes: rounded_bytes + map_bytes,
+            zeroed: 0,
+        })?;
+        let w = if round {
+            let rounded = start.cast::<f32>();
+            self.launch(&transposed::round_filters(problem, w, rounded))?;
+            rounded.as_const()
+        } else {
+            w
+        };
+        let maps = match plan.tensor_maps(problem, x, w) {
+            Some(specs) => self.write_tensor_maps(&specs, start.offset(rounded_bytes).cast())?,
+            None => DevicePtr::NULL,
+        };
+        self.launch(&plan.forward_launch(problem, x, w, epilogue, y, maps))
     }
 
     /// `a`, in `layout`, in the other layout.
@@ -626,8 +677,14 @@ impl Gpu {
             w.ptr(),
             flipped.ptr_mut(),
         ))?;
-        let algorithm = ConvAlgorithm::TensorCore(plan);
-        self.forward(transposed, algorithm, grad_y, &flipped, ConvEpilogue::NONE, dx)
+        self.tensor_core_forward(
+            transposed,
+            plan,
+            grad_y.ptr(),
+            Weights::Tf32(flipped.ptr()),
+            ConvEpilogue::NONE,
+            dx.ptr_mut(),
+        )
     }
 
     fn input_grad(

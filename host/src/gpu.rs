@@ -176,13 +176,14 @@ impl Gpu {
         }
     }
 
-    /// Encodes two tensor maps and writes them to the scratch buffer in stream order:
-    /// their address, valid while the guard lives (hold it until the launches that read
-    /// them are queued).
-    pub(crate) fn tensor_maps(
+    /// Encodes two tensor maps and writes them to `at` (64-byte aligned device memory
+    /// that stays reserved until the launches that read them are queued), in stream
+    /// order: their address.
+    pub(crate) fn write_tensor_maps(
         &self,
         specs: &[TensorMapSpec; 2],
-    ) -> Result<(std::cell::RefMut<'_, Scratch>, DevicePtr<TensorMapPair>)> {
+        at: DevicePtrMut<TensorMapPair>,
+    ) -> Result<DevicePtr<TensorMapPair>> {
         let encoders = self.encoders.ok_or_else(|| Error::Driver {
             call: "cuGetProcAddress",
             code: 500,
@@ -190,11 +191,8 @@ impl Gpu {
             message: "the driver has no tensor-map encoder (CUDA 12 or newer needed)".into(),
         })?;
         let maps = [encoders.encode(&specs[0])?, encoders.encode(&specs[1])?];
-        let bytes = size_of::<TensorMapPair>() as u64;
-        let (scratch, start) = self.scratch(ScratchLayout { bytes, zeroed: 0 })?;
-        let pair = start.cast::<TensorMapPair>();
-        self.launch(&tensor_map::write_launch(pair, TensorMapWords::of(&maps)))?;
-        Ok((scratch, pair.as_const()))
+        self.launch(&tensor_map::write_launch(at, TensorMapWords::of(&maps)))?;
+        Ok(at.as_const())
     }
 
     /// Makes this handle's context current on the calling thread.

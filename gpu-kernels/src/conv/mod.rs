@@ -68,7 +68,7 @@ pub const ENTRY_POINTS: &[&[EntryPoint]] = &[
     winograd::WEIGHT_GRAD_ENTRY_POINTS,
     winograd::FINISH_ENTRY_POINTS,
     tensor_core::ENTRY_POINTS,
-    transposed::FLIP_ENTRY_POINTS,
+    transposed::PREPARE_ENTRY_POINTS,
     direct::FORWARD_ENTRY_POINTS,
     direct::INPUT_GRAD_ENTRY_POINTS,
     direct::WEIGHT_GRAD_ENTRY_POINTS,

@@ -235,6 +235,11 @@ impl ConvProblem {
         image_extents[0] < 1 << 29 && image_extents[1] < 1 << 29
     }
 
+    /// Elements of the weights: `out * in / groups * kh * kw`.
+    pub const fn weight_count(&self) -> u64 {
+        self.out_channels as u64 * self.in_per_group() as u64 * self.taps() as u64
+    }
+
     /// y's shape: `[batch, out_channels, out_h, out_w]`.
     pub const fn output_shape(&self) -> [u32; 4] {
         [self.batch, self.out_channels, self.out_h, self.out_w]

@@ -4,12 +4,16 @@
 //! `w'[g ci][co][r][s] = w[g co][ci][kh - 1 - r][kw - 1 - s]`, padded by
 //! `dilation (kernel - 1) - padding`, with the same dilation and groups. Its output
 //! extent is x's: `out + 2 (d (k - 1) - p) - d (k - 1) = in` at stride 1.
+//!
+//! The kernel that flips the weights also rounds them to TF32, as the tensor cores
+//! read them; without the flip it prepares the weights of a forward pass on `wgmma`,
+//! which would otherwise truncate them.
 
 use super::{ConvLayout, ConvProblem, ConvShape};
 use crate::launch::{DevicePtr, DevicePtrMut, Launch, LaunchGeometry, kernel_args};
 
-/// Threads per block of the filter flip.
-pub const FLIP_THREADS: u32 = 256;
+/// Threads per block of the filter preparation.
+pub const PREPARE_THREADS: u32 = 256;
 
 impl ConvProblem {
     /// The forward problem whose output is this problem's input gradient, with the
@@ -46,38 +50,60 @@ impl ConvProblem {
 }
 
 kernel_args! {
-    /// The filter flip's arguments: `flipped` (the weights of
-    /// [`ConvProblem::input_grad_as_forward`]) from `w` (the weights of `problem`),
-    /// both in the layout `channels_last` names (1 NHWC, 0 NCHW).
-    pub struct FlipArgs {
+    /// The filter preparation's arguments: `prepared` from `w` (the weights of
+    /// `problem`), both in the layout `channels_last` names (1 NHWC, 0 NCHW), rounded
+    /// to TF32 and, when `flip` is 1, flipped and group-transposed (the weights of
+    /// [`ConvProblem::input_grad_as_forward`]).
+    pub struct PrepareFiltersArgs {
         pub w: DevicePtr<f32>,
-        pub flipped: DevicePtrMut<f32>,
+        pub prepared: DevicePtrMut<f32>,
         pub problem: ConvProblem,
         pub channels_last: u32,
+        pub flip: u32,
     }
-    /// Flips and transposes the weights, one thread per element.
-    pub const CONV_FLIP_FILTERS = "conv_flip_filters_f32" => kernel::flip_filters;
-    entry points in FLIP_ENTRY_POINTS;
+    /// Rounds (and flips) the weights, one thread per element.
+    pub const CONV_PREPARE_FILTERS = "conv_prepare_filters_f32" => kernel::prepare_filters;
+    entry points in PREPARE_ENTRY_POINTS;
 }
 
-/// The launch writing the flipped, group-transposed weights of `problem`'s `w` (in
-/// `layout`) to `flipped` (as many elements, in the same layout).
+/// The launch writing `problem`'s weights `w` (in `layout`) to `flipped` (as many
+/// elements, in the same layout) flipped, group-transposed and rounded to TF32.
 pub const fn flip_filters(
     problem: &ConvProblem,
     layout: ConvLayout,
     w: DevicePtr<f32>,
     flipped: DevicePtrMut<f32>,
-) -> Launch<FlipArgs> {
-    let count = problem.out_channels as u64 * problem.in_per_group() as u64 * problem.taps() as u64;
-    let args = FlipArgs {
+) -> Launch<PrepareFiltersArgs> {
+    prepare_filters(problem, layout, w, flipped, true)
+}
+
+/// The launch writing `problem`'s weights `w` to `rounded` (as many elements, in the
+/// same order) rounded to TF32, to nearest.
+pub const fn round_filters(
+    problem: &ConvProblem,
+    w: DevicePtr<f32>,
+    rounded: DevicePtrMut<f32>,
+) -> Launch<PrepareFiltersArgs> {
+    prepare_filters(problem, ConvLayout::Nchw, w, rounded, false)
+}
+
+const fn prepare_filters(
+    problem: &ConvProblem,
+    layout: ConvLayout,
+    w: DevicePtr<f32>,
+    prepared: DevicePtrMut<f32>,
+    flip: bool,
+) -> Launch<PrepareFiltersArgs> {
+    let args = PrepareFiltersArgs {
         w,
-        flipped,
+        prepared,
         problem: *problem,
         channels_last: matches!(layout, ConvLayout::Nhwc) as u32,
+        flip: flip as u32,
     };
     Launch::new(
-        CONV_FLIP_FILTERS,
-        LaunchGeometry::per_item(count, FLIP_THREADS),
+        CONV_PREPARE_FILTERS,
+        LaunchGeometry::per_item(problem.weight_count(), PREPARE_THREADS),
         args,
     )
 }
@@ -115,24 +141,32 @@ pub const fn flipped_index(problem: &ConvProblem, channels_last: bool, i: u64) -
 #[cfg(target_arch = "nvptx64")]
 mod kernel {
     use super::*;
-    use crate::device::{block_idx_x, thread_idx_x};
+    use crate::device::{block_idx_x, thread_idx_x, to_tf32};
 
-    /// `flipped[flipped_index(i)] = w[i]` for every weight `i`.
+    /// `prepared[j] = tf32(w[i])` for every weight `i`, `j` its [`flipped_index`]
+    /// when flipping, else `i`.
     ///
     /// # Safety
-    /// `w` and `flipped` hold the problem's weights (`out * in / groups * taps`), in
-    /// the layout `channels_last` names; the grid covers them, `FLIP_THREADS` a block.
+    /// `w` and `prepared` hold the problem's weights (`out * in / groups * taps`), in
+    /// the layout `channels_last` names; the grid covers them, `PREPARE_THREADS` a
+    /// block.
     #[inline(always)]
-    pub unsafe fn flip_filters(args: FlipArgs) {
+    pub unsafe fn prepare_filters(args: PrepareFiltersArgs) {
         let p = args.problem;
-        let count = p.out_channels as u64 * p.in_per_group() as u64 * p.taps() as u64;
-        let i = block_idx_x() as u64 * FLIP_THREADS as u64 + thread_idx_x() as u64;
-        if i >= count {
+        let i = block_idx_x() as u64 * PREPARE_THREADS as u64 + thread_idx_x() as u64;
+        if i >= p.weight_count() {
             return;
         }
-        let j = flipped_index(&p, args.channels_last == 1, i);
+        let j = if args.flip == 1 {
+            flipped_index(&p, args.channels_last == 1, i)
+        } else {
+            i
+        };
         // SAFETY: i < count, and flipped_index is a permutation of [0, count).
-        unsafe { *args.flipped.as_mut_ptr().add(j as usize) = *args.w.as_ptr().add(i as usize) };
+        unsafe {
+            let value = *args.w.as_ptr().add(i as usize);
+            *args.prepared.as_mut_ptr().add(j as usize) = f32::from_bits(to_tf32(value));
+        }
     }
 }
 

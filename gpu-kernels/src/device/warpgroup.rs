@@ -1,5 +1,6 @@
-//! Warpgroup MMA (`wgmma`, sm_90a): four warps multiply operands that they read from
-//! shared memory through matrix descriptors, asynchronously, into registers.
+//! Warpgroup MMA (`wgmma`, sm_90a): four warps multiply A from their registers by B,
+//! which the tensor cores read from shared memory through a matrix descriptor,
+//! asynchronously, into registers.
 
 use core::arch::asm;
 
@@ -78,110 +79,68 @@ pub unsafe fn set_max_registers<const INCREASE: bool, const COUNT: u32>() {
     };
 }
 
-macro_rules! wgmma_tf32 {
-    ($shape:literal, $acc:ident, $a:ident, $b:ident, $first:literal $(, $i:literal)*) => {
+/// Calls macro `$m` with `$args` and then the indices 0 to 63 of the 64 accumulators
+/// of an m64n128 `wgmma` (per thread), so that the list is written once.
+macro_rules! with_accumulator_indices {
+    ($m:ident!($($args:tt)*)) => {
+        $m!($($args)* 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31, 32, 33, 34, 35, 36, 37, 38, 39, 40, 41, 42, 43, 44, 45, 46, 47, 48, 49, 50, 51, 52, 53, 54, 55, 56, 57, 58, 59, 60, 61, 62, 63)
+    };
+}
+
+/// `asm!` over the 64 accumulators `$acc[i / 4][i % 4]`, bound to `{0}` .. `{63}`, with
+/// the text `$before`, the accumulator list `{{{0}, .., {63}}}` and then `$after`.
+macro_rules! asm_on_accumulators {
+    ($acc:ident, $before:expr, $after:expr, [$($operands:tt)*], $first:literal $(, $i:literal)*) => {
         asm!(
-            "{{",
-            ".reg .pred accumulate;",
-            "setp.ne.b32 accumulate, 1, 0;",
-            concat!(
-                "wgmma.mma_async.sync.aligned.", $shape, ".f32.tf32.tf32 {{",
-                "{", $first, "}" $(, ", {", $i, "}")*,
-                "}}, {a}, {b}, accumulate, 1, 1;"
-            ),
-            "}}",
+            concat!($before, "{{", "{", $first, "}" $(, ", {", $i, "}")*, "}}", $after),
             inout(reg32) $acc[$first / 4][$first % 4],
             $( inout(reg32) $acc[$i / 4][$i % 4], )*
-            a = in(reg64) $a,
-            b = in(reg64) $b,
-            options(nostack),
+            $($operands)*
         )
     };
 }
 
-/// `acc += A B^T` for the warpgroup, asynchronously: A 64 x 8 and B 128 x 8 (TF32,
-/// K-major, from descriptors), `wgmma.mma_async.sync.aligned.m64n128k8.f32.tf32.tf32`.
-/// Warp `w` of the group holds rows `16 w ..`: with lane `4 g + t`, `acc[j]` holds
-/// (g, 8j + 2t), (g, 8j + 2t + 1), (g + 8, 8j + 2t), (g + 8, 8j + 2t + 1). The
-/// operands' elements are read as TF32 (the low mantissa bits ignored).
+/// Pins the accumulators' values to this point of the program: the compiler may not
+/// move their definitions after it (an empty assembly block that reads and writes
+/// each). Called after the sums are initialized and before the first [`warpgroup_fence`]
+/// of a tile, so that no copy into an accumulator lands among the `wgmma`s, where
+/// ptxas would have to wait for the ones in flight.
+#[inline(always)]
+pub fn pin_accumulators(acc: &mut [[f32; 4]; 16]) {
+    // SAFETY: a comment naming the registers; no instruction.
+    unsafe { with_accumulator_indices!(asm_on_accumulators!(acc, "// pinned ", "", [options(nostack),],)) };
+}
+
+/// `acc += A B^T` for the warpgroup, asynchronously: A 64 x 8 from the threads'
+/// registers (TF32 bits, [`to_tf32`](super::to_tf32)) and B 128 x 8 (TF32, K-major,
+/// from a descriptor), `wgmma.mma_async.sync.aligned.m64n128k8.f32.tf32.tf32`. Warp
+/// `w` of the group holds rows `16 w ..`: with lane `4 g + t`, `a` holds A at (g, t),
+/// (g + 8, t), (g, t + 4), (g + 8, t + 4) (as [`load_matrix_x4`](super::load_matrix_x4)
+/// reads them), and `acc[j]` holds (g, 8j + 2t), (g, 8j + 2t + 1), (g + 8, 8j + 2t),
+/// (g + 8, 8j + 2t + 1). B's elements are read as TF32 (the low mantissa bits
+/// ignored), so they should be TF32 values already.
 ///
 /// # Safety
 /// All threads of the warpgroup call it together, after [`warpgroup_fence`]; the
-/// descriptors address operands written before a barrier and [`fence_async_shared`];
-/// neither they nor `acc` are touched until [`warpgroup_wait`] says the batch is done.
+/// descriptor addresses an operand written before a barrier and
+/// [`fence_async_shared`]; neither it, `a` nor `acc` are touched until
+/// [`warpgroup_wait`] says the batch is done.
 #[inline(always)]
-pub unsafe fn warpgroup_mma_tf32_m64n128k8(acc: &mut [[f32; 4]; 16], a: u64, b: u64) {
+pub unsafe fn warpgroup_mma_tf32_m64n128k8(acc: &mut [[f32; 4]; 16], a: [u32; 4], b: u64) {
     // SAFETY: the caller guarantees the convergence, the operands and the accumulators.
     unsafe {
-        wgmma_tf32!(
-            "m64n128k8",
+        with_accumulator_indices!(asm_on_accumulators!(
             acc,
-            a,
-            b,
-            0,
-            1,
-            2,
-            3,
-            4,
-            5,
-            6,
-            7,
-            8,
-            9,
-            10,
-            11,
-            12,
-            13,
-            14,
-            15,
-            16,
-            17,
-            18,
-            19,
-            20,
-            21,
-            22,
-            23,
-            24,
-            25,
-            26,
-            27,
-            28,
-            29,
-            30,
-            31,
-            32,
-            33,
-            34,
-            35,
-            36,
-            37,
-            38,
-            39,
-            40,
-            41,
-            42,
-            43,
-            44,
-            45,
-            46,
-            47,
-            48,
-            49,
-            50,
-            51,
-            52,
-            53,
-            54,
-            55,
-            56,
-            57,
-            58,
-            59,
-            60,
-            61,
-            62,
-            63
-        )
+            "{{\n.reg .pred accumulate;\nsetp.ne.b32 accumulate, 1, 0;\nwgmma.mma_async.sync.aligned.m64n128k8.f32.tf32.tf32 ",
+            ", {{{a0}, {a1}, {a2}, {a3}}}, {b}, accumulate, 1, 1;\n}}",
+            [
+                a0 = in(reg32) a[0],
+                a1 = in(reg32) a[1],
+                a2 = in(reg32) a[2],
+                a3 = in(reg32) a[3],
+                b = in(reg64) b,
+                options(nostack),
+            ],
+        ))
     };
 }

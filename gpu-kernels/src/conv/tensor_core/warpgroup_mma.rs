@@ -3,21 +3,22 @@
 //! (`TC_BN` rows) into `WGMMA_STAGES` stages, by bulk tensor copies (TMA im2col) where
 //! the plan takes them, else with `cp.async`; each of the two consumer
 //! warpgroups multiplies its 128 rows by the 128 columns straight from the swizzled
-//! stages (the tensor cores read the operands as TF32, the low mantissa bits ignored)
-//! and stores its sums, while the producer already copies the next tile's stages. Full
+//! stages (A through registers, rounded to TF32 on the way; B, which the tensor cores
+//! read from shared memory as TF32, rounded by the host beforehand) and stores its sums, while the producer already copies the next tile's stages. Full
 //! and empty mbarriers per stage order the two sides.
 
 use super::epilogue::{TileOrigin, WarpTiles, bias_sums, store_plain};
 use super::operands::{
     Filters, KTiles, NchwPatches, Operand, Patches, ScalarFilters, ScalarPatches, SharedOrigins, Stagers,
-    VectorFilters, VectorPatches,
+    VectorFilters, VectorPatches, staged,
 };
 use super::staged_epilogue::store_staged;
 use super::*;
 use crate::device::{
-    PIPELINE_BARRIER_BYTES, StagePipeline, block_idx_x, fence_async_shared, fence_tensor_map, grid_dim_x,
-    set_max_registers, shared_base, swizzled_k_major_descriptor, sync_group, sync_threads, thread_idx_x,
-    warpgroup_commit, warpgroup_fence, warpgroup_mma_tf32_m64n128k8, warpgroup_wait,
+    PIPELINE_BARRIER_BYTES, Shuffle, StagePipeline, block_idx_x, fence_async_shared, fence_tensor_map,
+    grid_dim_x, lane_id, load_matrix_x4, pin_accumulators, set_max_registers, shared_base,
+    swizzled_k_major_descriptor, sync_group, sync_threads, thread_idx_x, to_tf32, warpgroup_commit,
+    warpgroup_fence, warpgroup_mma_tf32_m64n128k8, warpgroup_wait,
 };
 use crate::tensor_map::TensorMap;
 
@@ -32,12 +33,15 @@ const B_ROWS: usize = (TC_BN * TC_BK / 4 / WARPGROUP) as usize;
 /// Bytes of a stage: A then B.
 const STAGE_BYTES: u32 = tile_bytes(WGMMA_BM) + tile_bytes(TC_BN);
 
-/// Registers per thread of the producer and of the consumers, within the block's 64K.
+/// Registers per thread of the producer and of the consumers. Together they may take
+/// no more than the block got at launch (the 64K of the SM over its threads, in steps
+/// of 8): a consumer's `setmaxnreg.inc` waits for registers that never come otherwise.
 const PRODUCER_REGISTERS: u32 = 104;
 const CONSUMER_REGISTERS: u32 = 200;
+const LAUNCH_REGISTERS: u32 = 65536 / WGMMA_THREADS / 8 * 8;
 
 const _: () = assert!(PIPELINE_BARRIER_BYTES == WGMMA_BARRIER_BYTES && CONSUMER_ROWS == 128);
-const _: () = assert!(WARPGROUP * (PRODUCER_REGISTERS + 2 * CONSUMER_REGISTERS) <= 65536);
+const _: () = assert!(PRODUCER_REGISTERS + 2 * CONSUMER_REGISTERS <= 3 * LAUNCH_REGISTERS);
 
 #[inline(always)]
 fn stage_a(stage: u32) -> u32 {
@@ -87,7 +91,9 @@ pub unsafe fn forward<const CHANNELS_LAST: bool>(args: TensorCoreArgs) {
         unsafe { StagePipeline::new(stage_a(WGMMA_STAGES), WGMMA_STAGES, producers, 2 * WARPGROUP) };
     // SAFETY: every thread reaches it.
     unsafe { sync_threads() };
-    let warpgroup = thread_idx_x() / WARPGROUP;
+    // Broadcast from lane 0 so that ptxas sees the role as warp-uniform: a `wgmma`
+    // under a branch it takes for divergent is serialized.
+    let warpgroup = (thread_idx_x() / WARPGROUP).shfl_idx(0);
     // SAFETY: each side runs the same tiles in the same order, so every fill is
     // consumed and every release awaited. The producer's registers go to the
     // consumers' sums.
@@ -291,6 +297,66 @@ unsafe fn fill<A: Operand, B: Operand>(
     }
 }
 
+/// This thread's A fragment of the `wgmma` over rows `rows ..` (64) and k `8 kk ..` of
+/// the staged A tile at `tile`, rounded to TF32 to nearest: the tensor cores would
+/// truncate the low mantissa bits, which biases the products and more than doubles the
+/// error. Lane `i` of warp `w` addresses row `16 w + i % 8 + 8 (i / 8 % 2)`, k
+/// `8 kk + 4 (i / 16)`, so that `ldmatrix` hands out the fragment's four registers.
+///
+/// # Safety
+/// The whole warpgroup calls it; the tile's copies landed and are visible to it.
+#[inline(always)]
+unsafe fn a_fragment(tile: u32, rows: u32, kk: u32) -> [u32; 4] {
+    let lane = lane_id();
+    let row = rows + 16 * (thread_idx_x() / 32 % 4) + lane % 8 + 8 * (lane / 8 % 2);
+    // SAFETY: 16-byte rows of the landed tile; the warp converges here.
+    unsafe { load_matrix_x4(staged(tile, row, kk * 8 + 4 * (lane / 16))) }
+        .map(|bits| to_tf32(f32::from_bits(bits)))
+}
+
+/// K-tile `kt` of a tile's product, its k-tiles staged from fill `first_fill` on:
+/// `sums += A B^T` over the k-tile for this consumer's rows `rows ..`, one batch of two
+/// `wgmma` (64 rows each) per 8 k, each batch issued once the one before it is done.
+///
+/// # Safety
+/// The consumer warpgroup calls it together for the k-tiles of a tile in order. The
+/// stage's copies landed once the full barrier is passed, and are fenced for the
+/// tensor cores' reads of B; each batch's A fragments stay untouched until the next
+/// batch's wait; a stage is released once the last batch reading it is done (at the
+/// first wait of the next k-tile here, else after the tile's last wait).
+#[inline(always)]
+unsafe fn multiply_k_tile(
+    sums: &mut [[[f32; 4]; 16]; 2],
+    pipeline: &StagePipeline,
+    first_fill: u32,
+    kt: u32,
+    rows: u32,
+) {
+    let fill = first_fill + kt;
+    let stage = fill % WGMMA_STAGES;
+    // SAFETY: the caller's contract.
+    unsafe {
+        pipeline.wait_full(stage, fill / WGMMA_STAGES);
+        fence_async_shared();
+        for kk in 0..TC_BK / 8 {
+            let a_top = a_fragment(stage_a(stage), rows, kk);
+            let a_bottom = a_fragment(stage_a(stage), rows + 64, kk);
+            let b = swizzled_k_major_descriptor(stage_b(stage) + kk * 32);
+            // Written out rather than looped: a loop indexes the sums in local memory,
+            // whose loads ptxas cannot overlap with the multiplies.
+            let [top, bottom] = &mut *sums;
+            warpgroup_fence();
+            warpgroup_mma_tf32_m64n128k8(top, a_top, b);
+            warpgroup_mma_tf32_m64n128k8(bottom, a_bottom, b);
+            warpgroup_commit();
+            warpgroup_wait::<1>();
+            if kk == 0 && kt > 0 {
+                pipeline.release((fill - 1) % WGMMA_STAGES);
+            }
+        }
+    }
+}
+
 /// A consumer: multiplies rows `CONSUMER_ROWS consumer ..` of every tile of this block
 /// and stores them.
 ///
@@ -306,32 +372,18 @@ unsafe fn consume(args: &TensorCoreArgs, k_tiles: u32, tiles: u32, pipeline: &St
         let tile = tile_origin(&args.plan, index);
         // SAFETY: the launch's arguments.
         let mut sums = unsafe { bias_sums::<2, 16>(args, tile, 0) };
-        for kt in 0..k_tiles {
-            let (stage, fill) = (fills % WGMMA_STAGES, fills / WGMMA_STAGES);
-            // SAFETY: the warpgroup runs these together. The stage's copies landed
-            // (full barrier) and are fenced for the tensor cores' reads; it is released
-            // only once the multiply that reads it is done (the wait of the next
-            // k-tile, or the last wait).
-            unsafe {
-                pipeline.wait_full(stage, fill);
-                fence_async_shared();
-                warpgroup_fence();
-                for kk in 0..TC_BK / 8 {
-                    let b = swizzled_k_major_descriptor(stage_b(stage) + kk * 32);
-                    for (half, sums) in sums.iter_mut().enumerate() {
-                        let row = rows + 64 * half as u32;
-                        let a = swizzled_k_major_descriptor(stage_a(stage) + row * TC_BK * 4 + kk * 32);
-                        warpgroup_mma_tf32_m64n128k8(sums, a, b);
-                    }
-                }
-                warpgroup_commit();
-                warpgroup_wait::<1>();
-                if kt > 0 {
-                    pipeline.release((fills - 1) % WGMMA_STAGES);
-                }
-            }
-            fills += 1;
+        let [top, bottom] = &mut sums;
+        pin_accumulators(top);
+        pin_accumulators(bottom);
+        // The first k-tile runs before the loop, so that the sums enter it defined by a
+        // `wgmma` as they leave it: else ptxas serializes every `wgmma` of the loop.
+        // SAFETY: forwarded; there is at least one k-tile.
+        unsafe { multiply_k_tile(&mut sums, pipeline, fills, 0, rows) };
+        for kt in 1..k_tiles {
+            // SAFETY: as above.
+            unsafe { multiply_k_tile(&mut sums, pipeline, fills, kt, rows) };
         }
+        fills += k_tiles;
         // SAFETY: as above; the sums are final after the wait.
         unsafe {
             warpgroup_wait::<0>();
