@@ -750,6 +750,12 @@ fn invalid_conv2d_parameters_are_errors_that_name_them() {
 /// TF32 on data that TF32 does not represent (random floats): the forward pass and the
 /// input gradient on the tensor cores within a relative norm error of 5e-3 of the f64
 /// reference, and the same bits on a second run.
+/// cuDNN's TF32 convolution error on data uniform in [-1, 1), relative to the float64
+/// result in the L2 norm: measured on the H100 (cuDNN 9, `allow_tf32`), forward and
+/// input gradient, NCHW and NHWC, between 2.5e-4 and 2.7e-4. TF32 results must be
+/// within twice it (and so within 5e-3).
+const CUDNN_TF32_ERROR: f64 = 2.7e-4;
+
 #[test]
 fn tf32_passes_are_close_and_deterministic() {
     let test = "tf32_passes_are_close_and_deterministic";
@@ -775,25 +781,26 @@ fn tf32_passes_are_close_and_deterministic() {
         ([2, 17, 19, 64], [96, 3, 3, 64], [1, 1], ConvLayout::Nhwc),
         ([3, 5, 33, 31], [40, 5, 1, 1], [0, 0], ConvLayout::Nchw),
     ] {
+        let params = Conv2dParams {
+            padding,
+            layout,
+            precision: ConvPrecision::Tf32,
+            ..Conv2dParams::default()
+        };
+        let (x, w) = (random(&x_shape), random(&w_shape));
+        let (_, y_shape) = conv2d_problem(&x_shape, &w_shape, &params).unwrap();
+        let dy = random(&y_shape);
+        let (x4, w4, dy4) = [&x, &w, &dy]
+            .map(|a| a.view().into_dimensionality().unwrap())
+            .into();
+        let want_y = reference::conv::conv2d(x4, w4, None, &params).unwrap();
+        let want_dx = reference::conv::conv2d_grad_input(dy4, w4, &x_shape, &params).unwrap();
+        let mut results = Vec::new();
         for gpu in [&*gpu, &*portable] {
-            let params = Conv2dParams {
-                padding,
-                layout,
-                precision: ConvPrecision::Tf32,
-                ..Conv2dParams::default()
-            };
-            let (x, w) = (random(&x_shape), random(&w_shape));
-            let (_, y_shape) = conv2d_problem(&x_shape, &w_shape, &params).unwrap();
-            let dy = random(&y_shape);
             for pass in [ConvPass::Forward, ConvPass::InputGrad] {
                 let plan = gpu.conv2d_algorithm(&x_shape, &w_shape, &params, pass).unwrap();
                 assert!(matches!(plan, ConvAlgorithm::TensorCore(_)), "{pass:?}: {plan:?}");
             }
-            let (x4, w4, dy4) = [&x, &w, &dy]
-                .map(|a| a.view().into_dimensionality().unwrap())
-                .into();
-            let want_y = reference::conv::conv2d(x4, w4, None, &params).unwrap();
-            let want_dx = reference::conv::conv2d_grad_input(dy4, w4, &x_shape, &params).unwrap();
             let (dx, dw, ddy) = (
                 gpu.upload(&x).unwrap(),
                 gpu.upload(&w).unwrap(),
@@ -817,13 +824,26 @@ fn tf32_passes_are_close_and_deterministic() {
             {
                 let error = relative_error(got, &want.clone().into_dyn());
                 assert!(
-                    error <= 5e-3 && error.is_finite(),
-                    "{x_shape:?} {layout:?} {pass}: relative error {error:e}"
+                    error <= 2.0 * CUDNN_TF32_ERROR && error.is_finite(),
+                    "{x_shape:?} {layout:?} {pass}: relative error {error:e}, over twice cuDNN's"
                 );
                 assert!(bits(got) == bits(again), "{x_shape:?} {pass}: two runs differ");
                 eprintln!(
                     "{test}: {x_shape:?} {layout:?} {pass} on {}: relative error {error:.2e}",
                     gpu.info().kernel_image
+                );
+            }
+            results.push(first);
+        }
+        // Both kernel images round both operands to nearest, so they differ only by
+        // the order of the FP32 sums: far less than a truncated operand would make
+        // them differ (about 3e-4).
+        if let [one, other] = &results[..] {
+            for (a, b) in one.iter().zip(other) {
+                let difference = relative_error(a, &b.mapv(f64::from));
+                assert!(
+                    difference <= 1e-5,
+                    "{x_shape:?} {layout:?}: the kernel images differ by {difference:e}"
                 );
             }
         }
