@@ -21,7 +21,7 @@ use ndarray::{ArrayBase, ArrayD, Data, Dimension};
 
 use crate::array::DeviceArray;
 use crate::error::{Error, Result};
-use crate::gpu::Gpu;
+use crate::gpu::{Gpu, Temporary};
 
 /// Stride, padding, dilation (each `[along height, along width]`), groups, the
 /// tensors' layout, the arithmetic, and the activation the forward pass applies after
@@ -289,24 +289,26 @@ impl Gpu {
             )
         };
         let algorithm = self.algorithm(&problem, ConvPass::Forward, params);
-        let native = algorithm.layout();
-        if native == params.layout {
+        // The kernels read x and w, and write y, in their layouts: what is in another
+        // changes around them.
+        let (operands, output) = (algorithm.layout(), algorithm.output_layout());
+        let (mut x_copy, mut w_copy) = (None, None);
+        let x = self.as_layout(x, params.layout, operands, &mut x_copy)?;
+        let w = self.as_layout(w, params.layout, operands, &mut w_copy)?;
+        if output == params.layout {
             return self.forward(&problem, algorithm, x, w, epilogue(residual), y);
         }
-        // The kernels read the other layout: x, w and the residual change to it, and y
-        // back.
-        let (x, w) = (self.relayout(x, params.layout)?, self.relayout(w, params.layout)?);
         let residual = residual.map(|r| self.relayout(r, params.layout)).transpose()?;
-        let mut y_native = self.alloc(&in_layout(problem.output_shape().map(|d| d as usize), native))?;
+        let mut y_native = self.temporary(&in_layout(problem.output_shape().map(|d| d as usize), output))?;
         self.forward(
             &problem,
             algorithm,
-            &x,
-            &w,
-            epilogue(residual.as_ref()),
+            x,
+            w,
+            epilogue(residual.as_deref()),
             &mut y_native,
         )?;
-        self.change_layout(&y_native, y, native)
+        self.change_layout(&y_native, y, output)
     }
 
     /// The forward pass by `algorithm`, over tensors in its layout.
@@ -373,14 +375,6 @@ impl Gpu {
             None => DevicePtr::NULL,
         };
         self.launch(&plan.forward_launch(problem, x, w, epilogue, y, maps))
-    }
-
-    /// `a`, in `layout`, in the other layout.
-    fn relayout(&self, a: &DeviceArray<f32>, layout: ConvLayout) -> Result<DeviceArray<f32>> {
-        match layout {
-            ConvLayout::Nchw => self.to_channels_last(a),
-            ConvLayout::Nhwc => self.to_channels_first(a),
-        }
     }
 
     /// [`Gpu::conv2d`] of host arrays or views: uploads, convolves, downloads.
@@ -484,15 +478,15 @@ impl Gpu {
         }
         let layout = params.layout;
         let (mut x_nchw, mut w_nchw, mut grad_y_nchw) = (None, None, None);
-        let grad_y = self.as_nchw(grad_y, layout, &mut grad_y_nchw)?;
+        let grad_y = self.as_layout(grad_y, layout, ConvLayout::Nchw, &mut grad_y_nchw)?;
         if let Some(dx) = input {
-            let w = self.as_nchw(w, layout, &mut w_nchw)?;
+            let w = self.as_layout(w, layout, ConvLayout::Nchw, &mut w_nchw)?;
             self.through_nchw(layout, problem.input_shape(), dx, |dx| {
                 self.input_grad(&problem, grad_y, w, dx)
             })?;
         }
         if let Some(dw) = weight {
-            let x = self.as_nchw(x, layout, &mut x_nchw)?;
+            let x = self.as_layout(x, layout, ConvLayout::Nchw, &mut x_nchw)?;
             self.through_nchw(layout, problem.weight_shape(), dw, |dw| {
                 self.weight_grad(&problem, x, grad_y, dw)
             })?;
@@ -503,16 +497,18 @@ impl Gpu {
         Ok(())
     }
 
-    /// `a` (in `layout`) in NCHW: itself, or a copy kept in `copy`.
-    fn as_nchw<'a>(
-        &self,
+    /// `a` (in `from`) in the layout `to`: itself, or a copy kept in `copy`.
+    fn as_layout<'a, 'g: 'a>(
+        &'g self,
         a: &'a DeviceArray<f32>,
-        layout: ConvLayout,
-        copy: &'a mut Option<DeviceArray<f32>>,
+        from: ConvLayout,
+        to: ConvLayout,
+        copy: &'a mut Option<Temporary<'g, f32>>,
     ) -> Result<&'a DeviceArray<f32>> {
-        Ok(match layout {
-            ConvLayout::Nchw => a,
-            ConvLayout::Nhwc => copy.insert(self.to_channels_first(a)?),
+        Ok(if from == to {
+            a
+        } else {
+            copy.insert(self.relayout(a, from)?)
         })
     }
 
@@ -528,7 +524,7 @@ impl Gpu {
         match layout {
             ConvLayout::Nchw => pass(gradient),
             ConvLayout::Nhwc => {
-                let mut native = self.alloc(&shape.map(|d| d as usize))?;
+                let mut native = self.temporary(&shape.map(|d| d as usize))?;
                 pass(&mut native)?;
                 self.change_layout(&native, gradient, ConvLayout::Nchw)
             }
@@ -554,7 +550,9 @@ impl Gpu {
                 self.launch(&plan.input_grad(problem, grad_y.ptr(), w.ptr(), dx.ptr_mut()))?
             }
             ConvAlgorithm::TensorCore(plan) => match problem.input_grad_as_forward() {
-                Some(transposed) => self.input_grad_as_forward(problem, &transposed, plan, grad_y, w, dx)?,
+                Some(transposed) => {
+                    self.input_grad_as_forward(problem, &transposed, plan, params.layout, grad_y, w, dx)?
+                }
                 None => return Ok(Some(dx)),
             },
             ConvAlgorithm::ImplicitGemm(_) | ConvAlgorithm::Winograd(_) => return Ok(Some(dx)),
@@ -654,12 +652,15 @@ impl Gpu {
 
     /// The input gradient of `problem` as the forward pass of `transposed` (its
     /// [`ConvProblem::input_grad_as_forward`]) by `plan`: dy convolved by the flipped,
-    /// group-transposed weights, all in the plan's layout.
+    /// group-transposed weights, dy and the weights in the plan's layout, dx in
+    /// `layout` (the tensors').
+    #[allow(clippy::too_many_arguments)]
     fn input_grad_as_forward(
         &self,
         problem: &ConvProblem,
         transposed: &ConvProblem,
         plan: TensorCorePlan,
+        layout: ConvLayout,
         grad_y: &DeviceArray<f32>,
         w: &DeviceArray<f32>,
         dx: &mut DeviceArray<f32>,
@@ -667,13 +668,16 @@ impl Gpu {
         if dx.is_empty() {
             return Ok(());
         }
-        let layout = plan.layout();
+        let operands = plan.layout();
+        let (mut grad_y_copy, mut w_copy) = (None, None);
+        let grad_y = self.as_layout(grad_y, layout, operands, &mut grad_y_copy)?;
+        let w = self.as_layout(w, layout, operands, &mut w_copy)?;
         let [out, in_group, kh, kw] = transposed.weight_shape();
         let mut flipped =
-            self.alloc::<f32>(&in_layout([out, in_group, kh, kw].map(|d| d as usize), layout))?;
+            self.temporary::<f32>(&in_layout([out, in_group, kh, kw].map(|d| d as usize), operands))?;
         self.launch(&transposed::flip_filters(
             problem,
-            layout,
+            operands,
             w.ptr(),
             flipped.ptr_mut(),
         ))?;

@@ -91,18 +91,81 @@ pub(crate) fn alloc<T: cust::memory::DeviceCopy>(len: usize, shape: &[usize]) ->
     // SAFETY: the contents of the buffer are left unspecified, which is sound for the
     // plain-old-data Element types; every reader is a kernel or a copy that the caller
     // orders after a write, and a fresh buffer has no other owner.
-    unsafe { DeviceBuffer::uninitialized(len) }.map_err(|e| match e {
+    unsafe { DeviceBuffer::uninitialized(len) }.map_err(|e| alloc_error::<T>(e, "cuMemAlloc", len, shape))
+}
+
+/// [`alloc`] in stream order, from the device's memory pool: usable by the work queued
+/// on `stream` after it, and best given back with `drop_async` on the same stream.
+pub(crate) fn alloc_async<T: cust::memory::DeviceCopy>(
+    len: usize,
+    shape: &[usize],
+    stream: &Stream,
+) -> Result<DeviceBuffer<T>> {
+    // SAFETY: as in `alloc`; the memory is used only by work queued on `stream` after
+    // the allocation.
+    unsafe { DeviceBuffer::uninitialized_async(len, stream) }
+        .map_err(|e| alloc_error::<T>(e, "cuMemAllocAsync", len, shape))
+}
+
+fn alloc_error<T>(error: cust::error::CudaError, call: &'static str, len: usize, shape: &[usize]) -> Error {
+    match error {
         cust::error::CudaError::OutOfMemory => Error::OutOfMemory {
             bytes: len * size_of::<T>(),
             shape: shape.to_vec(),
         },
         other => Error::Driver {
-            call: "cuMemAlloc",
+            call,
             code: other as i32,
             name: format!("{other:?}"),
             message: other.to_string(),
         },
-    })
+    }
+}
+
+/// The device's default memory pool, which the stream-ordered allocations draw from.
+pub(crate) struct MemoryPool(cu::CUmemoryPool);
+
+// SAFETY: a driver handle, valid in every thread of the process for as long as the
+// device's primary context lives (the `Gpu` that holds it keeps it).
+unsafe impl Send for MemoryPool {}
+
+impl MemoryPool {
+    /// The device's default pool, set to keep the memory given back to it (no release
+    /// threshold) so that temporaries reuse it rather than map pages on every call;
+    /// `None` where the device has no memory pools.
+    pub(crate) fn keep_memory(device: &cust::device::Device) -> Result<Option<Self>> {
+        if device_attribute(
+            device,
+            cu::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED,
+        )? == 0
+        {
+            return Ok(None);
+        }
+        let mut pool = std::ptr::null_mut();
+        // SAFETY: writes one handle; `device` is a valid handle from cust.
+        check("cuDeviceGetDefaultMemPool", unsafe {
+            cu::cuDeviceGetDefaultMemPool(&mut pool, device.as_raw())
+        })?;
+        let mut threshold = u64::MAX;
+        // SAFETY: the release threshold is a u64 attribute of a valid pool.
+        check("cuMemPoolSetAttribute", unsafe {
+            cu::cuMemPoolSetAttribute(
+                pool,
+                cu::CUmemPool_attribute::CU_MEMPOOL_ATTR_RELEASE_THRESHOLD,
+                (&mut threshold as *mut u64).cast(),
+            )
+        })?;
+        Ok(Some(Self(pool)))
+    }
+
+    /// Returns the pool's unused memory to the device, once `stream`'s work is done.
+    pub(crate) fn trim(&self, stream: &Stream) -> Result<()> {
+        stream
+            .synchronize()
+            .map_err(|e| cust_error("cuStreamSynchronize", e))?;
+        // SAFETY: a valid pool; memory still in use is kept.
+        check("cuMemPoolTrimTo", unsafe { cu::cuMemPoolTrimTo(self.0, 0) })
+    }
 }
 
 /// Sets every byte of `array` to `byte`, in stream order.

@@ -2,6 +2,7 @@
 //! operation is ordered on.
 
 use std::cell::RefCell;
+use std::mem::ManuallyDrop;
 
 use cust::context::{Context, CurrentContext};
 use cust::device::Device;
@@ -17,7 +18,7 @@ use gpu_kernels::tensor_map::{self, TensorMapPair, TensorMapSpec, TensorMapWords
 use ndarray::{ArrayBase, ArrayD, Data, Dimension, IxDyn};
 
 use crate::array::{DeviceArray, Element};
-use crate::driver::{self, Kernels, LaunchLimits, Scratch, TensorMapEncoders, cust_error};
+use crate::driver::{self, Kernels, LaunchLimits, MemoryPool, Scratch, TensorMapEncoders, cust_error};
 use crate::error::{Error, Result};
 use crate::image::{self, ImageFormat};
 
@@ -54,6 +55,8 @@ pub struct Gpu {
     /// The driver's tensor-map encoders, where it has them.
     encoders: Option<TensorMapEncoders>,
     scratch: RefCell<Scratch>,
+    /// The pool of the stream-ordered temporaries, where the device has one.
+    pool: Option<MemoryPool>,
     stream: Stream,
     info: DeviceInfo,
     context: Context,
@@ -155,6 +158,7 @@ impl Gpu {
             warpgroup_mma: chosen.arch == WARPGROUP_MMA_ARCH,
             encoders: TensorMapEncoders::find(),
             scratch: RefCell::default(),
+            pool: MemoryPool::keep_memory(&device)?,
             stream,
             info,
             context,
@@ -233,7 +237,39 @@ impl Gpu {
     pub fn alloc<T: Element>(&self, shape: &[usize]) -> Result<DeviceArray<T>> {
         self.bind()?;
         let len = element_count::<T>(shape)?;
-        Ok(DeviceArray::new(driver::alloc(len, shape)?, shape.to_vec()))
+        let buffer = self.trimming_pool_if_short(|| driver::alloc(len, shape))?;
+        Ok(DeviceArray::new(buffer, shape.to_vec()))
+    }
+
+    /// An array for the length of one operation, allocated and given back in stream
+    /// order from the device's pool: no device-wide synchronization as `cuMemFree`
+    /// makes, and the memory reused from call to call.
+    pub(crate) fn temporary<T: Element>(&self, shape: &[usize]) -> Result<Temporary<'_, T>> {
+        let Some(_) = &self.pool else {
+            return Ok(Temporary {
+                array: ManuallyDrop::new(self.alloc(shape)?),
+                stream: None,
+            });
+        };
+        self.bind()?;
+        let len = element_count::<T>(shape)?;
+        let buffer = self.trimming_pool_if_short(|| driver::alloc_async(len, shape, &self.stream))?;
+        Ok(Temporary {
+            array: ManuallyDrop::new(DeviceArray::new(buffer, shape.to_vec())),
+            stream: Some(&self.stream),
+        })
+    }
+
+    /// `alloc()`, tried again once the pool has given its unused memory back when the
+    /// device is out of memory.
+    fn trimming_pool_if_short<B>(&self, alloc: impl Fn() -> Result<B>) -> Result<B> {
+        match (alloc(), &self.pool) {
+            (Err(Error::OutOfMemory { .. }), Some(pool)) => {
+                pool.trim(&self.stream)?;
+                alloc()
+            }
+            (result, _) => result,
+        }
     }
 
     /// Copies an `ndarray` array or view of any layout to the device, row-major.
@@ -321,4 +357,38 @@ fn element_count<T: DeviceCopy>(shape: &[usize]) -> Result<usize> {
             shape: shape.to_vec(),
             detail: "its byte size overflows".into(),
         })
+}
+
+/// An array that [`Gpu::temporary`] made: a [`DeviceArray`] given back to the pool in
+/// stream order when dropped.
+pub(crate) struct Temporary<'g, T: Element> {
+    array: ManuallyDrop<DeviceArray<T>>,
+    /// The stream that frees it, `None` for a plain allocation.
+    stream: Option<&'g Stream>,
+}
+
+impl<T: Element> std::ops::Deref for Temporary<'_, T> {
+    type Target = DeviceArray<T>;
+    fn deref(&self) -> &DeviceArray<T> {
+        &self.array
+    }
+}
+
+impl<T: Element> std::ops::DerefMut for Temporary<'_, T> {
+    fn deref_mut(&mut self) -> &mut DeviceArray<T> {
+        &mut self.array
+    }
+}
+
+impl<T: Element> Drop for Temporary<'_, T> {
+    fn drop(&mut self) {
+        // SAFETY: the array is taken once, here, and never touched again.
+        let array = unsafe { ManuallyDrop::take(&mut self.array) };
+        if let Some(stream) = self.stream {
+            // The work queued before on the stream still reads it; the pool reuses it
+            // only for work queued after. A failure here is a context error, which the
+            // next call on the stream reports.
+            let _ = array.buffer.drop_async(stream);
+        }
+    }
 }

@@ -6,7 +6,7 @@ use gpu_kernels::transpose;
 
 use crate::array::{DeviceArray, Element};
 use crate::error::{Error, Result};
-use crate::gpu::Gpu;
+use crate::gpu::{Gpu, Temporary};
 
 impl Gpu {
     /// `[n, c, h, w]` as `[n, h, w, c]`, in a new array (the elements' bits moved
@@ -24,6 +24,22 @@ impl Gpu {
         let [n, h, w, c] = rank4(x)?;
         let mut y = self.alloc(&[n, c, h, w])?;
         self.change_layout(x, &mut y, ConvLayout::Nhwc)?;
+        Ok(y)
+    }
+
+    /// `x`, in layout `from`, in the other layout, in a temporary of the operation.
+    pub(crate) fn relayout<T: Element>(
+        &self,
+        x: &DeviceArray<T>,
+        from: ConvLayout,
+    ) -> Result<Temporary<'_, T>> {
+        let [n, a, b, c] = rank4(x)?;
+        let shape = match from {
+            ConvLayout::Nchw => [n, b, c, a],
+            ConvLayout::Nhwc => [n, c, a, b],
+        };
+        let mut y = self.temporary(&shape)?;
+        self.change_layout(x, &mut y, from)?;
         Ok(y)
     }
 

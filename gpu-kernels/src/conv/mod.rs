@@ -135,13 +135,21 @@ impl From<CudaCoreAlgorithm> for ConvAlgorithm {
 }
 
 impl ConvAlgorithm {
-    /// The layout the algorithm's kernels read and write; other layouts are changed
+    /// The layout the algorithm's kernels read x and w in; other layouts are changed
     /// around them.
     pub const fn layout(&self) -> ConvLayout {
         match self {
             ConvAlgorithm::ImplicitGemm(_) | ConvAlgorithm::Winograd(_) => ConvLayout::Nchw,
             ConvAlgorithm::TensorCore(plan) => plan.layout(),
             ConvAlgorithm::Direct(plan) => plan.layout(),
+        }
+    }
+
+    /// The layout the algorithm's kernels write y (and read the residual) in.
+    pub const fn output_layout(&self) -> ConvLayout {
+        match self {
+            ConvAlgorithm::TensorCore(plan) => plan.output_layout(),
+            _ => self.layout(),
         }
     }
 }

@@ -349,10 +349,16 @@ fn every_conv_kernel_matches_the_reference_on_fixed_cases() {
         TensorCoreScalar,
         /// Bulk tensor copies (TMA), Hopper only: `TensorCore` elsewhere.
         TensorCoreBulk,
+        /// NCHW tensors, x and w changed to NHWC for bulk copies, y written in NCHW:
+        /// Hopper only, `TensorCoreScalar` elsewhere.
+        TensorCoreBulkFromNchw,
         /// The direct kernels (depthwise, or the input gradient of few channels).
         Direct,
     }
-    use Path::{Direct, Gemm, SplitGemm, TensorCore, TensorCoreBulk, TensorCoreScalar, Winograd};
+    use Path::{
+        Direct, Gemm, SplitGemm, TensorCore, TensorCoreBulk, TensorCoreBulkFromNchw, TensorCoreScalar,
+        Winograd,
+    };
     let tf32 = |layout| Conv2dParams {
         layout,
         precision: ConvPrecision::Tf32,
@@ -439,7 +445,8 @@ fn every_conv_kernel_matches_the_reference_on_fixed_cases() {
             ),
             [TensorCoreBulk, TensorCoreBulk, Winograd],
         ),
-        // NCHW, dilated, padded unevenly: both data passes on the tensor cores.
+        // NCHW, dilated, padded unevenly: both data passes on the tensor cores, x
+        // gathered from NCHW (5 channels), dy changed to NHWC on Hopper (12 channels).
         (
             case(
                 1,
@@ -453,7 +460,23 @@ fn every_conv_kernel_matches_the_reference_on_fixed_cases() {
                 },
                 true,
             ),
-            [TensorCoreScalar, TensorCoreScalar, SplitGemm],
+            [TensorCoreScalar, TensorCoreBulkFromNchw, SplitGemm],
+        ),
+        // NCHW with channels in multiples of 4, with a bias: both data passes by bulk
+        // copies of NHWC copies on Hopper, y and dx written in NCHW.
+        (
+            case(
+                2,
+                [16, 32],
+                [3, 3],
+                [9, 12],
+                Conv2dParams {
+                    padding: [1, 1],
+                    ..tf32(ConvLayout::Nchw)
+                },
+                true,
+            ),
+            [TensorCoreBulkFromNchw, TensorCoreBulkFromNchw, Winograd],
         ),
         // A stem: 3 input channels, a 7x7 window at stride 2, NCHW: x gathered one
         // element at a time, the weights too (K = 147); dx by the direct kernel.
@@ -568,7 +591,9 @@ fn every_conv_kernel_matches_the_reference_on_fixed_cases() {
                     ConvAlgorithm::ImplicitGemm(_) => Gemm,
                     ConvAlgorithm::TensorCore(plan) => {
                         assert_eq!(plan.warpgroup_mma, warpgroup_mma, "{c:?} {pass:?}");
+                        assert_eq!(plan.output_layout(), c.params.layout, "{c:?} {pass:?}");
                         match (plan.bulk_copies, plan.a_vector) {
+                            (1, _) if c.params.layout == ConvLayout::Nchw => TensorCoreBulkFromNchw,
                             (1, _) => TensorCoreBulk,
                             (_, 1) => TensorCore,
                             _ => TensorCoreScalar,
@@ -577,6 +602,7 @@ fn every_conv_kernel_matches_the_reference_on_fixed_cases() {
                 };
                 let expected = match expected {
                     TensorCoreBulk if warpgroup_mma == 0 => TensorCore,
+                    TensorCoreBulkFromNchw if warpgroup_mma == 0 => TensorCoreScalar,
                     other => other,
                 };
                 assert_eq!(path, expected, "{c:?} {pass:?}");

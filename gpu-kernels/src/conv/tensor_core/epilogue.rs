@@ -91,7 +91,7 @@ pub unsafe fn store_plain<const I: usize, const J: usize>(
     let m_total = p.batch * p.out_pixels();
     let out_group = p.out_per_group();
     let y = args.y.as_mut_ptr();
-    let channels_last = args.plan.channels_last == 1;
+    let channels_last = args.plan.y_channels_last == 1;
     // Two neighbouring channels of a pixel are 8-byte aligned in NHWC when the first is
     // even: the group's first channel is, and so the pixel's.
     let pairs = channels_last && out_group.is_multiple_of(2);
@@ -156,7 +156,7 @@ unsafe fn store_fused<const I: usize, const J: usize>(
     let m_total = p.batch * p.out_pixels();
     let out_group = p.out_per_group() as usize;
     let y = args.y.as_mut_ptr();
-    let channels_last = args.plan.channels_last == 1;
+    let channels_last = args.plan.y_channels_last == 1;
     // Neighbouring channels are neighbours in memory in NHWC, 8-byte aligned when the
     // first is even: the group's first channel is, and so the pixel's.
     let pairs = channels_last && out_group.is_multiple_of(2);

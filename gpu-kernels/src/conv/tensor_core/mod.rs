@@ -8,10 +8,11 @@
 //! The operands are staged as `TC_BM x TC_BK` tiles of A and `TC_BN x TC_BK` of B in
 //! shared memory, filled by `cp.async` (16-byte copies of four consecutive K where the
 //! operand allows, else one element at a time) and zero-filled outside the tensors.
-//! Two kinds of kernel multiply them. On Hopper, warpgroup MMA (`wgmma`, operands read
-//! from shared memory by the tensor cores as TF32) in persistent blocks where a
-//! producer warpgroup copies the stages while two consumer warpgroups multiply and
-//! store. Elsewhere `mma.sync` m16n8k8 TF32 (fragments by `ldmatrix`, rounded to TF32 to
+//! Two kinds of kernel multiply them. On Hopper, warpgroup MMA (`wgmma`, A from
+//! registers rounded to TF32, B from shared memory, rounded beforehand) in persistent
+//! blocks where a producer warpgroup copies the stages while two consumer warpgroups
+//! multiply and store; there NCHW operands that bulk copies could stage in NHWC are
+//! changed to NHWC by the host, y staying NCHW. Elsewhere `mma.sync` m16n8k8 TF32 (fragments by `ldmatrix`, rounded to TF32 to
 //! nearest), every thread copying and multiplying, one block per tile. Sums stay FP32,
 //! in a fixed order, so results are the same from run to run.
 
@@ -90,8 +91,10 @@ pub struct TensorCorePlan {
     /// The k-tiles of the GEMM: `TC_BK` K each, or with channel tiles, one per tap and
     /// `TC_BK` channels (a partial last chunk zero-filled by the bulk copies).
     pub k_tiles: u32,
-    /// Whether the tensors are channels last (NHWC), as 1 or 0 (NCHW).
+    /// Whether x and w are channels last (NHWC), as 1 or 0 (NCHW).
     pub channels_last: u32,
+    /// Whether y (and the residual) are channels last, as 1 or 0.
+    pub y_channels_last: u32,
     /// Whether the kernel is on `wgmma` (sm_90a), as 1 or 0 (`mma.sync`).
     pub warpgroup_mma: u32,
 }
@@ -101,14 +104,17 @@ impl TensorCorePlan {
     /// where the device's kernels have it.
     pub const fn forward(problem: &ConvProblem, layout: ConvLayout, device: &DeviceLimits) -> Self {
         let m = problem.batch as u64 * problem.out_pixels() as u64;
-        let channels_last = matches!(layout, ConvLayout::Nhwc);
+        let y_channels_last = matches!(layout, ConvLayout::Nhwc);
         let warpgroup_mma = device.warpgroup_mma;
+        // The bulk copies stage NHWC operands many times faster than the NCHW producer
+        // gathers them, far more than x's change of layout costs.
+        let bulk_copies = warpgroup_mma && device.tensor_maps && bulk_copies_fit(problem);
+        let channels_last = y_channels_last || bulk_copies;
         let rows = if warpgroup_mma { WGMMA_BM } else { TC_BM };
         let m_tiles = m.div_ceil(rows as u64) as u32;
         let n_tiles = problem.out_per_group().div_ceil(TC_BN);
         let tiles = m_tiles as u64 * problem.groups as u64 * n_tiles as u64;
         let in_group = problem.in_per_group();
-        let bulk_copies = warpgroup_mma && device.tensor_maps && channels_last && bulk_copies_fit(problem);
         let channel_tiles = channels_last && (bulk_copies || in_group.is_multiple_of(TC_BK));
         let k_tiles = if channel_tiles {
             problem.taps() * in_group.div_ceil(TC_BK)
@@ -130,13 +136,19 @@ impl TensorCorePlan {
             bulk_copies: bulk_copies as u32,
             k_tiles,
             channels_last: channels_last as u32,
+            y_channels_last: y_channels_last as u32,
             warpgroup_mma: warpgroup_mma as u32,
         }
     }
 
-    /// The layout of the tensors.
+    /// The layout of x and w.
     pub const fn layout(&self) -> ConvLayout {
         ConvLayout::of_channels_last(self.channels_last)
+    }
+
+    /// The layout of y and the residual.
+    pub const fn output_layout(&self) -> ConvLayout {
+        ConvLayout::of_channels_last(self.y_channels_last)
     }
 
     /// The tensor maps of the bulk copies, when the plan takes them: x for im2col

@@ -64,7 +64,7 @@ pub unsafe fn store_staged(
             }
             stage(sums, buffer, pass);
             sync_consumer(consumer);
-            if args.plan.channels_last == 1 {
+            if args.plan.y_channels_last == 1 {
                 write_nhwc(args, tile, rows, buffer, pass);
             } else {
                 write_nchw(args, tile, rows, buffer, pass);
