@@ -314,16 +314,24 @@ unsafe fn a_fragment(tile: u32, rows: u32, kk: u32) -> [u32; 4] {
         .map(|bits| to_tf32(f32::from_bits(bits)))
 }
 
+/// `wgmma` batches left in flight after each issue: the multiplies of the ones before
+/// overlap the loads of the next fragments. Two would hold a third set of A fragments,
+/// past the consumers' 200 registers (ptxas spills).
+const BATCHES_IN_FLIGHT: u32 = 1;
+const _: () = assert!(BATCHES_IN_FLIGHT >= 1 && BATCHES_IN_FLIGHT <= TC_BK / 8);
+
 /// K-tile `kt` of a tile's product, its k-tiles staged from fill `first_fill` on:
 /// `sums += A B^T` over the k-tile for this consumer's rows `rows ..`, one batch of two
-/// `wgmma` (64 rows each) per 8 k, each batch issued once the one before it is done.
+/// `wgmma` (64 rows each) per 8 k, each followed by a wait that leaves
+/// `BATCHES_IN_FLIGHT` in flight.
 ///
 /// # Safety
 /// The consumer warpgroup calls it together for the k-tiles of a tile in order. The
 /// stage's copies landed once the full barrier is passed, and are fenced for the
-/// tensor cores' reads of B; each batch's A fragments stay untouched until the next
-/// batch's wait; a stage is released once the last batch reading it is done (at the
-/// first wait of the next k-tile here, else after the tile's last wait).
+/// tensor cores' reads of B; each batch's A fragments stay untouched until a wait
+/// says the batch is done; a stage is released once the last batch reading it is done
+/// (at the wait of the next k-tile's batch `BATCHES_IN_FLIGHT - 1` here, else after
+/// the tile's last wait).
 #[inline(always)]
 unsafe fn multiply_k_tile(
     sums: &mut [[[f32; 4]; 16]; 2],
@@ -349,8 +357,8 @@ unsafe fn multiply_k_tile(
             warpgroup_mma_tf32_m64n128k8(top, a_top, b);
             warpgroup_mma_tf32_m64n128k8(bottom, a_bottom, b);
             warpgroup_commit();
-            warpgroup_wait::<1>();
-            if kk == 0 && kt > 0 {
+            warpgroup_wait::<BATCHES_IN_FLIGHT>();
+            if kk == BATCHES_IN_FLIGHT - 1 && kt > 0 {
                 pipeline.release((fill - 1) % WGMMA_STAGES);
             }
         }
