@@ -91,49 +91,33 @@ pub(crate) fn alloc<T: cust::memory::DeviceCopy>(len: usize, shape: &[usize]) ->
     // SAFETY: the contents of the buffer are left unspecified, which is sound for the
     // plain-old-data Element types; every reader is a kernel or a copy that the caller
     // orders after a write, and a fresh buffer has no other owner.
-    unsafe { DeviceBuffer::uninitialized(len) }.map_err(|e| alloc_error::<T>(e, "cuMemAlloc", len, shape))
-}
-
-/// [`alloc`] in stream order, from the device's memory pool: usable by the work queued
-/// on `stream` after it, and best given back with `drop_async` on the same stream.
-pub(crate) fn alloc_async<T: cust::memory::DeviceCopy>(
-    len: usize,
-    shape: &[usize],
-    stream: &Stream,
-) -> Result<DeviceBuffer<T>> {
-    // SAFETY: as in `alloc`; the memory is used only by work queued on `stream` after
-    // the allocation.
-    unsafe { DeviceBuffer::uninitialized_async(len, stream) }
-        .map_err(|e| alloc_error::<T>(e, "cuMemAllocAsync", len, shape))
-}
-
-fn alloc_error<T>(error: cust::error::CudaError, call: &'static str, len: usize, shape: &[usize]) -> Error {
-    match error {
+    unsafe { DeviceBuffer::uninitialized(len) }.map_err(|e| match e {
         cust::error::CudaError::OutOfMemory => Error::OutOfMemory {
             bytes: len * size_of::<T>(),
             shape: shape.to_vec(),
         },
         other => Error::Driver {
-            call,
+            call: "cuMemAlloc",
             code: other as i32,
             name: format!("{other:?}"),
             message: other.to_string(),
         },
-    }
+    })
 }
 
-/// The device's default memory pool, which the stream-ordered allocations draw from.
+/// A memory pool of the library's own on one device, which the stream-ordered
+/// temporaries draw from. It keeps the memory given back to it (no release threshold),
+/// so that temporaries reuse it rather than map pages on every call; the device's
+/// default pool, which other libraries of the process may use, is left as it is.
 pub(crate) struct MemoryPool(cu::CUmemoryPool);
 
-// SAFETY: a driver handle, valid in every thread of the process for as long as the
-// device's primary context lives (the `Gpu` that holds it keeps it).
+// SAFETY: a driver handle, valid in every thread of the process until it is destroyed
+// (by its own drop).
 unsafe impl Send for MemoryPool {}
 
 impl MemoryPool {
-    /// The device's default pool, set to keep the memory given back to it (no release
-    /// threshold) so that temporaries reuse it rather than map pages on every call;
-    /// `None` where the device has no memory pools.
-    pub(crate) fn keep_memory(device: &cust::device::Device) -> Result<Option<Self>> {
+    /// A pool on device `ordinal`; `None` where the device has no memory pools.
+    pub(crate) fn create(device: &cust::device::Device, ordinal: u32) -> Result<Option<Self>> {
         if device_attribute(
             device,
             cu::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED,
@@ -141,21 +125,59 @@ impl MemoryPool {
         {
             return Ok(None);
         }
-        let mut pool = std::ptr::null_mut();
-        // SAFETY: writes one handle; `device` is a valid handle from cust.
-        check("cuDeviceGetDefaultMemPool", unsafe {
-            cu::cuDeviceGetDefaultMemPool(&mut pool, device.as_raw())
+        let props = cu::CUmemPoolProps {
+            allocType: cu::CUmemAllocationType::CU_MEM_ALLOCATION_TYPE_PINNED,
+            handleTypes: cu::CUmemAllocationHandleType::CU_MEM_HANDLE_TYPE_NONE,
+            location: cu::CUmemLocation {
+                type_: cu::CUmemLocationType::CU_MEM_LOCATION_TYPE_DEVICE,
+                id: ordinal as i32,
+            },
+            win32SecurityAttributes: std::ptr::null_mut(),
+            reserved: [0; 64],
+        };
+        let mut handle = std::ptr::null_mut();
+        // SAFETY: writes one handle; the properties are complete.
+        check("cuMemPoolCreate", unsafe {
+            cu::cuMemPoolCreate(&mut handle, &props)
         })?;
+        let pool = Self(handle);
         let mut threshold = u64::MAX;
         // SAFETY: the release threshold is a u64 attribute of a valid pool.
         check("cuMemPoolSetAttribute", unsafe {
             cu::cuMemPoolSetAttribute(
-                pool,
+                pool.0,
                 cu::CUmemPool_attribute::CU_MEMPOOL_ATTR_RELEASE_THRESHOLD,
                 (&mut threshold as *mut u64).cast(),
             )
         })?;
-        Ok(Some(Self(pool)))
+        Ok(Some(pool))
+    }
+
+    /// [`alloc`] in stream order from the pool: usable by the work queued on `stream`
+    /// after it, given back with `drop_async` on the same stream.
+    pub(crate) fn alloc<T: cust::memory::DeviceCopy>(
+        &self,
+        len: usize,
+        shape: &[usize],
+        stream: &Stream,
+    ) -> Result<DeviceBuffer<T>> {
+        let bytes = len * size_of::<T>();
+        if bytes == 0 {
+            return alloc(len, shape);
+        }
+        let mut address = 0;
+        // SAFETY: writes one address; the pool and the stream are valid handles.
+        let status = unsafe { cu::cuMemAllocFromPoolAsync(&mut address, bytes, self.0, stream.as_inner()) };
+        if status == cu::CUresult::CUDA_ERROR_OUT_OF_MEMORY {
+            return Err(Error::OutOfMemory {
+                bytes,
+                shape: shape.to_vec(),
+            });
+        }
+        check("cuMemAllocFromPoolAsync", status)?;
+        // SAFETY: `len` elements of plain-old-data at a fresh address that nothing else
+        // owns; its contents are unspecified, as `alloc`'s are.
+        Ok(unsafe { DeviceBuffer::from_raw_parts(cust::memory::DevicePointer::from_raw(address), len) })
     }
 
     /// Returns the pool's unused memory to the device, once `stream`'s work is done.
@@ -165,6 +187,14 @@ impl MemoryPool {
             .map_err(|e| cust_error("cuStreamSynchronize", e))?;
         // SAFETY: a valid pool; memory still in use is kept.
         check("cuMemPoolTrimTo", unsafe { cu::cuMemPoolTrimTo(self.0, 0) })
+    }
+}
+
+impl Drop for MemoryPool {
+    fn drop(&mut self) {
+        // SAFETY: a valid pool, destroyed once; memory still in use or being freed in
+        // stream order is released by the driver when that is done.
+        let _ = unsafe { cu::cuMemPoolDestroy(self.0) };
     }
 }
 

@@ -158,7 +158,7 @@ impl Gpu {
             warpgroup_mma: chosen.arch == WARPGROUP_MMA_ARCH,
             encoders: TensorMapEncoders::find(),
             scratch: RefCell::default(),
-            pool: MemoryPool::keep_memory(&device)?,
+            pool: MemoryPool::create(&device, ordinal)?,
             stream,
             info,
             context,
@@ -242,10 +242,10 @@ impl Gpu {
     }
 
     /// An array for the length of one operation, allocated and given back in stream
-    /// order from the device's pool: no device-wide synchronization as `cuMemFree`
-    /// makes, and the memory reused from call to call.
+    /// order from the handle's memory pool: no device-wide synchronization as
+    /// `cuMemFree` makes, and the memory reused from call to call.
     pub(crate) fn temporary<T: Element>(&self, shape: &[usize]) -> Result<Temporary<'_, T>> {
-        let Some(_) = &self.pool else {
+        let Some(pool) = &self.pool else {
             return Ok(Temporary {
                 array: ManuallyDrop::new(self.alloc(shape)?),
                 stream: None,
@@ -253,7 +253,7 @@ impl Gpu {
         };
         self.bind()?;
         let len = element_count::<T>(shape)?;
-        let buffer = self.trimming_pool_if_short(|| driver::alloc_async(len, shape, &self.stream))?;
+        let buffer = self.trimming_pool_if_short(|| pool.alloc(len, shape, &self.stream))?;
         Ok(Temporary {
             array: ManuallyDrop::new(DeviceArray::new(buffer, shape.to_vec())),
             stream: Some(&self.stream),
