@@ -20,8 +20,9 @@ use gpu_kernels::tensor_map::TensorMapPair;
 use ndarray::{ArrayBase, ArrayD, Data, Dimension};
 
 use crate::array::DeviceArray;
+use crate::driver::Temporary;
 use crate::error::{Error, Result};
-use crate::gpu::{Gpu, Temporary};
+use crate::gpu::Gpu;
 
 /// Stride, padding, dilation (each `[along height, along width]`), groups, the
 /// tensors' layout, the arithmetic, and the activation the forward pass applies after

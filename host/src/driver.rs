@@ -5,6 +5,7 @@
 use std::collections::HashMap;
 use std::ffi::CStr;
 use std::ffi::c_void;
+use std::mem::ManuallyDrop;
 use std::os::raw::c_char;
 
 use cust::memory::DeviceBuffer;
@@ -593,4 +594,56 @@ impl Scratch {
 
 fn alloc_bytes(bytes: usize) -> Result<DeviceBuffer<u8>> {
     alloc::<u8>(bytes, &[bytes])
+}
+
+/// An array that [`Gpu::temporary`](crate::Gpu) made: a [`DeviceArray`] given back to
+/// its pool in stream order when dropped.
+pub(crate) struct Temporary<'g, T: Element> {
+    array: ManuallyDrop<DeviceArray<T>>,
+    /// The stream that frees it, `None` for a plain allocation.
+    stream: Option<&'g Stream>,
+}
+
+impl<'g, T: Element> Temporary<'g, T> {
+    /// An array from a pool, freed in stream order on `stream`.
+    pub(crate) fn pooled(array: DeviceArray<T>, stream: &'g Stream) -> Self {
+        Self {
+            array: ManuallyDrop::new(array),
+            stream: Some(stream),
+        }
+    }
+
+    /// A plain allocation, freed as any array.
+    pub(crate) fn plain(array: DeviceArray<T>) -> Self {
+        Self {
+            array: ManuallyDrop::new(array),
+            stream: None,
+        }
+    }
+}
+
+impl<T: Element> std::ops::Deref for Temporary<'_, T> {
+    type Target = DeviceArray<T>;
+    fn deref(&self) -> &DeviceArray<T> {
+        &self.array
+    }
+}
+
+impl<T: Element> std::ops::DerefMut for Temporary<'_, T> {
+    fn deref_mut(&mut self) -> &mut DeviceArray<T> {
+        &mut self.array
+    }
+}
+
+impl<T: Element> Drop for Temporary<'_, T> {
+    fn drop(&mut self) {
+        // SAFETY: the array is taken once, here, and never touched again.
+        let array = unsafe { ManuallyDrop::take(&mut self.array) };
+        if let Some(stream) = self.stream {
+            // The work queued before on the stream still reads it; the pool reuses it
+            // only for work queued after. A failure here is a context error, which the
+            // next call on the stream reports.
+            let _ = array.buffer.drop_async(stream);
+        }
+    }
 }

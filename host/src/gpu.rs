@@ -2,7 +2,6 @@
 //! operation is ordered on.
 
 use std::cell::RefCell;
-use std::mem::ManuallyDrop;
 
 use cust::context::{Context, CurrentContext};
 use cust::device::Device;
@@ -18,7 +17,9 @@ use gpu_kernels::tensor_map::{self, TensorMapPair, TensorMapSpec, TensorMapWords
 use ndarray::{ArrayBase, ArrayD, Data, Dimension, IxDyn};
 
 use crate::array::{DeviceArray, Element};
-use crate::driver::{self, Kernels, LaunchLimits, MemoryPool, Scratch, TensorMapEncoders, cust_error};
+use crate::driver::{
+    self, Kernels, LaunchLimits, MemoryPool, Scratch, Temporary, TensorMapEncoders, cust_error,
+};
 use crate::error::{Error, Result};
 use crate::image::{self, ImageFormat};
 
@@ -246,18 +247,15 @@ impl Gpu {
     /// `cuMemFree` makes, and the memory reused from call to call.
     pub(crate) fn temporary<T: Element>(&self, shape: &[usize]) -> Result<Temporary<'_, T>> {
         let Some(pool) = &self.pool else {
-            return Ok(Temporary {
-                array: ManuallyDrop::new(self.alloc(shape)?),
-                stream: None,
-            });
+            return Ok(Temporary::plain(self.alloc(shape)?));
         };
         self.bind()?;
         let len = element_count::<T>(shape)?;
         let buffer = self.trimming_pool_if_short(|| pool.alloc(len, shape, &self.stream))?;
-        Ok(Temporary {
-            array: ManuallyDrop::new(DeviceArray::new(buffer, shape.to_vec())),
-            stream: Some(&self.stream),
-        })
+        Ok(Temporary::pooled(
+            DeviceArray::new(buffer, shape.to_vec()),
+            &self.stream,
+        ))
     }
 
     /// `alloc()`, tried again once the pool has given its unused memory back when the
@@ -357,38 +355,4 @@ fn element_count<T: DeviceCopy>(shape: &[usize]) -> Result<usize> {
             shape: shape.to_vec(),
             detail: "its byte size overflows".into(),
         })
-}
-
-/// An array that [`Gpu::temporary`] made: a [`DeviceArray`] given back to the pool in
-/// stream order when dropped.
-pub(crate) struct Temporary<'g, T: Element> {
-    array: ManuallyDrop<DeviceArray<T>>,
-    /// The stream that frees it, `None` for a plain allocation.
-    stream: Option<&'g Stream>,
-}
-
-impl<T: Element> std::ops::Deref for Temporary<'_, T> {
-    type Target = DeviceArray<T>;
-    fn deref(&self) -> &DeviceArray<T> {
-        &self.array
-    }
-}
-
-impl<T: Element> std::ops::DerefMut for Temporary<'_, T> {
-    fn deref_mut(&mut self) -> &mut DeviceArray<T> {
-        &mut self.array
-    }
-}
-
-impl<T: Element> Drop for Temporary<'_, T> {
-    fn drop(&mut self) {
-        // SAFETY: the array is taken once, here, and never touched again.
-        let array = unsafe { ManuallyDrop::take(&mut self.array) };
-        if let Some(stream) = self.stream {
-            // The work queued before on the stream still reads it; the pool reuses it
-            // only for work queued after. A failure here is a context error, which the
-            // next call on the stream reports.
-            let _ = array.buffer.drop_async(stream);
-        }
-    }
 }

@@ -5,8 +5,9 @@ use gpu_kernels::conv::ConvLayout;
 use gpu_kernels::transpose;
 
 use crate::array::{DeviceArray, Element};
+use crate::driver::Temporary;
 use crate::error::{Error, Result};
-use crate::gpu::{Gpu, Temporary};
+use crate::gpu::Gpu;
 
 impl Gpu {
     /// `[n, c, h, w]` as `[n, h, w, c]`, in a new array (the elements' bits moved
