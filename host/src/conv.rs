@@ -551,9 +551,7 @@ impl Gpu {
                 self.launch(&plan.input_grad(problem, grad_y.ptr(), w.ptr(), dx.ptr_mut()))?
             }
             ConvAlgorithm::TensorCore(plan) => match problem.input_grad_as_forward() {
-                Some(transposed) => {
-                    self.input_grad_as_forward(problem, &transposed, plan, params.layout, grad_y, w, dx)?
-                }
+                Some(transposed) => self.input_grad_as_forward(problem, &transposed, plan, grad_y, w, dx)?,
                 None => return Ok(Some(dx)),
             },
             ConvAlgorithm::ImplicitGemm(_) | ConvAlgorithm::Winograd(_) => return Ok(Some(dx)),
@@ -653,15 +651,13 @@ impl Gpu {
 
     /// The input gradient of `problem` as the forward pass of `transposed` (its
     /// [`ConvProblem::input_grad_as_forward`]) by `plan`: dy convolved by the flipped,
-    /// group-transposed weights, dy and the weights in the plan's layout, dx in
-    /// `layout` (the tensors').
-    #[allow(clippy::too_many_arguments)]
+    /// group-transposed weights, dy and the weights in the plan's layout, dx in its
+    /// output layout (the tensors').
     fn input_grad_as_forward(
         &self,
         problem: &ConvProblem,
         transposed: &ConvProblem,
         plan: TensorCorePlan,
-        layout: ConvLayout,
         grad_y: &DeviceArray<f32>,
         w: &DeviceArray<f32>,
         dx: &mut DeviceArray<f32>,
@@ -669,7 +665,7 @@ impl Gpu {
         if dx.is_empty() {
             return Ok(());
         }
-        let operands = plan.layout();
+        let (operands, layout) = (plan.layout(), plan.output_layout());
         let (mut grad_y_copy, mut w_copy) = (None, None);
         let grad_y = self.as_layout(grad_y, layout, operands, &mut grad_y_copy)?;
         let w = self.as_layout(w, layout, operands, &mut w_copy)?;
