@@ -1,8 +1,8 @@
 """cuDNN's TF32 convolution error, the bound of the TF32 tests (twice it).
 
-For data uniform in [-1, 1), prints the relative L2 error of cuDNN's TF32 forward pass
-and input gradient against float64, in NCHW and channels_last, on the test's shapes and
-the headline's.
+For data uniform in [-1, 1), prints the relative L2 error of cuDNN's TF32 forward pass,
+input gradient and weight gradient against float64, in NCHW and channels_last, on the
+test's shapes and the headline's.
 """
 import torch
 import torch.nn.functional as F
@@ -21,10 +21,10 @@ def relative_error(got, want):
 
 
 def passes(x, w, dy, padding):
-    x = x.detach().requires_grad_()
+    x, w = x.detach().requires_grad_(), w.detach().requires_grad_()
     y = F.conv2d(x, w, padding=padding)
-    (dx,) = torch.autograd.grad(y, x, dy)
-    return y, dx
+    dx, dw = torch.autograd.grad(y, (x, w), dy)
+    return y, dx, dw
 
 
 def main():
@@ -35,13 +35,14 @@ def main():
         x, w = uniform(*x_shape), uniform(*w_shape)
         y_shape = F.conv2d(x[:1], w, padding=padding).shape[1:]
         dy = uniform(x_shape[0], *y_shape)
-        want_y, want_dx = passes(x.double(), w.double(), dy.double(), padding)
+        wants = passes(x.double(), w.double(), dy.double(), padding)
         for layout, memory_format in (("NCHW", torch.contiguous_format), ("NHWC", torch.channels_last)):
             as_layout = lambda t: t.contiguous(memory_format=memory_format)
-            y, dx = passes(as_layout(x), as_layout(w), as_layout(dy), padding)
+            gots = passes(as_layout(x), as_layout(w), as_layout(dy), padding)
+            errors = [relative_error(got, want) for got, want in zip(gots, wants)]
             print(
-                f"cuDNN TF32 {layout} x {list(x_shape)} w {list(w_shape)}: "
-                f"forward {relative_error(y, want_y):.3e}, input gradient {relative_error(dx, want_dx):.3e}"
+                f"cuDNN TF32 {layout} x {list(x_shape)} w {list(w_shape)}: forward {errors[0]:.3e}, "
+                f"input gradient {errors[1]:.3e}, weight gradient {errors[2]:.3e}"
             )
 
 

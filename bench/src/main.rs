@@ -571,6 +571,12 @@ fn conv_rows(gpu: &Gpu, reps: usize) -> Result<Vec<Row>> {
         let times = time(gpu, reps, |g| {
             g.conv2d_backward_into(xs, ws, dys, &p, (Some(&mut gx), Some(&mut gw), None))
         })?;
+        let input_only = time(gpu, reps, |g| {
+            g.conv2d_backward_into(xs, ws, dys, &p, (Some(&mut gx), None, None))
+        })?;
+        let weight_only = time(gpu, reps, |g| {
+            g.conv2d_backward_into(xs, ws, dys, &p, (None, Some(&mut gw), None))
+        })?;
         rows.push(Row {
             key: key.into(),
             what: what.into(),
@@ -578,6 +584,15 @@ fn conv_rows(gpu: &Gpu, reps: usize) -> Result<Vec<Row>> {
             bytes: bytes + x.bytes() as f64,
             flops: 2.0 * flops,
         });
+        for (which, times_ms) in [("input", input_only), ("weight", weight_only)] {
+            rows.push(Row {
+                key: format!("{key}_{which}"),
+                what: format!("  of which the {which} gradient"),
+                times_ms,
+                bytes,
+                flops,
+            });
+        }
     }
     Ok(rows)
 }

@@ -330,6 +330,10 @@ impl Gpu {
             ConvAlgorithm::TensorCore(plan) => {
                 self.tensor_core_forward(problem, plan, x, Weights::AsGiven(w), epilogue, y)
             }
+            ConvAlgorithm::TensorCoreWeightGrad(plan) => Err(invalid(
+                "algorithm",
+                format!("{plan:?} is a weight-gradient plan, not a forward one"),
+            )),
         }
     }
 
@@ -482,13 +486,13 @@ impl Gpu {
         let grad_y = self.as_layout(grad_y, layout, ConvLayout::Nchw, &mut grad_y_nchw)?;
         if let Some(dx) = input {
             let w = self.as_layout(w, layout, ConvLayout::Nchw, &mut w_nchw)?;
-            self.through_nchw(layout, problem.input_shape(), dx, |dx| {
+            self.through_layout(layout, ConvLayout::Nchw, problem.input_shape(), dx, |dx| {
                 self.input_grad(&problem, grad_y, w, dx)
             })?;
         }
         if let Some(dw) = weight {
             let x = self.as_layout(x, layout, ConvLayout::Nchw, &mut x_nchw)?;
-            self.through_nchw(layout, problem.weight_shape(), dw, |dw| {
+            self.through_layout(layout, ConvLayout::Nchw, problem.weight_shape(), dw, |dw| {
                 self.weight_grad(&problem, x, grad_y, dw)
             })?;
         }
@@ -513,23 +517,22 @@ impl Gpu {
         })
     }
 
-    /// `pass` writing `gradient` (in `layout`, `shape` in NCHW), through an NCHW array
-    /// when the layout is NHWC.
-    fn through_nchw(
+    /// `pass` writing `gradient` (in `layout`, `shape` in NCHW) in the layout `native`,
+    /// through a temporary in it when the layouts differ.
+    fn through_layout(
         &self,
         layout: ConvLayout,
+        native: ConvLayout,
         shape: [u32; 4],
         gradient: &mut DeviceArray<f32>,
         pass: impl FnOnce(&mut DeviceArray<f32>) -> Result<()>,
     ) -> Result<()> {
-        match layout {
-            ConvLayout::Nchw => pass(gradient),
-            ConvLayout::Nhwc => {
-                let mut native = self.temporary(&shape.map(|d| d as usize))?;
-                pass(&mut native)?;
-                self.change_layout(&native, gradient, ConvLayout::Nchw)
-            }
+        if layout == native {
+            return pass(gradient);
         }
+        let mut temporary = self.temporary(&in_layout(shape.map(|d| d as usize), native))?;
+        pass(&mut temporary)?;
+        self.change_layout(&temporary, gradient, native)
     }
 
     /// The input gradient where its plan reads the tensors' layout: the depthwise
@@ -554,13 +557,18 @@ impl Gpu {
                 Some(transposed) => self.input_grad_as_forward(problem, &transposed, plan, grad_y, w, dx)?,
                 None => return Ok(Some(dx)),
             },
-            ConvAlgorithm::ImplicitGemm(_) | ConvAlgorithm::Winograd(_) => return Ok(Some(dx)),
+            ConvAlgorithm::ImplicitGemm(_)
+            | ConvAlgorithm::Winograd(_)
+            | ConvAlgorithm::TensorCoreWeightGrad(_) => {
+                return Ok(Some(dx));
+            }
         }
         Ok(None)
     }
 
-    /// The weight gradient where its plan reads the tensors' layout (depthwise); `dw`
-    /// back when the plan is another.
+    /// The weight gradient where its plan reads a layout of its own: the depthwise
+    /// kernel (the tensors'), the tensor cores (NHWC); `dw` back when the plan is
+    /// another.
     fn weight_grad_in_layout<'a>(
         &self,
         problem: &ConvProblem,
@@ -579,6 +587,20 @@ impl Gpu {
                 if let Some(sum) = sum {
                     self.launch(&sum)?;
                 }
+            }
+            ConvAlgorithm::TensorCoreWeightGrad(_) if problem.batch == 0 => self.fill_zero(dw)?,
+            ConvAlgorithm::TensorCoreWeightGrad(plan) => {
+                let (layout, native) = (params.layout, ConvLayout::Nhwc);
+                let (mut x_copy, mut grad_y_copy) = (None, None);
+                let x = self.as_layout(x, layout, native, &mut x_copy)?;
+                let grad_y = self.as_layout(grad_y, layout, native, &mut grad_y_copy)?;
+                let (_scratch, partials) = self.scratch(plan.scratch(problem))?;
+                self.through_layout(layout, native, problem.weight_shape(), dw, |dw| {
+                    let (products, sum) =
+                        plan.launches(problem, x.ptr(), grad_y.ptr(), partials, dw.ptr_mut());
+                    self.launch(&products)?;
+                    sum.map_or(Ok(()), |sum| self.launch(&sum))
+                })?
             }
             _ => return Ok(Some(dw)),
         }

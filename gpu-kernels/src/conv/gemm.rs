@@ -93,7 +93,7 @@ impl GemmPlan {
 
     /// The scratch of the weight gradient's partials: `split` gradients, when split.
     pub const fn weight_grad_scratch(&self, problem: &ConvProblem) -> ScratchLayout {
-        reduce::partials_scratch(self.split, weight_elements(problem))
+        reduce::partials_scratch(self.split, problem.weight_count())
     }
 
     /// The weight-gradient launches: the products into `dw`, or with a split into
@@ -107,7 +107,7 @@ impl GemmPlan {
         partials: DevicePtrMut<u8>,
         dw: DevicePtrMut<f32>,
     ) -> (Launch<WeightGradArgs>, Option<Launch<SplitSumArgs>>) {
-        let (out, sum) = reduce::split_outputs(self.split, weight_elements(problem), partials, dw);
+        let (out, sum) = reduce::split_outputs(self.split, problem.weight_count(), partials, dw);
         let args = WeightGradArgs {
             x,
             dy,
@@ -117,11 +117,6 @@ impl GemmPlan {
         };
         (Launch::new(CONV_WEIGHT_GRAD, self.geometry(), args), sum)
     }
-}
-
-/// Elements of the weight gradient.
-const fn weight_elements(problem: &ConvProblem) -> u64 {
-    problem.out_channels as u64 * problem.in_per_group() as u64 * problem.taps() as u64
 }
 
 /// The implicit-GEMM plan of `pass` on `multiprocessors` SMs. Call only on problems

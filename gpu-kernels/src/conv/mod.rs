@@ -47,7 +47,7 @@ pub use direct::DirectPlan;
 pub use epilogue::{Activation, ConvEpilogue};
 pub use gemm::GemmPlan;
 pub use problem::{ConvPass, ConvProblem, ConvShape, ConvShapeError, FastDiv};
-pub use tensor_core::TensorCorePlan;
+pub use tensor_core::{TensorCorePlan, WeightGradPlan};
 pub use winograd::{WinogradProblem, WinogradSplit};
 
 use crate::launch::{DeviceLimits, EntryPoint};
@@ -68,6 +68,7 @@ pub const ENTRY_POINTS: &[&[EntryPoint]] = &[
     winograd::WEIGHT_GRAD_ENTRY_POINTS,
     winograd::FINISH_ENTRY_POINTS,
     tensor_core::ENTRY_POINTS,
+    tensor_core::weight_grad::ENTRY_POINTS,
     transposed::PREPARE_ENTRY_POINTS,
     direct::FORWARD_ENTRY_POINTS,
     direct::INPUT_GRAD_ENTRY_POINTS,
@@ -115,6 +116,8 @@ pub enum ConvAlgorithm {
     ImplicitGemm(GemmPlan),
     Winograd(WinogradProblem),
     TensorCore(TensorCorePlan),
+    /// The weight gradient on the tensor cores (TF32, NHWC).
+    TensorCoreWeightGrad(WeightGradPlan),
     Direct(DirectPlan),
 }
 
@@ -141,6 +144,7 @@ impl ConvAlgorithm {
         match self {
             ConvAlgorithm::ImplicitGemm(_) | ConvAlgorithm::Winograd(_) => ConvLayout::Nchw,
             ConvAlgorithm::TensorCore(plan) => plan.layout(),
+            ConvAlgorithm::TensorCoreWeightGrad(_) => ConvLayout::Nhwc,
             ConvAlgorithm::Direct(plan) => plan.layout(),
         }
     }
@@ -156,10 +160,10 @@ impl ConvAlgorithm {
 
 /// The one place that picks a pass's algorithm: the direct kernels for one input
 /// channel per group, in every precision and pass, and for the input gradient of few
-/// input channels per group; in TF32, the tensor cores (in the
-/// tensors' layout) for the forward pass, and for the input gradient where it is the
-/// forward pass of [`ConvProblem::input_grad_as_forward`] (the plan is that problem's);
-/// else [`cuda_core_algorithm`]. Call only on problems that fit the index limits, with
+/// input channels per group; in TF32, the tensor cores: in the tensors' layout for the
+/// forward pass, and for the input gradient where it is the forward pass of
+/// [`ConvProblem::input_grad_as_forward`] (the plan is that problem's), in NHWC for the
+/// weight gradient; else [`cuda_core_algorithm`]. Call only on problems that fit the index limits, with
 /// no empty extent.
 pub fn algorithm(
     problem: &ConvProblem,
@@ -181,7 +185,9 @@ pub fn algorithm(
         let forward = match pass {
             ConvPass::Forward => Some(*problem),
             ConvPass::InputGrad => problem.input_grad_as_forward(),
-            ConvPass::WeightGrad => None,
+            ConvPass::WeightGrad => {
+                return ConvAlgorithm::TensorCoreWeightGrad(WeightGradPlan::new(problem, multiprocessors));
+            }
         };
         if let Some(forward) = forward {
             return ConvAlgorithm::TensorCore(TensorCorePlan::forward(&forward, layout, device));
@@ -191,8 +197,8 @@ pub fn algorithm(
 }
 
 /// The FP32 algorithm of a pass: Winograd for 3x3, stride-1, undilated windows, the
-/// implicit GEMM otherwise (NCHW). The backward passes take it in every precision until
-/// they have tensor-core kernels.
+/// implicit GEMM otherwise (NCHW). The input gradients that are no forward pass take
+/// it in every precision.
 pub fn cuda_core_algorithm(problem: &ConvProblem, pass: ConvPass, multiprocessors: u32) -> CudaCoreAlgorithm {
     match WinogradProblem::of(problem, pass) {
         Some(winograd) => CudaCoreAlgorithm::Winograd(winograd),

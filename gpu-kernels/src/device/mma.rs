@@ -3,20 +3,30 @@
 
 use core::arch::asm;
 
-/// `value` rounded to TF32 (10 explicit mantissa bits, to nearest, ties away from
-/// zero), as the bits of an f32: `cvt.rna.tf32.f32`.
+/// `value` rounded to TF32 (10 explicit mantissa bits, to nearest), as the bits of an
+/// f32. On sm_90 and up `cvt.rn.tf32.f32` (ties to even), one instruction (`F2FP`);
+/// before, `cvt.rna.tf32.f32` (ties away from zero), which ptxas expands to a compare
+/// and a predicated add whose predicates serialize long runs of conversions.
 #[inline(always)]
 pub fn to_tf32(value: f32) -> u32 {
     let bits: u32;
     // SAFETY: a register conversion; no memory is touched.
     unsafe {
+        #[cfg(target_feature = "sm_90")]
+        asm!(
+            "cvt.rn.tf32.f32 {b}, {v};",
+            b = out(reg32) bits,
+            v = in(reg32) value,
+            options(pure, nomem, nostack),
+        );
+        #[cfg(not(target_feature = "sm_90"))]
         asm!(
             "cvt.rna.tf32.f32 {b}, {v};",
             b = out(reg32) bits,
             v = in(reg32) value,
             options(pure, nomem, nostack),
-        )
-    };
+        );
+    }
     bits
 }
 

@@ -354,10 +354,15 @@ fn every_conv_kernel_matches_the_reference_on_fixed_cases() {
         TensorCoreBulkFromNchw,
         /// The direct kernels (depthwise, or the input gradient of few channels).
         Direct,
+        /// The tensor cores' weight gradient, x and dy copied 16 bytes at a time, in
+        /// one split or several; or either operand 4 bytes at a time.
+        TensorCoreGrad,
+        SplitTensorCoreGrad,
+        TensorCoreGradScalar,
     }
     use Path::{
-        Direct, Gemm, SplitGemm, TensorCore, TensorCoreBulk, TensorCoreBulkFromNchw, TensorCoreScalar,
-        Winograd,
+        Direct, Gemm, SplitGemm, SplitTensorCoreGrad, TensorCore, TensorCoreBulk, TensorCoreBulkFromNchw,
+        TensorCoreGrad, TensorCoreGradScalar, TensorCoreScalar, Winograd,
     };
     let tf32 = |layout| Conv2dParams {
         layout,
@@ -415,7 +420,7 @@ fn every_conv_kernel_matches_the_reference_on_fixed_cases() {
         // Hopper, else 16-byte copies (8 input channels); several blocks of outputs and
         // of output channels (130 > 128). The input gradient is the forward pass of dy
         // (130 channels: copied one at a time) by the flipped weights; the weight
-        // gradient in FP32.
+        // gradient's dy copied one channel at a time, its pixels split over blocks.
         (
             case(
                 2,
@@ -428,9 +433,10 @@ fn every_conv_kernel_matches_the_reference_on_fixed_cases() {
                 },
                 true,
             ),
-            [TensorCoreBulk, TensorCoreScalar, Winograd],
+            [TensorCoreBulk, TensorCoreScalar, TensorCoreGradScalar],
         ),
-        // The same with 32 output channels: the input gradient's dy by bulk copies too.
+        // The same with 32 output channels: the input gradient's dy by bulk copies too,
+        // the weight gradient's operands 16 bytes at a time.
         (
             case(
                 2,
@@ -443,7 +449,22 @@ fn every_conv_kernel_matches_the_reference_on_fixed_cases() {
                 },
                 false,
             ),
-            [TensorCoreBulk, TensorCoreBulk, Winograd],
+            [TensorCoreBulk, TensorCoreBulk, TensorCoreGrad],
+        ),
+        // A weight gradient over 4500 pixels: its sums split over blocks.
+        (
+            case(
+                3,
+                [8, 32],
+                [3, 3],
+                [30, 50],
+                Conv2dParams {
+                    padding: [1, 1],
+                    ..tf32(ConvLayout::Nhwc)
+                },
+                false,
+            ),
+            [TensorCoreBulk, TensorCoreBulk, SplitTensorCoreGrad],
         ),
         // NCHW, dilated, padded unevenly: both data passes on the tensor cores, x
         // gathered from NCHW (5 channels), dy changed to NHWC on Hopper (12 channels).
@@ -460,7 +481,7 @@ fn every_conv_kernel_matches_the_reference_on_fixed_cases() {
                 },
                 true,
             ),
-            [TensorCoreScalar, TensorCoreBulkFromNchw, SplitGemm],
+            [TensorCoreScalar, TensorCoreBulkFromNchw, TensorCoreGradScalar],
         ),
         // NCHW with channels in multiples of 4, with a bias: both data passes by bulk
         // copies of NHWC copies on Hopper, y and dx written in NCHW.
@@ -476,7 +497,7 @@ fn every_conv_kernel_matches_the_reference_on_fixed_cases() {
                 },
                 true,
             ),
-            [TensorCoreBulkFromNchw, TensorCoreBulkFromNchw, Winograd],
+            [TensorCoreBulkFromNchw, TensorCoreBulkFromNchw, TensorCoreGrad],
         ),
         // A stem: 3 input channels, a 7x7 window at stride 2, NCHW: x gathered one
         // element at a time, the weights too (K = 147); dx by the direct kernel.
@@ -493,7 +514,7 @@ fn every_conv_kernel_matches_the_reference_on_fixed_cases() {
                 },
                 false,
             ),
-            [TensorCoreScalar, Direct, SplitGemm],
+            [TensorCoreScalar, Direct, TensorCoreGradScalar],
         ),
         // Groups of 4 channels (the input gradient on the direct kernel), dilation,
         // channels last.
@@ -510,7 +531,7 @@ fn every_conv_kernel_matches_the_reference_on_fixed_cases() {
                 },
                 true,
             ),
-            [TensorCore, Direct, SplitGemm],
+            [TensorCore, Direct, TensorCoreGradScalar],
         ),
         // Channels last, a strided and dilated window over 12 channels (one partial
         // chunk of 32): bulk tensor copies on Hopper.
@@ -528,7 +549,7 @@ fn every_conv_kernel_matches_the_reference_on_fixed_cases() {
                 },
                 true,
             ),
-            [TensorCoreBulk, Gemm, SplitGemm],
+            [TensorCoreBulk, Gemm, TensorCoreGrad],
         ),
         // Depthwise, four output channels per input channel (dy read 16 bytes at a time
         // by the input gradient), strided, padded and dilated unevenly, channels last,
@@ -589,6 +610,13 @@ fn every_conv_kernel_matches_the_reference_on_fixed_cases() {
                     }
                     ConvAlgorithm::ImplicitGemm(plan) if plan.split > 1 => SplitGemm,
                     ConvAlgorithm::ImplicitGemm(_) => Gemm,
+                    ConvAlgorithm::TensorCoreWeightGrad(plan) => {
+                        match (plan.a_vector & plan.b_vector, plan.split) {
+                            (0, _) => TensorCoreGradScalar,
+                            (_, 1) => TensorCoreGrad,
+                            _ => SplitTensorCoreGrad,
+                        }
+                    }
                     ConvAlgorithm::TensorCore(plan) => {
                         assert_eq!(plan.warpgroup_mma, warpgroup_mma, "{c:?} {pass:?}");
                         assert_eq!(plan.output_layout(), c.params.layout, "{c:?} {pass:?}");
@@ -821,33 +849,39 @@ fn tf32_passes_are_close_and_deterministic() {
             .into();
         let want_y = reference::conv::conv2d(x4, w4, None, &params).unwrap();
         let want_dx = reference::conv::conv2d_grad_input(dy4, w4, &x_shape, &params).unwrap();
+        let want_dw = reference::conv::conv2d_grad_weight(x4, dy4, &w_shape, &params).unwrap();
         let mut results = Vec::new();
         for gpu in [&*gpu, &*portable] {
-            for pass in [ConvPass::Forward, ConvPass::InputGrad] {
+            for pass in [ConvPass::Forward, ConvPass::InputGrad, ConvPass::WeightGrad] {
                 let plan = gpu.conv2d_algorithm(&x_shape, &w_shape, &params, pass).unwrap();
-                assert!(matches!(plan, ConvAlgorithm::TensorCore(_)), "{pass:?}: {plan:?}");
+                let tensor_cores = match plan {
+                    ConvAlgorithm::TensorCore(_) => pass != ConvPass::WeightGrad,
+                    ConvAlgorithm::TensorCoreWeightGrad(_) => pass == ConvPass::WeightGrad,
+                    _ => false,
+                };
+                assert!(tensor_cores, "{pass:?}: {plan:?}");
             }
             let (dx, dw, ddy) = (
                 gpu.upload(&x).unwrap(),
                 gpu.upload(&w).unwrap(),
                 gpu.upload(&dy).unwrap(),
             );
-            let only_input = ConvGradients {
+            let data = ConvGradients {
                 input: true,
-                weight: false,
+                weight: true,
                 bias: false,
             };
             let run = || {
                 let y = gpu.conv2d(&dx, &dw, None, &params).unwrap();
-                let (gx, _, _) = gpu.conv2d_backward(&dx, &dw, &ddy, &params, only_input).unwrap();
-                [y, gx.unwrap()].map(|a| gpu.download(&a).unwrap())
+                let (gx, gw, _) = gpu.conv2d_backward(&dx, &dw, &ddy, &params, data).unwrap();
+                [y, gx.unwrap(), gw.unwrap()].map(|a| gpu.download(&a).unwrap())
             };
             let (first, second) = (run(), run());
-            for ((got, again), (want, pass)) in first
-                .iter()
-                .zip(&second)
-                .zip([(&want_y, "forward"), (&want_dx, "input gradient")])
-            {
+            for ((got, again), (want, pass)) in first.iter().zip(&second).zip([
+                (&want_y, "forward"),
+                (&want_dx, "input gradient"),
+                (&want_dw, "weight gradient"),
+            ]) {
                 let error = relative_error(got, &want.clone().into_dyn());
                 assert!(
                     error <= 2.0 * CUDNN_TF32_ERROR && error.is_finite(),

@@ -26,6 +26,9 @@ mod staged_epilogue;
 mod warp_mma;
 #[cfg(all(target_arch = "nvptx64", target_feature = "sm_90a"))]
 mod warpgroup_mma;
+pub mod weight_grad;
+
+pub use weight_grad::WeightGradPlan;
 
 use super::{ConvEpilogue, ConvLayout, ConvProblem};
 use crate::launch::{DeviceLimits, DevicePtr, DevicePtrMut, Launch, LaunchGeometry, kernel_args};

@@ -111,7 +111,7 @@ const NO_ORIGIN: (i64, i32, i32) = (0, i32::MIN / 2, i32::MIN / 2);
 /// The NHWC window of output pixel `m` of the group's GEMM: the offset of its origin
 /// pixel (image and position, the group's first channel), and its coordinates.
 #[inline(always)]
-fn window_origin(p: &ConvProblem, m: u32, group: u32) -> (i64, i32, i32) {
+pub(super) fn window_origin(p: &ConvProblem, m: u32, group: u32) -> (i64, i32, i32) {
     if m >= p.batch * p.out_pixels() {
         return NO_ORIGIN;
     }

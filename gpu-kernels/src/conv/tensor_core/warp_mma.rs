@@ -110,39 +110,12 @@ unsafe fn product<A: Operand, B: Operand>(
     b: &B,
     k_tiles: u32,
 ) -> WarpTiles<4, 4> {
-    let stage_a = |s: u32| shared_base() + s * (tile_bytes(TC_BM) + tile_bytes(TC_BN));
-    let stage_b = |s: u32| stage_a(s) + tile_bytes(TC_BM);
-    // SAFETY (of every `stage` call): the stage filled is one that every thread
-    // finished reading before the barrier of the iteration that fills it.
-    for s in 0..TC_STAGES - 1 {
-        if s < k_tiles {
-            unsafe {
-                a.stage(stage_a(s), s);
-                b.stage(stage_b(s), s);
-            }
-        }
-        async_copy_commit();
-    }
     let warp = thread_idx_x() / 32;
     let (row0, col0) = ((warp % 2) * 64, (warp / 2) * 32);
     let lane = lane_id();
     // SAFETY: the launch's arguments.
-    let mut acc = unsafe { bias_sums::<4, 4>(args, tile, col0) };
-    for kt in 0..k_tiles {
-        async_copy_wait::<{ TC_STAGES - 2 }>();
-        // SAFETY: every thread reaches it; the stage of `kt` landed for every thread.
-        unsafe { sync_threads() };
-        let refill = kt + TC_STAGES - 1;
-        if refill < k_tiles {
-            let s = refill % TC_STAGES;
-            // SAFETY: stage `s` was last read in iteration `kt - 1`, before the barrier.
-            unsafe {
-                a.stage(stage_a(s), refill);
-                b.stage(stage_b(s), refill);
-            }
-        }
-        async_copy_commit();
-        let (tile_a, tile_b) = (stage_a(kt % TC_STAGES), stage_b(kt % TC_STAGES));
+    let acc = unsafe { bias_sums::<4, 4>(args, tile, col0) };
+    let multiply = |(tile_a, tile_b): (u32, u32), mut acc: [[[f32; 4]; 4]; 4]| {
         // Lane `i` addresses row `i % 8` of matrix `i / 8` of each `ldmatrix.x4`.
         let (row_in, matrix) = (lane % 8, lane / 8);
         for kk in 0..TC_BK / 8 {
@@ -169,10 +142,68 @@ unsafe fn product<A: Operand, B: Operand>(
                 }
             }
         }
-    }
+        acc
+    };
+    let tiles = (tile_bytes(TC_BM), tile_bytes(TC_BN));
+    // SAFETY: every thread of the block calls it with the same `k_tiles`; the launch
+    // has `TC_STAGES` stages of both tiles.
+    let acc = unsafe { pipeline(k_tiles, acc, (a, b), tiles, multiply) };
     WarpTiles {
         sums: acc,
         origin: (row0, col0),
         row_step: 16,
     }
+}
+
+/// The `mma.sync` mainloop over `k_tiles` k-tiles of the operands `a` and `b`, staged in
+/// `TC_STAGES` stages of shared memory (a tile of `a` then one of `b`, of `bytes` each):
+/// `multiply((tile_a, tile_b), sums)` adds the products of a stage to the sums once
+/// every thread's copies into it landed and a barrier published them; the sums after
+/// the last. Each stage is refilled only after the barrier that follows every thread's
+/// last read of it.
+///
+/// # Safety
+/// Every thread of the block calls it with the same `k_tiles`; the launch has the
+/// stages' dynamic shared memory.
+#[inline(always)]
+pub(super) unsafe fn pipeline<S, A: Operand, B: Operand>(
+    k_tiles: u32,
+    mut sums: S,
+    (a, b): (&A, &B),
+    bytes: (u32, u32),
+    multiply: impl Fn((u32, u32), S) -> S,
+) -> S {
+    let tiles = |s: u32| {
+        let tile_a = shared_base() + s * (bytes.0 + bytes.1);
+        (tile_a, tile_a + bytes.0)
+    };
+    // SAFETY (of every `stage` call): the stage filled is one that every thread
+    // finished reading before the barrier of the iteration that fills it.
+    for s in 0..TC_STAGES - 1 {
+        if s < k_tiles {
+            unsafe {
+                a.stage(tiles(s).0, s);
+                b.stage(tiles(s).1, s);
+            }
+        }
+        async_copy_commit();
+    }
+    for kt in 0..k_tiles {
+        async_copy_wait::<{ TC_STAGES - 2 }>();
+        // SAFETY: every thread reaches it; the stage of `kt` landed for every thread.
+        unsafe { sync_threads() };
+        let refill = kt + TC_STAGES - 1;
+        if refill < k_tiles {
+            // Stage `refill % TC_STAGES` was last read in iteration `kt - 1`, before
+            // the barrier.
+            let (tile_a, tile_b) = tiles(refill % TC_STAGES);
+            unsafe {
+                a.stage(tile_a, refill);
+                b.stage(tile_b, refill);
+            }
+        }
+        async_copy_commit();
+        sums = multiply(tiles(kt % TC_STAGES), sums);
+    }
+    sums
 }
