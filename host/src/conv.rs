@@ -214,6 +214,26 @@ enum Weights {
     Tf32(DevicePtr<f32>),
 }
 
+/// The output gradient of a backward pass as given, in its layout, and its copy in the
+/// other layout once a pass asked for it: made once for all the passes that read it so.
+struct GradY<'a, 'g> {
+    given: &'a DeviceArray<f32>,
+    layout: ConvLayout,
+    copy: Option<Temporary<'g, f32>>,
+}
+
+impl<'g> GradY<'_, 'g> {
+    fn in_layout(&mut self, gpu: &'g Gpu, layout: ConvLayout) -> Result<&DeviceArray<f32>> {
+        if layout == self.layout {
+            return Ok(self.given);
+        }
+        Ok(match &mut self.copy {
+            Some(copy) => copy,
+            copy => copy.insert(gpu.relayout(self.given, self.layout)?),
+        })
+    }
+}
+
 impl Gpu {
     /// `conv2d(x, w) + bias` for x `[batch, in_channels, h, w]` and w `[out_channels,
     /// in_channels / groups, kh, kw]`; bias, when given, is `[out_channels]`.
@@ -468,12 +488,17 @@ impl Gpu {
         }
         // The passes whose kernels read the tensors' layout (the tensor cores', the
         // depthwise ones) run on them as they are.
+        let mut grad_y = GradY {
+            given: grad_y,
+            layout: params.layout,
+            copy: None,
+        };
         let input = match input {
-            Some(dx) => self.input_grad_in_layout(&problem, params, grad_y, w, dx)?,
+            Some(dx) => self.input_grad_in_layout(&problem, params, &mut grad_y, w, dx)?,
             None => None,
         };
         let weight = match weight {
-            Some(dw) => self.weight_grad_in_layout(&problem, params, x, grad_y, dw)?,
+            Some(dw) => self.weight_grad_in_layout(&problem, params, x, &mut grad_y, dw)?,
             None => None,
         };
         // The rest on the CUDA cores in FP32 (more exact than TF32), over NCHW tensors:
@@ -482,8 +507,8 @@ impl Gpu {
             return Ok(());
         }
         let layout = params.layout;
-        let (mut x_nchw, mut w_nchw, mut grad_y_nchw) = (None, None, None);
-        let grad_y = self.as_layout(grad_y, layout, ConvLayout::Nchw, &mut grad_y_nchw)?;
+        let (mut x_nchw, mut w_nchw) = (None, None);
+        let grad_y = grad_y.in_layout(self, ConvLayout::Nchw)?;
         if let Some(dx) = input {
             let w = self.as_layout(w, layout, ConvLayout::Nchw, &mut w_nchw)?;
             self.through_layout(layout, ConvLayout::Nchw, problem.input_shape(), dx, |dx| {
@@ -510,11 +535,10 @@ impl Gpu {
         to: ConvLayout,
         copy: &'a mut Option<Temporary<'g, f32>>,
     ) -> Result<&'a DeviceArray<f32>> {
-        Ok(if from == to {
-            a
-        } else {
-            copy.insert(self.relayout(a, from)?)
-        })
+        if from == to {
+            return Ok(a);
+        }
+        Ok(copy.insert(self.relayout(a, from)?))
     }
 
     /// `pass` writing `gradient` (in `layout`, `shape` in NCHW) in the layout `native`,
@@ -538,11 +562,11 @@ impl Gpu {
     /// The input gradient where its plan reads the tensors' layout: the depthwise
     /// kernel, or the tensor cores' forward pass of the transposed problem. `dx` back
     /// when the plan is another.
-    fn input_grad_in_layout<'a>(
-        &self,
+    fn input_grad_in_layout<'a, 'g>(
+        &'g self,
         problem: &ConvProblem,
         params: &Conv2dParams,
-        grad_y: &DeviceArray<f32>,
+        grad_y: &mut GradY<'_, 'g>,
         w: &DeviceArray<f32>,
         dx: &'a mut DeviceArray<f32>,
     ) -> Result<Option<&'a mut DeviceArray<f32>>> {
@@ -551,7 +575,7 @@ impl Gpu {
         }
         match self.algorithm(problem, ConvPass::InputGrad, params) {
             ConvAlgorithm::Direct(plan) => {
-                self.launch(&plan.input_grad(problem, grad_y.ptr(), w.ptr(), dx.ptr_mut()))?
+                self.launch(&plan.input_grad(problem, grad_y.given.ptr(), w.ptr(), dx.ptr_mut()))?
             }
             ConvAlgorithm::TensorCore(plan) => match problem.input_grad_as_forward() {
                 Some(transposed) => self.input_grad_as_forward(problem, &transposed, plan, grad_y, w, dx)?,
@@ -569,12 +593,12 @@ impl Gpu {
     /// The weight gradient where its plan reads a layout of its own: the depthwise
     /// kernel (the tensors'), the tensor cores (NHWC); `dw` back when the plan is
     /// another.
-    fn weight_grad_in_layout<'a>(
-        &self,
+    fn weight_grad_in_layout<'a, 'g>(
+        &'g self,
         problem: &ConvProblem,
         params: &Conv2dParams,
         x: &DeviceArray<f32>,
-        grad_y: &DeviceArray<f32>,
+        grad_y: &mut GradY<'_, 'g>,
         dw: &'a mut DeviceArray<f32>,
     ) -> Result<Option<&'a mut DeviceArray<f32>>> {
         match self.algorithm(problem, ConvPass::WeightGrad, params) {
@@ -582,7 +606,7 @@ impl Gpu {
             ConvAlgorithm::Direct(plan) => {
                 let (_scratch, partials) = self.scratch(plan.weight_grad_scratch(problem))?;
                 let (products, sum) =
-                    plan.weight_grad(problem, x.ptr(), grad_y.ptr(), partials, dw.ptr_mut());
+                    plan.weight_grad(problem, x.ptr(), grad_y.given.ptr(), partials, dw.ptr_mut());
                 self.launch(&products)?;
                 if let Some(sum) = sum {
                     self.launch(&sum)?;
@@ -591,9 +615,9 @@ impl Gpu {
             ConvAlgorithm::TensorCoreWeightGrad(_) if problem.batch == 0 => self.fill_zero(dw)?,
             ConvAlgorithm::TensorCoreWeightGrad(plan) => {
                 let (layout, native) = (params.layout, ConvLayout::Nhwc);
-                let (mut x_copy, mut grad_y_copy) = (None, None);
+                let mut x_copy = None;
                 let x = self.as_layout(x, layout, native, &mut x_copy)?;
-                let grad_y = self.as_layout(grad_y, layout, native, &mut grad_y_copy)?;
+                let grad_y = grad_y.in_layout(self, native)?;
                 let (_scratch, partials) = self.scratch(plan.scratch(problem))?;
                 self.through_layout(layout, native, problem.weight_shape(), dw, |dw| {
                     let (products, sum) =
@@ -675,12 +699,12 @@ impl Gpu {
     /// [`ConvProblem::input_grad_as_forward`]) by `plan`: dy convolved by the flipped,
     /// group-transposed weights, dy and the weights in the plan's layout, dx in its
     /// output layout (the tensors').
-    fn input_grad_as_forward(
-        &self,
+    fn input_grad_as_forward<'g>(
+        &'g self,
         problem: &ConvProblem,
         transposed: &ConvProblem,
         plan: TensorCorePlan,
-        grad_y: &DeviceArray<f32>,
+        grad_y: &mut GradY<'_, 'g>,
         w: &DeviceArray<f32>,
         dx: &mut DeviceArray<f32>,
     ) -> Result<()> {
@@ -688,8 +712,8 @@ impl Gpu {
             return Ok(());
         }
         let (operands, layout) = (plan.layout(), plan.output_layout());
-        let (mut grad_y_copy, mut w_copy) = (None, None);
-        let grad_y = self.as_layout(grad_y, layout, operands, &mut grad_y_copy)?;
+        let mut w_copy = None;
+        let grad_y = grad_y.in_layout(self, operands)?;
         let w = self.as_layout(w, layout, operands, &mut w_copy)?;
         let [out, in_group, kh, kw] = transposed.weight_shape();
         let mut flipped =
