@@ -40,6 +40,6 @@ pub use thread::{
 pub use vector::VectorElement;
 #[cfg(target_feature = "sm_90a")]
 pub use warpgroup::{
-    fence_async_shared, pin_accumulators, set_max_registers, swizzled_k_major_descriptor, warpgroup_commit,
-    warpgroup_fence, warpgroup_mma_tf32_m64n128k8, warpgroup_wait,
+    WarpgroupAccumulators, fence_async_shared, set_max_registers, swizzled_k_major_descriptor,
+    warpgroup_commit, warpgroup_fence, warpgroup_wait,
 };

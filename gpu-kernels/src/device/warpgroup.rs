@@ -79,16 +79,21 @@ pub unsafe fn set_max_registers<const INCREASE: bool, const COUNT: u32>() {
     };
 }
 
-/// Calls macro `$m` with `$args` and then the indices 0 to 63 of the 64 accumulators
-/// of an m64n128 `wgmma` (per thread), so that the list is written once.
+/// Calls macro `$m` with `$args` and then the indices 0 to 63 (`wide`) or 0 to 31
+/// (`narrow`) of the accumulators of an m64n128 or m64n64 `wgmma` (per thread), so that
+/// the lists are written once.
 macro_rules! with_accumulator_indices {
-    ($m:ident!($($args:tt)*)) => {
+    (narrow, $m:ident!($($args:tt)*)) => {
+        $m!($($args)* 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31)
+    };
+    (wide, $m:ident!($($args:tt)*)) => {
         $m!($($args)* 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31, 32, 33, 34, 35, 36, 37, 38, 39, 40, 41, 42, 43, 44, 45, 46, 47, 48, 49, 50, 51, 52, 53, 54, 55, 56, 57, 58, 59, 60, 61, 62, 63)
     };
 }
 
-/// `asm!` over the 64 accumulators `$acc[i / 4][i % 4]`, bound to `{0}` .. `{63}`, with
-/// the text `$before`, the accumulator list `{{{0}, .., {63}}}` and then `$after`.
+/// `asm!` over the accumulators `$acc[i / 4][i % 4]` of the listed indices, bound to
+/// `{0}`, `{1}`, .., with the text `$before`, the accumulator list `{{{0}, ..}}` and then
+/// `$after`.
 macro_rules! asm_on_accumulators {
     ($acc:ident, $before:expr, $after:expr, [$($operands:tt)*], $first:literal $(, $i:literal)*) => {
         asm!(
@@ -100,47 +105,75 @@ macro_rules! asm_on_accumulators {
     };
 }
 
-/// Pins the accumulators' values to this point of the program: the compiler may not
-/// move their definitions after it (an empty assembly block that reads and writes
-/// each). Called after the sums are initialized and before the first [`warpgroup_fence`]
-/// of a tile, so that no copy into an accumulator lands among the `wgmma`s, where
-/// ptxas would have to wait for the ones in flight.
-#[inline(always)]
-pub fn pin_accumulators(acc: &mut [[f32; 4]; 16]) {
-    // SAFETY: a comment naming the registers; no instruction.
-    unsafe { with_accumulator_indices!(asm_on_accumulators!(acc, "// pinned ", "", [options(nostack),],)) };
+/// The accumulators of one m64nNk8 `wgmma` per thread: `N / 8` tiles of four, for N
+/// 128 (`[[f32; 4]; 16]`) and 64 (`[[f32; 4]; 8]`).
+pub trait WarpgroupAccumulators {
+    /// Pins the accumulators' values to this point of the program: the compiler may
+    /// not move their definitions after it (an empty assembly block that reads and
+    /// writes each). Called after the sums are initialized and before the first
+    /// [`warpgroup_fence`] of a tile, so that no copy into an accumulator lands among
+    /// the `wgmma`s, where ptxas would have to wait for the ones in flight.
+    fn pin(&mut self);
+
+    /// `self += A B^T` for the warpgroup, asynchronously: A 64 x 8 from the threads'
+    /// registers (TF32 bits, [`to_tf32`](super::to_tf32)) and B N x 8 (TF32, K-major,
+    /// from a descriptor), `wgmma.mma_async.sync.aligned.m64nNk8.f32.tf32.tf32`. Warp
+    /// `w` of the group holds rows `16 w ..`: with lane `4 g + t`, `a` holds A at
+    /// (g, t), (g + 8, t), (g, t + 4), (g + 8, t + 4) (as
+    /// [`load_matrix_x4`](super::load_matrix_x4) reads them), and `self[j]` holds
+    /// (g, 8j + 2t), (g, 8j + 2t + 1), (g + 8, 8j + 2t), (g + 8, 8j + 2t + 1). B's
+    /// elements are read as TF32 (the low mantissa bits ignored), so they should be
+    /// TF32 values already.
+    ///
+    /// # Safety
+    /// All threads of the warpgroup call it together, after [`warpgroup_fence`]; the
+    /// descriptor addresses an operand written before a barrier and
+    /// [`fence_async_shared`]; neither it, `a` nor the accumulators are touched until
+    /// [`warpgroup_wait`] says the batch is done.
+    unsafe fn multiply_tf32(&mut self, a: [u32; 4], b: u64);
 }
 
-/// `acc += A B^T` for the warpgroup, asynchronously: A 64 x 8 from the threads'
-/// registers (TF32 bits, [`to_tf32`](super::to_tf32)) and B 128 x 8 (TF32, K-major,
-/// from a descriptor), `wgmma.mma_async.sync.aligned.m64n128k8.f32.tf32.tf32`. Warp
-/// `w` of the group holds rows `16 w ..`: with lane `4 g + t`, `a` holds A at (g, t),
-/// (g + 8, t), (g, t + 4), (g + 8, t + 4) (as [`load_matrix_x4`](super::load_matrix_x4)
-/// reads them), and `acc[j]` holds (g, 8j + 2t), (g, 8j + 2t + 1), (g + 8, 8j + 2t),
-/// (g + 8, 8j + 2t + 1). B's elements are read as TF32 (the low mantissa bits
-/// ignored), so they should be TF32 values already.
-///
-/// # Safety
-/// All threads of the warpgroup call it together, after [`warpgroup_fence`]; the
-/// descriptor addresses an operand written before a barrier and
-/// [`fence_async_shared`]; neither it, `a` nor `acc` are touched until
-/// [`warpgroup_wait`] says the batch is done.
-#[inline(always)]
-pub unsafe fn warpgroup_mma_tf32_m64n128k8(acc: &mut [[f32; 4]; 16], a: [u32; 4], b: u64) {
-    // SAFETY: the caller guarantees the convergence, the operands and the accumulators.
-    unsafe {
-        with_accumulator_indices!(asm_on_accumulators!(
-            acc,
-            "{{\n.reg .pred accumulate;\nsetp.ne.b32 accumulate, 1, 0;\nwgmma.mma_async.sync.aligned.m64n128k8.f32.tf32.tf32 ",
-            ", {{{a0}, {a1}, {a2}, {a3}}}, {b}, accumulate, 1, 1;\n}}",
-            [
-                a0 = in(reg32) a[0],
-                a1 = in(reg32) a[1],
-                a2 = in(reg32) a[2],
-                a3 = in(reg32) a[3],
-                b = in(reg64) b,
-                options(nostack),
-            ],
-        ))
+/// The trait for the accumulators of one width, its `wgmma` shape and index list.
+macro_rules! warpgroup_accumulators {
+    ($tiles:literal, $width:ident, $shape:literal) => {
+        impl WarpgroupAccumulators for [[f32; 4]; $tiles] {
+            #[inline(always)]
+            fn pin(&mut self) {
+                let acc = self;
+                // SAFETY: a comment naming the registers; no instruction.
+                unsafe {
+                    with_accumulator_indices!($width, asm_on_accumulators!(acc, "// pinned ", "", [options(nostack),],))
+                };
+            }
+
+            #[inline(always)]
+            unsafe fn multiply_tf32(&mut self, a: [u32; 4], b: u64) {
+                let acc = self;
+                // SAFETY: the caller guarantees the convergence, the operands and the
+                // accumulators.
+                unsafe {
+                    with_accumulator_indices!($width, asm_on_accumulators!(
+                        acc,
+                        concat!(
+                            "{{\n.reg .pred accumulate;\nsetp.ne.b32 accumulate, 1, 0;\nwgmma.mma_async.sync.aligned.",
+                            $shape,
+                            ".f32.tf32.tf32 "
+                        ),
+                        ", {{{a0}, {a1}, {a2}, {a3}}}, {b}, accumulate, 1, 1;\n}}",
+                        [
+                            a0 = in(reg32) a[0],
+                            a1 = in(reg32) a[1],
+                            a2 = in(reg32) a[2],
+                            a3 = in(reg32) a[3],
+                            b = in(reg64) b,
+                            options(nostack),
+                        ],
+                    ))
+                };
+            }
+        }
     };
 }
+
+warpgroup_accumulators!(16, wide, "m64n128k8");
+warpgroup_accumulators!(8, narrow, "m64n64k8");

@@ -347,11 +347,14 @@ fn every_conv_kernel_matches_the_reference_on_fixed_cases() {
         SplitGemm,
         TensorCore,
         TensorCoreScalar,
-        /// Bulk tensor copies (TMA), Hopper only: `TensorCore` elsewhere.
+        /// Bulk tensor copies (TMA), Hopper only: `TensorCore` elsewhere; in tiles of
+        /// 128 output channels, or of 64 (`Narrow`) for 64 or fewer.
         TensorCoreBulk,
+        TensorCoreBulkNarrow,
         /// NCHW tensors, x and w changed to NHWC for bulk copies, y written in NCHW:
         /// Hopper only, `TensorCoreScalar` elsewhere.
         TensorCoreBulkFromNchw,
+        TensorCoreBulkFromNchwNarrow,
         /// The direct kernels (depthwise, or the input gradient of few channels).
         Direct,
         /// The tensor cores' weight gradient, x and dy copied 16 bytes at a time, in
@@ -362,7 +365,8 @@ fn every_conv_kernel_matches_the_reference_on_fixed_cases() {
     }
     use Path::{
         Direct, Gemm, SplitGemm, SplitTensorCoreGrad, TensorCore, TensorCoreBulk, TensorCoreBulkFromNchw,
-        TensorCoreGrad, TensorCoreGradScalar, TensorCoreScalar, Winograd,
+        TensorCoreBulkFromNchwNarrow, TensorCoreBulkNarrow, TensorCoreGrad, TensorCoreGradScalar,
+        TensorCoreScalar, Winograd,
     };
     let tf32 = |layout| Conv2dParams {
         layout,
@@ -449,7 +453,7 @@ fn every_conv_kernel_matches_the_reference_on_fixed_cases() {
                 },
                 false,
             ),
-            [TensorCoreBulk, TensorCoreBulk, TensorCoreGrad],
+            [TensorCoreBulkNarrow, TensorCoreBulkNarrow, TensorCoreGrad],
         ),
         // A weight gradient over 4500 pixels: its sums split over blocks.
         (
@@ -464,7 +468,7 @@ fn every_conv_kernel_matches_the_reference_on_fixed_cases() {
                 },
                 false,
             ),
-            [TensorCoreBulk, TensorCoreBulk, SplitTensorCoreGrad],
+            [TensorCoreBulkNarrow, TensorCoreBulkNarrow, SplitTensorCoreGrad],
         ),
         // NCHW, dilated, padded unevenly: both data passes on the tensor cores, x
         // gathered from NCHW (5 channels), dy changed to NHWC on Hopper (12 channels).
@@ -481,7 +485,11 @@ fn every_conv_kernel_matches_the_reference_on_fixed_cases() {
                 },
                 true,
             ),
-            [TensorCoreScalar, TensorCoreBulkFromNchw, TensorCoreGradScalar],
+            [
+                TensorCoreScalar,
+                TensorCoreBulkFromNchwNarrow,
+                TensorCoreGradScalar,
+            ],
         ),
         // NCHW with channels in multiples of 4, with a bias: both data passes by bulk
         // copies of NHWC copies on Hopper, y and dx written in NCHW.
@@ -497,7 +505,30 @@ fn every_conv_kernel_matches_the_reference_on_fixed_cases() {
                 },
                 true,
             ),
-            [TensorCoreBulkFromNchw, TensorCoreBulkFromNchw, TensorCoreGrad],
+            [
+                TensorCoreBulkFromNchwNarrow,
+                TensorCoreBulkFromNchwNarrow,
+                TensorCoreGrad,
+            ],
+        ),
+        // The same with 96 output channels: the forward pass in tiles of 128.
+        (
+            case(
+                1,
+                [16, 96],
+                [3, 3],
+                [9, 12],
+                Conv2dParams {
+                    padding: [1, 1],
+                    ..tf32(ConvLayout::Nchw)
+                },
+                true,
+            ),
+            [
+                TensorCoreBulkFromNchw,
+                TensorCoreBulkFromNchwNarrow,
+                TensorCoreGrad,
+            ],
         ),
         // A stem: 3 input channels, a 7x7 window at stride 2, NCHW: x gathered one
         // element at a time, the weights too (K = 147); dx by the direct kernel.
@@ -549,7 +580,7 @@ fn every_conv_kernel_matches_the_reference_on_fixed_cases() {
                 },
                 true,
             ),
-            [TensorCoreBulk, Gemm, TensorCoreGrad],
+            [TensorCoreBulkNarrow, Gemm, TensorCoreGrad],
         ),
         // Depthwise, four output channels per input channel (dy read 16 bytes at a time
         // by the input gradient), strided, padded and dilated unevenly, channels last,
@@ -620,8 +651,13 @@ fn every_conv_kernel_matches_the_reference_on_fixed_cases() {
                     ConvAlgorithm::TensorCore(plan) => {
                         assert_eq!(plan.warpgroup_mma, warpgroup_mma, "{c:?} {pass:?}");
                         assert_eq!(plan.output_layout(), c.params.layout, "{c:?} {pass:?}");
+                        let narrow = plan.tile_n == 64;
                         match (plan.bulk_copies, plan.a_vector) {
+                            (1, _) if c.params.layout == ConvLayout::Nchw && narrow => {
+                                TensorCoreBulkFromNchwNarrow
+                            }
                             (1, _) if c.params.layout == ConvLayout::Nchw => TensorCoreBulkFromNchw,
+                            (1, _) if narrow => TensorCoreBulkNarrow,
                             (1, _) => TensorCoreBulk,
                             (_, 1) => TensorCore,
                             _ => TensorCoreScalar,
@@ -629,8 +665,10 @@ fn every_conv_kernel_matches_the_reference_on_fixed_cases() {
                     }
                 };
                 let expected = match expected {
-                    TensorCoreBulk if warpgroup_mma == 0 => TensorCore,
-                    TensorCoreBulkFromNchw if warpgroup_mma == 0 => TensorCoreScalar,
+                    TensorCoreBulk | TensorCoreBulkNarrow if warpgroup_mma == 0 => TensorCore,
+                    TensorCoreBulkFromNchw | TensorCoreBulkFromNchwNarrow if warpgroup_mma == 0 => {
+                        TensorCoreScalar
+                    }
                     other => other,
                 };
                 assert_eq!(path, expected, "{c:?} {pass:?}");

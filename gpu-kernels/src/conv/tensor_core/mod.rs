@@ -38,6 +38,9 @@ use crate::tensor_map::{TensorMapMode, TensorMapPair, TensorMapSpec};
 pub const TC_BM: u32 = 128;
 /// Columns of C (output channels) per block.
 pub const TC_BN: u32 = 128;
+/// Columns of C per tile of the `wgmma` kernels on narrow problems (64 output channels
+/// per group or fewer), which 128-column tiles would leave half empty.
+pub const WGMMA_NARROW_BN: u32 = 64;
 /// Depth of one staged slice of K (a k-tile): 32 floats, 128 bytes per row.
 pub const TC_BK: u32 = 32;
 /// Shared-memory stages of the `mma.sync` mainloop.
@@ -78,6 +81,9 @@ const _: () = assert!(TC_BN == 128 && WGMMA_THREADS == 3 * 128 && WGMMA_STAGES >
 pub struct TensorCorePlan {
     pub m_tiles: u32,
     pub n_tiles: u32,
+    /// Columns of C per tile: `TC_BN`, or `WGMMA_NARROW_BN` on `wgmma` with bulk copies
+    /// for groups of that many output channels or fewer.
+    pub tile_n: u32,
     pub groups: u32,
     pub blocks: u32,
     /// Whether x is copied four channels at a time (NHWC, channels per group a
@@ -115,7 +121,12 @@ impl TensorCorePlan {
         let channels_last = y_channels_last || bulk_copies;
         let rows = if warpgroup_mma { WGMMA_BM } else { TC_BM };
         let m_tiles = m.div_ceil(rows as u64) as u32;
-        let n_tiles = problem.out_per_group().div_ceil(TC_BN);
+        let tile_n = if bulk_copies && problem.out_per_group() <= WGMMA_NARROW_BN {
+            WGMMA_NARROW_BN
+        } else {
+            TC_BN
+        };
+        let n_tiles = problem.out_per_group().div_ceil(tile_n);
         let tiles = m_tiles as u64 * problem.groups as u64 * n_tiles as u64;
         let in_group = problem.in_per_group();
         let channel_tiles = channels_last && (bulk_copies || in_group.is_multiple_of(TC_BK));
@@ -127,6 +138,7 @@ impl TensorCorePlan {
         Self {
             m_tiles,
             n_tiles,
+            tile_n,
             groups: problem.groups,
             blocks: if tiles < device.multiprocessors as u64 {
                 tiles as u32
@@ -156,7 +168,7 @@ impl TensorCorePlan {
 
     /// The tensor maps of the bulk copies, when the plan takes them: x for im2col
     /// (`[C][W][H][N]`, boxes of `TC_BK` channels of `WGMMA_BM` pixels) and w as
-    /// `[in / groups][taps][out]` (boxes of `TC_BK` x 1 x `TC_BN`).
+    /// `[in / groups][taps][out]` (boxes of `TC_BK` x 1 x `tile_n`).
     pub fn tensor_maps(
         &self,
         problem: &ConvProblem,
@@ -199,7 +211,7 @@ impl TensorCorePlan {
             strides: [in_group * bytes, in_group * bytes * p.taps() as u64, 0, 0],
             element_strides: [1, 1, 1, 0, 0],
             mode: TensorMapMode::Tiled {
-                box_dims: [TC_BK, 1, TC_BN, 0, 0],
+                box_dims: [TC_BK, 1, self.tile_n, 0, 0],
             },
         };
         Some([patches, filters])
@@ -242,6 +254,7 @@ impl TensorCorePlan {
         let kernel = match (self.channels_last == 1, self.warpgroup_mma == 1) {
             (true, false) => CONV_FORWARD_NHWC_TF32,
             (false, false) => CONV_FORWARD_NCHW_TF32,
+            (true, true) if self.tile_n == WGMMA_NARROW_BN => CONV_FORWARD_NHWC_TF32_WGMMA_NARROW,
             (true, true) => CONV_FORWARD_NHWC_TF32_WGMMA,
             (false, true) => CONV_FORWARD_NCHW_TF32_WGMMA,
         };
@@ -291,9 +304,12 @@ kernel_args! {
         warp_mma::forward_nchw, bounds(TC_THREADS, TC_BLOCKS_PER_SM);
     /// The TF32 forward pass over NHWC tensors on `wgmma`.
     pub const CONV_FORWARD_NHWC_TF32_WGMMA = "conv_forward_nhwc_tf32_wgmma" =>
-        warpgroup_mma::forward::<true>, bounds(WGMMA_THREADS, 1), requires("sm_90a");
+        warpgroup_mma::forward::<true, 16>, bounds(WGMMA_THREADS, 1), requires("sm_90a");
+    /// The same in tiles of `WGMMA_NARROW_BN` output channels.
+    pub const CONV_FORWARD_NHWC_TF32_WGMMA_NARROW = "conv_forward_nhwc_tf32_wgmma_narrow" =>
+        warpgroup_mma::forward::<true, 8>, bounds(WGMMA_THREADS, 1), requires("sm_90a");
     /// The TF32 forward pass over NCHW tensors on `wgmma`.
     pub const CONV_FORWARD_NCHW_TF32_WGMMA = "conv_forward_nchw_tf32_wgmma" =>
-        warpgroup_mma::forward::<false>, bounds(WGMMA_THREADS, 1), requires("sm_90a");
+        warpgroup_mma::forward::<false, 16>, bounds(WGMMA_THREADS, 1), requires("sm_90a");
     entry points in ENTRY_POINTS;
 }

@@ -1,5 +1,5 @@
-//! The epilogue of the `wgmma` kernel: a consumer warpgroup's 128 x 128 sums go out
-//! through shared memory, 32 columns at a time, so that every store to y (and every
+//! The epilogue of the `wgmma` kernel: a consumer warpgroup's sums (128 rows of 128 or
+//! 64 columns) go out through shared memory, 32 columns at a time, so that every store to y (and every
 //! read of the residual) is coalesced in either layout, and the fused epilogue runs in
 //! loops over shared memory rather than over the registers (a loop over the registers
 //! must unroll whole, or the sums move to local memory; with the activation and the
@@ -25,11 +25,11 @@ const TILES_PER_PASS: usize = (COLUMNS / 8) as usize;
 /// Threads of a warpgroup.
 const THREADS: u32 = 128;
 
-const _: () = assert!(TC_BN == 4 * COLUMNS && ROWS == 2 * 64);
+const _: () = assert!(TC_BN == 4 * COLUMNS && WGMMA_NARROW_BN == 2 * COLUMNS && ROWS == 2 * 64);
 
-/// A consumer's sums: its two 64-row blocks of 16 tiles of 8 columns; in block b, warp
+/// A consumer's sums: its two 64-row blocks of `J` tiles of 8 columns; in block b, warp
 /// w's lane `4 g + t` holds rows `64 b + 16 w + g (+ 8)` and columns `8 j + 2 t (+ 1)`.
-pub type ConsumerSums = [[[f32; 4]; 16]; 2];
+pub type ConsumerSums<const J: usize> = [[[f32; 4]; J]; 2];
 
 /// The 16-byte chunk `chunk` of row `row` of the buffer, XOR-swizzled by the row so
 /// that eight rows' chunks at one column fall in different banks.
@@ -45,17 +45,17 @@ fn chunk_address(buffer: u32, row: u32, chunk: u32) -> u32 {
 /// The consumer warpgroup calls it together, its `wgmma`s done; nothing else accesses
 /// `buffer` until it returns; `args` are the launch's, `tile` a tile of its GEMM.
 #[inline(always)]
-pub unsafe fn store_staged(
+pub unsafe fn store_staged<const J: usize>(
     args: &TensorCoreArgs,
     tile: TileOrigin,
-    sums: &ConsumerSums,
+    sums: &ConsumerSums<J>,
     buffer: u32,
     consumer: u32,
 ) {
     let rows = tile.m0 + consumer * ROWS;
     // A loop the compiler keeps rolled (the code of four passes would not fit the
     // instruction cache beside the mainloop), the pass's sums picked by selects.
-    for pass in 0..TC_BN / COLUMNS {
+    for pass in 0..8 * J as u32 / COLUMNS {
         // SAFETY: forwarded; the previous pass's reads of the buffer are done after
         // the first barrier.
         unsafe {
@@ -94,12 +94,12 @@ unsafe fn sync_consumer(consumer: u32) {
 /// # Safety
 /// The buffer is the warpgroup's and free.
 #[inline(always)]
-unsafe fn stage(sums: &ConsumerSums, buffer: u32, pass: u32) {
+unsafe fn stage<const J: usize>(sums: &ConsumerSums<J>, buffer: u32, pass: u32) {
     let (warp, lane) = (thread_idx_x() / 32 % 4, lane_id());
     let (g, t) = (lane / 4, lane % 4);
     for (block, tiles) in sums.iter().enumerate() {
         for j in 0..TILES_PER_PASS {
-            let tile = pick(pass, [0, 1, 2, 3].map(|p| &tiles[p * TILES_PER_PASS + j]));
+            let tile = pick(pass, tiles, j);
             let column = 8 * j as u32 + 2 * t;
             for half in 0..2 {
                 let row = 64 * block as u32 + 16 * warp + g + 8 * half as u32;
@@ -111,14 +111,14 @@ unsafe fn stage(sums: &ConsumerSums, buffer: u32, pass: u32) {
     }
 }
 
-/// `candidates[index]` by selects (an index into registers would move them to local
-/// memory).
+/// Tile `j` of pass `pass`, `tiles[TILES_PER_PASS pass + j]`, by selects (an index
+/// into registers would move them to local memory).
 #[inline(always)]
-fn pick(index: u32, candidates: [&[f32; 4]; 4]) -> [f32; 4] {
-    let mut picked = *candidates[0];
-    for (k, candidate) in candidates.iter().enumerate().skip(1) {
-        if index == k as u32 {
-            picked = **candidate;
+fn pick<const J: usize>(pass: u32, tiles: &[[f32; 4]; J], j: usize) -> [f32; 4] {
+    let mut picked = tiles[j];
+    for p in 1..J / TILES_PER_PASS {
+        if pass == p as u32 {
+            picked = tiles[p * TILES_PER_PASS + j];
         }
     }
     picked

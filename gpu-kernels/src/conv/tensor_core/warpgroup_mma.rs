@@ -1,8 +1,9 @@
 //! The forward pass on warpgroup MMA (`wgmma`, sm_90a): persistent blocks of three
 //! warpgroups. The producer warpgroup copies k-tiles of A (`WGMMA_BM` rows) and B
-//! (`TC_BN` rows) into `WGMMA_STAGES` stages, by bulk tensor copies (TMA im2col) where
-//! the plan takes them, else with `cp.async`; each of the two consumer
-//! warpgroups multiplies its 128 rows by the 128 columns straight from the swizzled
+//! (the plan's `tile_n` rows: 128, or 64 for narrow problems) into `WGMMA_STAGES`
+//! stages, by bulk tensor copies (TMA im2col) where the plan takes them, else with
+//! `cp.async`; each of the two consumer warpgroups multiplies its 128 rows by the
+//! tile's columns straight from the swizzled
 //! stages (A through registers, rounded to TF32 on the way; B, which the tensor cores
 //! read from shared memory as TF32, rounded by the host beforehand) and stores its sums, while the producer already copies the next tile's stages. Full
 //! and empty mbarriers per stage order the two sides.
@@ -15,10 +16,10 @@ use super::operands::{
 use super::staged_epilogue::store_staged;
 use super::*;
 use crate::device::{
-    PIPELINE_BARRIER_BYTES, Shuffle, StagePipeline, block_idx_x, fence_async_shared, fence_tensor_map,
-    grid_dim_x, lane_id, load_matrix_x4, pin_accumulators, set_max_registers, shared_base,
+    PIPELINE_BARRIER_BYTES, Shuffle, StagePipeline, WarpgroupAccumulators, block_idx_x, fence_async_shared,
+    fence_tensor_map, grid_dim_x, lane_id, load_matrix_x4, set_max_registers, shared_base,
     swizzled_k_major_descriptor, sync_group, sync_threads, thread_idx_x, to_tf32, warpgroup_commit,
-    warpgroup_fence, warpgroup_mma_tf32_m64n128k8, warpgroup_wait,
+    warpgroup_fence, warpgroup_wait,
 };
 use crate::tensor_map::TensorMap;
 
@@ -30,7 +31,7 @@ const CONSUMER_ROWS: u32 = WGMMA_BM / 2;
 const A_ROWS: usize = (WGMMA_BM * TC_BK / 4 / WARPGROUP) as usize;
 const NCHW_ROWS: usize = (WGMMA_BM / WARPGROUP) as usize;
 const B_ROWS: usize = (TC_BN * TC_BK / 4 / WARPGROUP) as usize;
-/// Bytes of a stage: A then B.
+/// Bytes of a stage: A then B (of `TC_BN` rows at most).
 const STAGE_BYTES: u32 = tile_bytes(WGMMA_BM) + tile_bytes(TC_BN);
 
 /// Registers per thread of the producer and of the consumers. Together they may take
@@ -66,19 +67,23 @@ fn tile_origin(plan: &TensorCorePlan, index: u32) -> TileOrigin {
     TileOrigin {
         m0: rest / plan.groups * WGMMA_BM,
         group: rest % plan.groups,
-        n0: index % plan.n_tiles * TC_BN,
+        n0: index % plan.n_tiles * plan.tile_n,
     }
 }
 
-/// y = conv(x, w) + bias over NHWC (`CHANNELS_LAST`) or NCHW tensors.
+/// y = conv(x, w) + bias over NHWC (`CHANNELS_LAST`) or NCHW tensors, in tiles of `8 J`
+/// output channels.
 ///
 /// # Safety
 /// x, w and y hold the problem's tensors in that layout (w `[out][kh][kw][in / groups]`
 /// in NHWC, `[out][in / groups][kh][kw]` in NCHW), bias null or `out_channels` floats;
-/// `plan` is the problem's forward plan for `wgmma` in that layout, the launch the one
-/// it builds.
+/// `plan` is the problem's forward plan for `wgmma` in that layout with `tile_n` `8 J`,
+/// the launch the one it builds.
 #[inline(always)]
-pub unsafe fn forward<const CHANNELS_LAST: bool>(args: TensorCoreArgs) {
+pub unsafe fn forward<const CHANNELS_LAST: bool, const J: usize>(args: TensorCoreArgs)
+where
+    [[f32; 4]; J]: WarpgroupAccumulators,
+{
     let (p, plan) = (&args.problem, &args.plan);
     let k_tiles = KTiles::new(p, plan);
     let tiles = plan.m_tiles * plan.groups * plan.n_tiles;
@@ -101,26 +106,26 @@ pub unsafe fn forward<const CHANNELS_LAST: bool>(args: TensorCoreArgs) {
         if warpgroup == 0 {
             set_max_registers::<false, PRODUCER_REGISTERS>();
             if bulk {
-                produce_bulk(&args, tiles, &pipeline);
+                produce_bulk::<J>(&args, tiles, &pipeline);
             } else {
                 produce::<CHANNELS_LAST>(&args, k_tiles, tiles, &pipeline);
             }
         } else {
             set_max_registers::<true, CONSUMER_REGISTERS>();
-            consume(&args, k_tiles.count(), tiles, &pipeline, warpgroup - 1);
+            consume::<J>(&args, k_tiles.count(), tiles, &pipeline, warpgroup - 1);
         }
     }
 }
 
 /// The producer on bulk tensor copies: its first thread stages every k-tile of every
 /// tile of this block, A as an im2col box of `WGMMA_BM` pixels of `TC_BK` channels at
-/// one tap, B as a box of `TC_BN` filters of that tap and those channels.
+/// one tap, B as a box of `8 J` filters of that tap and those channels.
 ///
 /// # Safety
 /// As [`forward`]; the producer warpgroup calls it; `args.maps` holds the plan's tensor
 /// maps.
 #[inline(always)]
-unsafe fn produce_bulk(args: &TensorCoreArgs, tiles: u32, pipeline: &StagePipeline) {
+unsafe fn produce_bulk<const J: usize>(args: &TensorCoreArgs, tiles: u32, pipeline: &StagePipeline) {
     if thread_idx_x() != 0 {
         return;
     }
@@ -155,7 +160,7 @@ unsafe fn produce_bulk(args: &TensorCoreArgs, tiles: u32, pipeline: &StagePipeli
             // expects both boxes' bytes (zero-filled parts included).
             unsafe {
                 pipeline.acquire(stage, fill);
-                pipeline.arrive_expecting(stage, STAGE_BYTES);
+                pipeline.arrive_expecting(stage, tile_bytes(WGMMA_BM) + tile_bytes(8 * J as u32));
                 let at = [
                     (tile.group * p.in_per_group() + channel) as i32,
                     origin[0],
@@ -333,13 +338,15 @@ const _: () = assert!(BATCHES_IN_FLIGHT >= 1 && BATCHES_IN_FLIGHT <= TC_BK / 8);
 /// (at the wait of the next k-tile's batch `BATCHES_IN_FLIGHT - 1` here, else after
 /// the tile's last wait).
 #[inline(always)]
-unsafe fn multiply_k_tile(
-    sums: &mut [[[f32; 4]; 16]; 2],
+unsafe fn multiply_k_tile<const J: usize>(
+    sums: &mut [[[f32; 4]; J]; 2],
     pipeline: &StagePipeline,
     first_fill: u32,
     kt: u32,
     rows: u32,
-) {
+) where
+    [[f32; 4]; J]: WarpgroupAccumulators,
+{
     let fill = first_fill + kt;
     let stage = fill % WGMMA_STAGES;
     // SAFETY: the caller's contract.
@@ -354,8 +361,8 @@ unsafe fn multiply_k_tile(
             // whose loads ptxas cannot overlap with the multiplies.
             let [top, bottom] = &mut *sums;
             warpgroup_fence();
-            warpgroup_mma_tf32_m64n128k8(top, a_top, b);
-            warpgroup_mma_tf32_m64n128k8(bottom, a_bottom, b);
+            top.multiply_tf32(a_top, b);
+            bottom.multiply_tf32(a_bottom, b);
             warpgroup_commit();
             warpgroup_wait::<BATCHES_IN_FLIGHT>();
             if kk == BATCHES_IN_FLIGHT - 1 && kt > 0 {
@@ -371,7 +378,15 @@ unsafe fn multiply_k_tile(
 /// # Safety
 /// As [`forward`]; consumer warpgroup `consumer` (0 or 1) calls it.
 #[inline(always)]
-unsafe fn consume(args: &TensorCoreArgs, k_tiles: u32, tiles: u32, pipeline: &StagePipeline, consumer: u32) {
+unsafe fn consume<const J: usize>(
+    args: &TensorCoreArgs,
+    k_tiles: u32,
+    tiles: u32,
+    pipeline: &StagePipeline,
+    consumer: u32,
+) where
+    [[f32; 4]; J]: WarpgroupAccumulators,
+{
     let warp = thread_idx_x() / 32 % 4;
     let rows = consumer * CONSUMER_ROWS;
     let mut fills = 0;
@@ -379,10 +394,10 @@ unsafe fn consume(args: &TensorCoreArgs, k_tiles: u32, tiles: u32, pipeline: &St
     while index < tiles {
         let tile = tile_origin(&args.plan, index);
         // SAFETY: the launch's arguments.
-        let mut sums = unsafe { bias_sums::<2, 16>(args, tile, 0) };
+        let mut sums = unsafe { bias_sums::<2, J>(args, tile, 0) };
         let [top, bottom] = &mut sums;
-        pin_accumulators(top);
-        pin_accumulators(bottom);
+        top.pin();
+        bottom.pin();
         // The first k-tile runs before the loop, so that the sums enter it defined by a
         // `wgmma` as they leave it: else ptxas serializes every `wgmma` of the loop.
         // SAFETY: forwarded; there is at least one k-tile.
