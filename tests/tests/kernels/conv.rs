@@ -839,13 +839,14 @@ fn invalid_conv2d_parameters_are_errors_that_name_them() {
     ));
 }
 
-/// TF32 on data that TF32 does not represent (random floats): the forward pass and the
-/// input gradient on the tensor cores within a relative norm error of 5e-3 of the f64
-/// reference, and the same bits on a second run.
+/// TF32 on data that TF32 does not represent (random floats): the forward pass, the
+/// input gradient and the weight gradient on the tensor cores within a relative norm
+/// error of 5e-3 of the f64 reference, and the same bits on a second run.
 /// cuDNN's TF32 convolution error on data uniform in [-1, 1), relative to the float64
 /// result in the L2 norm: measured on the H100 (cuDNN 9, `allow_tf32`), forward and
-/// input gradient, NCHW and NHWC, between 2.5e-4 and 2.7e-4. TF32 results must be
-/// within twice it (and so within 5e-3).
+/// input gradient, NCHW and NHWC, between 2.5e-4 and 2.7e-4 (its weight gradients, where
+/// it picks a TF32 kernel, between 2.8e-4 and 1.4e-3). TF32 results must be within
+/// twice the smaller (and so within 5e-3).
 const CUDNN_TF32_ERROR: f64 = 2.7e-4;
 
 #[test]

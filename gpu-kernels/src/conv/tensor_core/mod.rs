@@ -14,7 +14,8 @@
 //! multiply and store; there NCHW operands that bulk copies could stage in NHWC are
 //! changed to NHWC by the host, y staying NCHW. Elsewhere `mma.sync` m16n8k8 TF32 (fragments by `ldmatrix`, rounded to TF32 to
 //! nearest), every thread copying and multiplying, one block per tile. Sums stay FP32,
-//! in a fixed order, so results are the same from run to run.
+//! in a fixed order, so results are the same from run to run. The weight gradient has
+//! its own `mma.sync` kernel (`weight_grad`): its GEMM runs over the output pixels.
 
 #[cfg(target_arch = "nvptx64")]
 mod epilogue;
