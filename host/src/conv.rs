@@ -696,9 +696,9 @@ impl Gpu {
     }
 
     /// The input gradient of `problem` as the forward pass of `transposed` (its
-    /// [`ConvProblem::input_grad_as_forward`]) by `plan`: dy convolved by the flipped,
-    /// group-transposed weights, dy and the weights in the plan's layout, dx in its
-    /// output layout (the tensors').
+    /// [`ConvProblem::input_grad_as_forward`]) by `plan`: dy (upsampled when strided)
+    /// convolved by the flipped, group-transposed weights, dy and the weights in the
+    /// plan's layout, dx in its output layout (the tensors').
     fn input_grad_as_forward<'g>(
         &'g self,
         problem: &ConvProblem,
@@ -713,7 +713,22 @@ impl Gpu {
         }
         let (operands, layout) = (plan.layout(), plan.output_layout());
         let mut w_copy = None;
-        let grad_y = grad_y.in_layout(self, operands)?;
+        let mut grad_y = grad_y.in_layout(self, operands)?.ptr();
+        let _upsampled = if transposed::upsampled(problem) {
+            let shape = in_layout(transposed.input_shape().map(|d| d as usize), operands);
+            let mut up = self.temporary::<f32>(&shape)?;
+            self.launch(&transposed::upsample(
+                problem,
+                transposed,
+                operands,
+                grad_y,
+                up.ptr_mut(),
+            ))?;
+            grad_y = up.ptr();
+            Some(up)
+        } else {
+            None
+        };
         let w = self.as_layout(w, layout, operands, &mut w_copy)?;
         let [out, in_group, kh, kw] = transposed.weight_shape();
         let mut flipped =
@@ -727,7 +742,7 @@ impl Gpu {
         self.tensor_core_forward(
             transposed,
             plan,
-            grad_y.ptr(),
+            grad_y,
             Weights::Tf32(flipped.ptr()),
             ConvEpilogue::NONE,
             dx.ptr_mut(),

@@ -70,6 +70,7 @@ pub const ENTRY_POINTS: &[&[EntryPoint]] = &[
     tensor_core::ENTRY_POINTS,
     tensor_core::weight_grad::ENTRY_POINTS,
     transposed::PREPARE_ENTRY_POINTS,
+    transposed::UPSAMPLE_ENTRY_POINTS,
     direct::FORWARD_ENTRY_POINTS,
     direct::INPUT_GRAD_ENTRY_POINTS,
     direct::WEIGHT_GRAD_ENTRY_POINTS,

@@ -1,9 +1,12 @@
-//! The input gradient of a stride-1 convolution as a forward convolution, so that the
-//! forward kernels (the tensor cores') serve it: dx is dy convolved by the weights
-//! flipped in space and transposed within each group,
+//! The input gradient of a convolution as a forward convolution, so that the forward
+//! kernels (the tensor cores') serve it: dx is dy convolved by the weights flipped in
+//! space and transposed within each group,
 //! `w'[g ci][co][r][s] = w[g co][ci][kh - 1 - r][kw - 1 - s]`, padded by
 //! `dilation (kernel - 1) - padding`, with the same dilation and groups. Its output
-//! extent is x's: `out + 2 (d (k - 1) - p) - d (k - 1) = in` at stride 1.
+//! extent is x's: `out + 2 (d (k - 1) - p) - d (k - 1) = in` at stride 1. At stride s,
+//! dy is first upsampled: `dy[o]` at `s o`, zeros between and after, to the extent
+//! `in + 2 p - d (k - 1)` (the stride-1 output extent), and the forward pass runs over
+//! that: s^2 times the products of the gradient, on the tensor cores.
 //!
 //! The kernel that flips the weights also rounds them to TF32, as the tensor cores
 //! read them; without the flip it prepares the weights of a forward pass on `wgmma`,
@@ -17,20 +20,23 @@ pub const PREPARE_THREADS: u32 = 256;
 
 impl ConvProblem {
     /// The forward problem whose output is this problem's input gradient, with the
-    /// weights of [`flip_filters`]: at stride 1 with padding at most the dilated window
-    /// on both axes (else the padding would be negative), `None` otherwise.
+    /// weights of [`flip_filters`] and, when strided, the input of [`upsample`]: with
+    /// padding at most the dilated window on both axes (else the padding would be
+    /// negative), `None` otherwise.
     pub const fn input_grad_as_forward(&self) -> Option<ConvProblem> {
-        if self.stride_h != 1 || self.stride_w != 1 {
-            return None;
-        }
         // Within the index limits: the padded image with its window is under 2^29.
         let window_h = self.dilation_h * (self.kernel_h - 1);
         let window_w = self.dilation_w * (self.kernel_w - 1);
         if self.pad_h > window_h || self.pad_w > window_w {
             return None;
         }
+        // The stride-1 output extent, which holds every dy[o] at s o.
+        let (up_h, up_w) = (
+            self.height + 2 * self.pad_h - window_h,
+            self.width + 2 * self.pad_w - window_w,
+        );
         let shape = ConvShape {
-            input: [self.batch, self.out_channels, self.out_h, self.out_w],
+            input: [self.batch, self.out_channels, up_h, up_w],
             weight: [
                 self.in_channels,
                 self.out_per_group(),
@@ -64,6 +70,52 @@ kernel_args! {
     /// Rounds (and flips) the weights, one thread per element.
     pub const CONV_PREPARE_FILTERS = "conv_prepare_filters_f32" => kernel::prepare_filters;
     entry points in PREPARE_ENTRY_POINTS;
+}
+
+/// Whether the input gradient as a forward pass reads dy upsampled.
+pub const fn upsampled(problem: &ConvProblem) -> bool {
+    problem.stride_h > 1 || problem.stride_w > 1
+}
+
+kernel_args! {
+    /// The upsampling's arguments: `up`, the input of `transposed` (the problem's
+    /// [`ConvProblem::input_grad_as_forward`]), from dy: `dy[o]` at `stride o`, zeros
+    /// elsewhere, both in the layout `channels_last` names.
+    pub struct UpsampleArgs {
+        pub dy: DevicePtr<f32>,
+        pub up: DevicePtrMut<f32>,
+        pub problem: ConvProblem,
+        pub transposed: ConvProblem,
+        pub channels_last: u32,
+    }
+    /// Upsamples dy, one thread per element of `up`.
+    pub const CONV_UPSAMPLE = "conv_upsample_f32" => kernel::upsample;
+    entry points in UPSAMPLE_ENTRY_POINTS;
+}
+
+/// The launch upsampling `problem`'s dy (in `layout`) into `up`, the input of its
+/// `transposed` problem.
+pub const fn upsample(
+    problem: &ConvProblem,
+    transposed: &ConvProblem,
+    layout: ConvLayout,
+    dy: DevicePtr<f32>,
+    up: DevicePtrMut<f32>,
+) -> Launch<UpsampleArgs> {
+    let t = transposed;
+    let count = t.batch as u64 * t.in_channels as u64 * t.pixels() as u64;
+    let args = UpsampleArgs {
+        dy,
+        up,
+        problem: *problem,
+        transposed: *transposed,
+        channels_last: matches!(layout, ConvLayout::Nhwc) as u32,
+    };
+    Launch::new(
+        CONV_UPSAMPLE,
+        LaunchGeometry::per_item(count, PREPARE_THREADS),
+        args,
+    )
 }
 
 /// The launch writing `problem`'s weights `w` (in `layout`) to `flipped` (as many
@@ -168,6 +220,55 @@ mod kernel {
             *args.prepared.as_mut_ptr().add(j as usize) = f32::from_bits(to_tf32(value));
         }
     }
+
+    /// `up[n][c][y][x] = dy[n][c][y / sh][x / sw]` where both divide evenly and the
+    /// quotients lie inside dy, else 0 (in either layout).
+    ///
+    /// # Safety
+    /// dy holds the problem's output gradient and `up` the transposed problem's input,
+    /// in the layout `channels_last` names; the grid covers `up`, `PREPARE_THREADS` a
+    /// block.
+    #[inline(always)]
+    pub unsafe fn upsample(args: UpsampleArgs) {
+        let (p, t) = (&args.problem, &args.transposed);
+        let i = block_idx_x() as u64 * PREPARE_THREADS as u64 + thread_idx_x() as u64;
+        let (channels, width, height) = (t.in_channels as u64, t.width as u64, t.height as u64);
+        if i >= t.batch as u64 * channels * width * height {
+            return;
+        }
+        let (n, c, y, x) = if args.channels_last == 1 {
+            (
+                i / (height * width * channels),
+                i % channels,
+                i / (width * channels) % height,
+                i / channels % width,
+            )
+        } else {
+            (
+                i / (channels * height * width),
+                i / (height * width) % channels,
+                i / width % height,
+                i % width,
+            )
+        };
+        let (stride_h, stride_w) = (p.stride_h as u64, p.stride_w as u64);
+        let (oy, ox) = (y / stride_h, x / stride_w);
+        let inside = y % stride_h == 0 && x % stride_w == 0 && oy < p.out_h as u64 && ox < p.out_w as u64;
+        let value = if inside {
+            let (out_h, out_w) = (p.out_h as u64, p.out_w as u64);
+            let at = if args.channels_last == 1 {
+                ((n * out_h + oy) * out_w + ox) * channels + c
+            } else {
+                ((n * channels + c) * out_h + oy) * out_w + ox
+            };
+            // SAFETY: (n, c, oy, ox) is an element of dy.
+            unsafe { *args.dy.as_ptr().add(at as usize) }
+        } else {
+            0.0
+        };
+        // SAFETY: i is an element of up.
+        unsafe { *args.up.as_mut_ptr().add(i as usize) = value };
+    }
 }
 
 #[cfg(test)]
@@ -192,8 +293,13 @@ mod tests {
         assert_eq!(t.output_shape(), [2, 6, 9, 11]);
         assert_eq!((t.in_channels, t.out_channels, t.groups), (4, 6, 2));
         assert_eq!((t.pad_h, t.pad_w, t.dilation_h), (3, 1, 2));
-        // Strided, or padded past the window: no forward problem.
-        assert_eq!(problem([2, 1], [1, 0], [1, 1]).input_grad_as_forward(), None);
+        // Strided: over dy upsampled to the stride-1 output extent, x's coming out.
+        let strided = problem([2, 3], [1, 0], [1, 1]);
+        let u = strided.input_grad_as_forward().unwrap();
+        assert_eq!(u.input_shape(), [2, 4, 9, 10]);
+        assert!(upsampled(&strided) && !upsampled(&p));
+        assert_eq!(u.output_shape(), [2, 6, 9, 11]);
+        // Padded past the window: no forward problem.
         assert_eq!(problem([1, 1], [1, 2], [1, 1]).input_grad_as_forward(), None);
         // The flip is a permutation, in both layouts, and an involution through the
         // transposed problem.

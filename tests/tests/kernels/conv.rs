@@ -565,7 +565,8 @@ fn every_conv_kernel_matches_the_reference_on_fixed_cases() {
             [TensorCore, Direct, TensorCoreGradScalar],
         ),
         // Channels last, a strided and dilated window over 12 channels (one partial
-        // chunk of 32): bulk tensor copies on Hopper.
+        // chunk of 32): bulk tensor copies on Hopper; the input gradient over dy
+        // upsampled by the stride.
         (
             case(
                 2,
@@ -580,7 +581,7 @@ fn every_conv_kernel_matches_the_reference_on_fixed_cases() {
                 },
                 true,
             ),
-            [TensorCoreBulkNarrow, Gemm, TensorCoreGrad],
+            [TensorCoreBulkNarrow, TensorCoreBulkNarrow, TensorCoreGrad],
         ),
         // Depthwise, four output channels per input channel (dy read 16 bytes at a time
         // by the input gradient), strided, padded and dilated unevenly, channels last,
