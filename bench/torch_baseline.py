@@ -70,6 +70,7 @@ def scans(reps):
 
 
 def matvecs(reps):
+    torch.backends.cuda.matmul.allow_tf32 = False
     results = {}
     for key, (m, k), transpose in (
         ("matvec", (2048, 1 << 20), False),
@@ -81,6 +82,19 @@ def matvecs(reps):
         op = (lambda: torch.matmul(a.t(), x)) if transpose else (lambda: torch.matmul(a, x))
         name = "A^T x" if transpose else "A x"
         results[key] = {"ms": median_ms(op, reps), "op": f"torch.matmul, {name}, A {m}x{k} f32"}
+        del a, x
+    for key, (m, k), vectors in (
+        ("matvec_x8", (2048, 1 << 20), 8),
+        ("matvec_x2", (2048, 1 << 20), 2),
+        ("matvec_x16", (2048, 1 << 20), 16),
+        ("matvec_x8_tall", (1 << 20, 2048), 8),
+    ):
+        a = torch.rand(m, k, device="cuda") * 2 - 1
+        x = torch.rand(k, vectors, device="cuda") * 2 - 1
+        results[key] = {
+            "ms": median_ms(lambda: torch.matmul(a, x), reps),
+            "op": f"torch.matmul, A X, A {m}x{k} f32, X {vectors} columns",
+        }
         del a, x
     return results
 

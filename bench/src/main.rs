@@ -338,12 +338,53 @@ fn gemv_row(gpu: &Gpu, reps: usize, key: &str, shape: [usize; 2], op: host::Op) 
     })
 }
 
-/// The matvec workloads: the headline A x, A^T x with A (2^20, 2048), and M = 16.
+/// One row of `A X` with `vectors` columns of X, checked at every 64th row of A
+/// against the f64 reference.
+fn vectors_row(gpu: &Gpu, reps: usize, key: &str, shape: [usize; 2], vectors: usize) -> Result<Row> {
+    use ndarray::{Ix2, s};
+    let host_a = random_f32(&shape, 6).into_dimensionality::<Ix2>()?;
+    let host_x = random_f32(&[shape[1], vectors], 7).into_dimensionality::<Ix2>()?;
+    let (a, x) = (gpu.upload(&host_a)?, gpu.upload(&host_x)?);
+    let mut y = gpu.alloc::<f32>(&[shape[0], vectors])?;
+    gpu.poison(&mut y)?;
+    gpu.gemv(1.0, host::Op::N, &a, &x, 0.0, &mut y)?;
+    let got = gpu.download(&y)?.into_dimensionality::<Ix2>()?;
+    let sampled = host_a.slice(s![..;64, ..]);
+    let (want, scale) = host::reference::matvec::gemv_vectors(1.0, sampled, host_x.view(), 0.0, None)?;
+    let bad = got
+        .slice(s![..;64, ..])
+        .iter()
+        .zip(want.iter().zip(&scale))
+        .filter(|&(&g, (&w, &s))| {
+            let err = (g as f64 - w).abs();
+            err.is_nan() || err > (shape[1] as f64 + 2.0) * f32::EPSILON as f64 * s
+        })
+        .count();
+    if bad > 0 {
+        return Err(format!("{key}: {bad} outputs outside the error bound").into());
+    }
+    drop((host_a, host_x, got));
+    let times = time(gpu, reps, |g| g.gemv(1.0, host::Op::N, &a, &x, 0.0, &mut y))?;
+    Ok(Row {
+        key: key.into(),
+        what: format!("A X, A {}x{} f32, X {vectors} columns", shape[0], shape[1]),
+        times_ms: times,
+        bytes: (a.bytes() + x.bytes() + y.bytes()) as f64,
+        flops: 0.0,
+    })
+}
+
+/// The matvec workloads: the headline A x, A^T x with A (2^20, 2048), and M = 16; A X
+/// with 8 columns on the headline A, and with 2 and 16 columns, and on a tall A.
 fn matvec_rows(gpu: &Gpu, reps: usize) -> Result<Vec<Row>> {
     Ok(vec![
         gemv_row(gpu, reps, "matvec", [2048, 1 << 20], host::Op::N)?,
         gemv_row(gpu, reps, "matvec_t", [1 << 20, 2048], host::Op::T)?,
         gemv_row(gpu, reps, "matvec16", [16, 1 << 24], host::Op::N)?,
+        vectors_row(gpu, reps, "matvec_x8", [2048, 1 << 20], 8)?,
+        vectors_row(gpu, reps, "matvec_x2", [2048, 1 << 20], 2)?,
+        vectors_row(gpu, reps, "matvec_x16", [2048, 1 << 20], 16)?,
+        vectors_row(gpu, reps, "matvec_x8_tall", [1 << 20, 2048], 8)?,
     ])
 }
 

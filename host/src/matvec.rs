@@ -3,8 +3,10 @@
 //!
 //! A is a row-major `[m, k]` [`DeviceArray`]; a strided or transposed `ndarray` view
 //! passed to [`Gpu::matvec_of`] is copied to row-major on upload, so it is never read
-//! wrongly. x is `[n]` or `[n, 1]`, and y takes the same form.
+//! wrongly. x is `[n]` or `[n, 1]`, and y takes the same form; `A X` also takes up to 16
+//! vectors at once, X `[k, v]` giving y `[m, v]`, for one pass over A.
 
+use gpu_kernels::matvec::vectors::MAX_VECTORS;
 use gpu_kernels::matvec::{self as kernel, GemvOperands, GemvPlan, GemvProblem, GemvType};
 use ndarray::{ArrayBase, ArrayD, Data, Dimension};
 
@@ -37,8 +39,10 @@ impl GemvElement for f64 {
     const ONE: Self = 1.0;
 }
 
-/// Validates `op(A) x` for the shapes of A and x; returns the problem and y's shape
-/// (`[n]` or `[n, 1]`, following x).
+/// Validates `op(A) x` for the shapes of A and x; returns the problem and y's shape.
+/// x is a vector `[n]` or `[n, 1]`, or with `Op::N` the `vectors` columns of X `[n,
+/// vectors]` (up to [`MAX_VECTORS`]); y takes the same form: `[m]`, `[m, 1]` or `[m,
+/// vectors]`.
 pub fn gemv_problem(a_shape: &[usize], x_shape: &[usize], op: Op) -> Result<(GemvProblem, Vec<usize>)> {
     let &[rows, cols] = a_shape else {
         return Err(Error::WrongRank {
@@ -48,16 +52,27 @@ pub fn gemv_problem(a_shape: &[usize], x_shape: &[usize], op: Op) -> Result<(Gem
         });
     };
     let (inner, outer) = if op == Op::N { (cols, rows) } else { (rows, cols) };
-    let column = x_shape.len() == 2;
-    if !matches!(x_shape, [_] | [_, 1]) {
-        return Err(Error::WrongRank {
-            what: "the vector",
-            expected: "shape [n] or [n, 1]",
-            shape: x_shape.to_vec(),
-        });
-    }
+    let vectors = match *x_shape {
+        [_] => 1,
+        [_, 1] => 1,
+        [_, v] if op == Op::N && v as u64 <= MAX_VECTORS => v,
+        _ => {
+            return Err(Error::WrongRank {
+                what: "the vector",
+                expected: if op == Op::N {
+                    "shape [n], [n, 1], or [n, v] (v vectors, at most 16)"
+                } else {
+                    "shape [n] or [n, 1] (A^T takes one vector)"
+                },
+                shape: x_shape.to_vec(),
+            });
+        }
+    };
+    let mut y_shape = x_shape.to_vec();
+    y_shape[0] = outer;
     if x_shape[0] != inner {
-        let expected = if column { vec![inner, 1] } else { vec![inner] };
+        let mut expected = x_shape.to_vec();
+        expected[0] = inner;
         return Err(Error::ShapeMismatch {
             what: "the vector (against the matrix)",
             expected,
@@ -67,13 +82,15 @@ pub fn gemv_problem(a_shape: &[usize], x_shape: &[usize], op: Op) -> Result<(Gem
     let problem = GemvProblem {
         rows: rows as u64,
         cols: cols as u64,
+        vectors: vectors as u64,
         transpose: op == Op::T,
     };
-    Ok((problem, if column { vec![outer, 1] } else { vec![outer] }))
+    Ok((problem, y_shape))
 }
 
 impl Gpu {
-    /// `A x` for A `[m, k]` and x `[k]` or `[k, 1]`; y is `[m]` or `[m, 1]`.
+    /// `A x` for A `[m, k]` and x `[k]` or `[k, 1]`; y is `[m]` or `[m, 1]`. With X `[k,
+    /// v]` (v up to 16 vectors), `A X`, y `[m, v]`, reading A once.
     pub fn matvec<T: GemvElement>(&self, a: &DeviceArray<T>, x: &DeviceArray<T>) -> Result<DeviceArray<T>> {
         self.product(Op::N, a, x)
     }
@@ -125,7 +142,8 @@ impl Gpu {
     }
 
     /// `y = alpha * op(A) x + beta * y`. With `beta == 0`, y's contents are not read.
-    /// y may be `[n]` or `[n, 1]` whatever the form of x.
+    /// For one vector y may be `[n]` or `[n, 1]` whatever the form of x; for X `[k, v]`,
+    /// y is `[m, v]`.
     pub fn gemv<T: GemvElement>(
         &self,
         alpha: T,
@@ -137,7 +155,12 @@ impl Gpu {
     ) -> Result<()> {
         let (problem, shape) = gemv_problem(a.shape(), x.shape(), op)?;
         let outputs = problem.outputs();
-        if y.shape() != [outputs as usize] && y.shape() != [outputs as usize, 1] {
+        let fits = if problem.vectors == 1 {
+            matches!(y.shape(), &[n] | &[n, 1] if n == outputs as usize)
+        } else {
+            y.shape() == shape
+        };
+        if !fits {
             return Err(Error::ShapeMismatch {
                 what: "gemv output y",
                 expected: shape,
@@ -163,6 +186,7 @@ impl Gpu {
         match plan {
             GemvPlan::Rows(rows) => self.launch(&rows.launch(&operands, partials))?,
             GemvPlan::Columns(columns) => self.launch(&columns.launch(&operands, partials))?,
+            GemvPlan::Vectors(vectors) => self.launch(&vectors.launch(&operands, partials))?,
         }
         if let Some(combine) = plan.combine(&operands, partials) {
             self.launch(&combine)?;

@@ -71,7 +71,7 @@ pub(super) mod kernel {
         }
     }
 
-    /// `y = alpha * A^T x + beta * y`, or the `[col][split]` partials of `A^T x`.
+    /// `y = alpha * A^T x + beta * y`, or the `[split][col]` partials of `A^T x`.
     /// Block (x, y) = (column tile, part of the rows).
     ///
     /// # Safety
@@ -168,7 +168,7 @@ pub(super) mod kernel {
                     if split == 1 {
                         finish(sum, alpha, beta, y.add(column as usize));
                     } else {
-                        *out.add((column * split + part) as usize) = sum;
+                        *out.add((part * cols + column) as usize) = sum;
                     }
                 }
             }

@@ -5,8 +5,8 @@ use super::{BLOCK_THREADS, GemvOperands};
 use crate::launch::{DevicePtr, DevicePtrMut, Kernel, Launch, LaunchGeometry, kernel_args};
 
 kernel_args! {
-    /// The combine kernel's arguments: `y[i] = alpha * (partials[i * split] + ...) +
-    /// beta * y[i]` for `outputs` elements.
+    /// The combine kernel's arguments: `y[i] = alpha * (partials[i] +
+    /// partials[outputs + i] + ...) + beta * y[i]` for `outputs` elements.
     pub struct CombineArgs<T> {
         pub partials: DevicePtr<T>,
         pub y: DevicePtrMut<T>,
@@ -54,7 +54,8 @@ mod kernel {
     use crate::device::{block_dim_x, block_idx_x, thread_idx_x};
     use crate::matvec::value::{GemvValue, finish};
 
-    /// `y[i] = alpha * (partials[i * split] + ... ) + beta * y[i]`, one thread per output.
+    /// `y[i] = alpha * (partials[i] + partials[outputs + i] + ...) + beta * y[i]`, one
+    /// thread per output: the partials are `[split][output]`, so the reads coalesce.
     ///
     /// # Safety
     /// `partials` holds `outputs * split` values, `y` `outputs`.
@@ -72,8 +73,8 @@ mod kernel {
         if i < outputs {
             let mut sum = T::ZERO;
             for s in 0..split {
-                // SAFETY: i * split + s < outputs * split.
-                sum = sum + unsafe { *partials.add((i * split + s) as usize) };
+                // SAFETY: s * outputs + i < split * outputs.
+                sum = sum + unsafe { *partials.add((s * outputs + i) as usize) };
             }
             // SAFETY: i < outputs.
             unsafe { finish(sum, alpha, beta, y.add(i as usize)) };

@@ -10,9 +10,11 @@
 //!   then a shuffle reduction inside the group;
 //! - [`columns`] (`y = A^T x`): blocks of `TX` lanes along `cols` (16 bytes of columns
 //!   each) by `TY` slices of rows, summed through shared memory, rows split over
-//!   `split` blocks when the columns cannot fill the GPU.
+//!   `split` blocks when the columns cannot fill the GPU;
+//! - [`vectors`] (`Y = A X`, X with 2 to 16 columns): A read once, each block holding
+//!   a chunk of X in shared memory for many rows, `split` = the chunks of columns.
 //!
-//! With `split > 1` the first pass writes `[output][split]` partials and [`combine`]
+//! With `split > 1` the first pass writes `[split][output]` partials and [`combine`]
 //! adds them in order and applies alpha and beta; otherwise the first pass does. With
 //! `beta == 0`, y is not read (it may hold anything, NaN included).
 
@@ -21,6 +23,7 @@ pub mod combine;
 pub mod rows;
 #[cfg(target_arch = "nvptx64")]
 mod value;
+pub mod vectors;
 
 use crate::launch::{
     DeviceLimits, DevicePtr, DevicePtrMut, EntryPoint, Kernel, Launch, ScratchLayout, THREADS_PER_SM,
@@ -29,18 +32,21 @@ use crate::launch::{
 use columns::{COLUMNS_TX, ColumnsPlan};
 use combine::{CombineArgs, CombineKernel};
 use rows::{MIN_SPLIT_CHUNK, ROWS_ITEMS_PER_SM, ROWS_PER_ITEM, ROWS_UNROLL, RowsPlan};
+use vectors::{VectorsKernels, VectorsPlan};
 
 /// Threads per block of every matvec kernel.
 pub const BLOCK_THREADS: u32 = 256;
 
 const _: () = assert!(BLOCK_THREADS.is_multiple_of(32));
 
-/// A as `[rows, cols]`.
+/// A as `[rows, cols]`, times `vectors` vectors (the columns of X).
 #[repr(C)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct GemvProblem {
     pub rows: u64,
     pub cols: u64,
+    /// Columns of X and of y: 1, or up to `vectors::MAX_VECTORS` without the transpose.
+    pub vectors: u64,
     /// Whether y = A^T x (else y = A x).
     pub transpose: bool,
 }
@@ -48,13 +54,13 @@ pub struct GemvProblem {
 impl GemvProblem {
     /// Elements of y.
     pub const fn outputs(&self) -> u64 {
-        if self.transpose { self.cols } else { self.rows }
+        (if self.transpose { self.cols } else { self.rows }) * self.vectors
     }
 }
 
 /// An element type of the matrix-vector products: every matvec entry point exists for
 /// it.
-pub trait GemvType: FirstPassKernels + CombineKernel + Copy {}
+pub trait GemvType: FirstPassKernels + VectorsKernels + CombineKernel + Copy {}
 
 /// The first-pass kernels of one element type: rows (`A x`) and columns (`A^T x`).
 pub trait FirstPassKernels: Sized {
@@ -66,7 +72,11 @@ impl GemvType for f32 {}
 impl GemvType for f64 {}
 
 /// Every matvec entry point.
-pub const ENTRY_POINTS: &[&[EntryPoint]] = &[FIRST_PASS_ENTRY_POINTS, combine::ENTRY_POINTS];
+pub const ENTRY_POINTS: &[&[EntryPoint]] = &[
+    FIRST_PASS_ENTRY_POINTS,
+    vectors::ENTRY_POINTS,
+    combine::ENTRY_POINTS,
+];
 
 kernel_args! {
     /// The first pass's arguments, for either kernel: `y = alpha * op(A) x + beta * y`,
@@ -136,6 +146,7 @@ impl<T: Copy> GemvOperands<T> {
 pub enum GemvPlan {
     Rows(RowsPlan),
     Columns(ColumnsPlan),
+    Vectors(VectorsPlan),
 }
 
 impl GemvPlan {
@@ -144,10 +155,11 @@ impl GemvPlan {
         match self {
             GemvPlan::Rows(p) => p.split,
             GemvPlan::Columns(p) => p.split,
+            GemvPlan::Vectors(p) => p.chunks,
         }
     }
 
-    /// The scratch memory of the partials, `[output][split]`; none without a split.
+    /// The scratch memory of the partials, `[split][output]`; none without a split.
     pub const fn scratch(&self, problem: &GemvProblem, element_bytes: usize) -> ScratchLayout {
         let bytes = if self.split() > 1 {
             problem.outputs() * self.split() * element_bytes as u64
@@ -182,7 +194,14 @@ pub fn plan(problem: &GemvProblem, element_bytes: usize, device: &DeviceLimits) 
     let per_vector = (16 / element_bytes) as u64;
     let vector = problem.cols.is_multiple_of(per_vector);
     let sms = device.multiprocessors as u64;
-    if !problem.transpose {
+    if problem.vectors > 1 {
+        GemvPlan::Vectors(VectorsPlan::new(
+            problem,
+            element_bytes,
+            vector,
+            device.multiprocessors,
+        ))
+    } else if !problem.transpose {
         let vectors = problem.cols.div_ceil(per_vector * ROWS_UNROLL as u64);
         let group_lanes = vectors.next_power_of_two().clamp(1, 32) as u32;
         let groups = problem.rows.div_ceil(ROWS_PER_ITEM as u64);

@@ -60,7 +60,7 @@ pub(super) mod kernel {
         }
     }
 
-    /// `y = alpha * A x + beta * y`, or the `[row][split]` partials of `A x`. Each item
+    /// `y = alpha * A x + beta * y`, or the `[split][row]` partials of `A x`. Each item
     /// covers `ROWS_PER_ITEM` rows over one chunk of columns, so each piece of x is
     /// loaded once for that many rows.
     ///
@@ -179,7 +179,7 @@ pub(super) mod kernel {
                     if split == 1 {
                         finish(sum, alpha, beta, y.add(row as usize));
                     } else {
-                        *out.add((row * split + part) as usize) = sum;
+                        *out.add((part * problem.rows + row) as usize) = sum;
                     }
                 }
             }

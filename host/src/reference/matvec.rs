@@ -1,6 +1,6 @@
 //! `alpha * op(A) x + beta * y` on the CPU, accumulated in f64.
 
-use ndarray::{Array1, ArrayView1, ArrayView2, Axis, Zip};
+use ndarray::{Array1, Array2, ArrayView1, ArrayView2, Axis, Zip};
 use rayon::prelude::*;
 
 use crate::error::Result;
@@ -68,6 +68,26 @@ pub fn gemv<T: GemvElement>(
     Ok((out, scale))
 }
 
+/// `alpha * A X + beta * Y` in f64 for X `[k, v]`, a column at a time by [`gemv`], and
+/// beside it the scale of its rounding error.
+pub fn gemv_vectors<T: GemvElement>(
+    alpha: f64,
+    a: ArrayView2<T>,
+    x: ArrayView2<T>,
+    beta: f64,
+    y: Option<ArrayView2<T>>,
+) -> Result<(Array2<f64>, Array2<f64>)> {
+    gemv_problem(a.shape(), x.shape(), Op::N)?;
+    let mut out = Array2::zeros((a.nrows(), x.ncols()));
+    let mut scale = out.clone();
+    for (j, column) in x.axis_iter(Axis(1)).enumerate() {
+        let (o, s) = gemv(alpha, Op::N, a, column, beta, y.as_ref().map(|y| y.column(j)))?;
+        out.column_mut(j).assign(&o);
+        scale.column_mut(j).assign(&s);
+    }
+    Ok((out, scale))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -90,5 +110,14 @@ mod tests {
         .unwrap();
         assert_eq!(y, array![15.0, 24.0, 33.0]);
         assert_eq!(scale, array![15.0, 24.0, 33.0]);
+    }
+
+    #[test]
+    fn several_vectors_are_columns() {
+        let a = array![[1.0f64, 2.0, 3.0], [4.0, 5.0, 6.0]];
+        let x = array![[1.0, 0.0], [0.0, 1.0], [-1.0, 2.0]];
+        let y0 = array![[1.0, 1.0], [1.0, 1.0]];
+        let (y, _) = gemv_vectors(2.0, a.view(), x.view(), 1.0, Some(y0.view())).unwrap();
+        assert_eq!(y, array![[-3.0, 17.0], [-3.0, 35.0]]);
     }
 }

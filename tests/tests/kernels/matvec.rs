@@ -4,10 +4,12 @@
 //! A and x are small integers times 2^-1, so every partial sum is exact whatever the
 //! order of the additions: each element must equal the reference exactly, and two runs
 //! must be bit-identical. A fixed case per kernel path checks that the plan takes it.
+//! `A X` with X of 2 to 16 columns is checked the same way, column by column against
+//! the reference.
 
 use host::plans::GemvPlan;
 use host::{Error, GemvElement, Gpu, Op, reference};
-use ndarray::{Array1, Array2, ArrayD, IxDyn};
+use ndarray::{Array1, Array2, ArrayD, Ix2, IxDyn};
 use proptest::prelude::*;
 use proptest::sample::select;
 use tests::{gpu_or_skip, random_words, runner};
@@ -180,10 +182,15 @@ fn mismatched_gemv_shapes_are_errors() {
         gemv_problem(&[3, 4, 1], &[4], Op::N),
         Err(Error::WrongRank { .. })
     ));
-    assert!(matches!(
-        gemv_problem(&[3, 4], &[4, 2], Op::N),
-        Err(Error::WrongRank { .. })
-    ));
+    assert_eq!(gemv_problem(&[3, 4], &[4, 2], Op::N).unwrap().1, vec![3, 2]);
+    assert_eq!(gemv_problem(&[3, 4], &[4, 16], Op::N).unwrap().1, vec![3, 16]);
+    // More vectors than the kernels take, several vectors with A^T, or a rank-3 X.
+    for (x, op) in [(&[4, 17][..], Op::N), (&[3, 2], Op::T), (&[4, 2, 1], Op::N)] {
+        let err = gemv_problem(&[3, 4], x, op).unwrap_err();
+        assert!(matches!(err, Error::WrongRank { .. }), "{x:?} {op:?}: {err}");
+    }
+    let err = gemv_problem(&[3, 4], &[5, 3], Op::N).unwrap_err();
+    assert!(err.to_string().contains("[4, 3]"), "{err}");
     assert_eq!(gemv_problem(&[3, 4], &[4, 1], Op::N).unwrap().1, vec![3, 1]);
     assert_eq!(gemv_problem(&[0, 4], &[4], Op::N).unwrap().1, vec![0]);
     let Some(gpu) = gpu_or_skip("mismatched_gemv_shapes_are_errors (GPU part)") else {
@@ -197,6 +204,13 @@ fn mismatched_gemv_shapes_are_errors() {
         Err(Error::ShapeMismatch { .. })
     ));
     assert!(matches!(gpu.matvec_t(&a, &x), Err(Error::ShapeMismatch { .. })));
+    // Y of several vectors must be [m, v] exactly.
+    let xs = gpu.alloc::<f64>(&[4, 3]).unwrap();
+    let mut y = gpu.alloc::<f64>(&[3, 2]).unwrap();
+    assert!(matches!(
+        gpu.gemv(1.0, Op::N, &a, &xs, 0.0, &mut y),
+        Err(Error::ShapeMismatch { .. })
+    ));
 }
 
 /// One case per kernel path, each checked to take it: the rows kernel (`A x`) with and
@@ -264,4 +278,149 @@ fn every_gemv_kernel_path_matches_the_reference() {
         };
         check::<f32>(&gpu, case).unwrap();
     }
+}
+
+#[derive(Debug, Clone)]
+struct VectorsCase {
+    rows: usize,
+    cols: usize,
+    vectors: usize,
+    alpha: f64,
+    beta: f64,
+    seed: u64,
+}
+
+fn vectors_case() -> impl Strategy<Value = VectorsCase> {
+    let shape = prop_oneof![
+        4 => (extent(), extent()),
+        1 => (1..8usize, 20_000..120_000usize),
+        1 => (20_000..120_000usize, 1..8usize),
+    ]
+    .prop_filter("at most 256k elements", |(r, c)| r * c <= 1 << 18);
+    (
+        shape,
+        2..=16usize,
+        select(vec![1.0, -0.5, 2.0]),
+        select(vec![0.0, 1.0, -3.0]),
+        any::<u64>(),
+    )
+        .prop_map(|((rows, cols), vectors, alpha, beta, seed)| VectorsCase {
+            rows,
+            cols,
+            vectors,
+            alpha,
+            beta,
+            seed,
+        })
+}
+
+/// `alpha * A X + beta * Y` against the reference, exactly, and two runs bit-identical.
+fn check_vectors<T: TestValue>(gpu: &Gpu, c: &VectorsCase) -> Result<(), TestCaseError> {
+    let a = Array2::from_shape_vec((c.rows, c.cols), values::<T>(c.rows * c.cols, c.seed)).unwrap();
+    let x = Array2::from_shape_vec((c.cols, c.vectors), values::<T>(c.cols * c.vectors, c.seed ^ 1)).unwrap();
+    let y0 =
+        Array2::from_shape_vec((c.rows, c.vectors), values::<T>(c.rows * c.vectors, c.seed ^ 2)).unwrap();
+    let (want, _) =
+        reference::matvec::gemv_vectors(c.alpha, a.view(), x.view(), c.beta, Some(y0.view())).unwrap();
+    let (da, dx) = (gpu.upload(&a).unwrap(), gpu.upload(&x).unwrap());
+    let run = || {
+        let mut dy = gpu.upload(&y0).unwrap();
+        if c.beta == 0.0 {
+            gpu.poison(&mut dy).unwrap(); // NaN: must not leak into Y
+        }
+        gpu.gemv(
+            T::from_f64(c.alpha),
+            Op::N,
+            &da,
+            &dx,
+            T::from_f64(c.beta),
+            &mut dy,
+        )
+        .unwrap();
+        gpu.download(&dy).unwrap().into_dimensionality::<Ix2>().unwrap()
+    };
+    let (first, second) = (run(), run());
+    let bits = |v: &Array2<T>| v.iter().map(|&e| e.into().to_bits()).collect::<Vec<_>>();
+    prop_assert!(bits(&first) == bits(&second), "two runs differ: {:?}", c);
+    for ((i, j), &got) in first.indexed_iter() {
+        let w = want[[i, j]];
+        prop_assert!(got.into() == w, "{c:?}: y[{i}, {j}] = {}, want {w}", got.into());
+    }
+    Ok(())
+}
+
+#[test]
+fn several_vectors_f32_match_the_reference_and_are_deterministic() {
+    let Some(gpu) = gpu_or_skip("several_vectors_f32_match_the_reference_and_are_deterministic") else {
+        return;
+    };
+    runner()
+        .run(&vectors_case(), |c| check_vectors::<f32>(&gpu, &c))
+        .unwrap();
+}
+
+#[test]
+fn several_vectors_f64_match_the_reference_and_are_deterministic() {
+    let Some(gpu) = gpu_or_skip("several_vectors_f64_match_the_reference_and_are_deterministic") else {
+        return;
+    };
+    runner()
+        .run(&vectors_case(), |c| check_vectors::<f64>(&gpu, &c))
+        .unwrap();
+}
+
+/// Each padded vector count (2, 4, 8, 16) in f32 and f64, with one chunk of columns
+/// (Y written directly) and with several (partials added by the combine pass), with
+/// 128-bit and with scalar loads, each checked to take that path; and `matvec` itself
+/// on X of several columns.
+#[test]
+fn every_several_vectors_path_matches_the_reference() {
+    let Some(gpu) = gpu_or_skip("every_several_vectors_path_matches_the_reference") else {
+        return;
+    };
+    for vectors in [2, 3, 4, 5, 8, 9, 16] {
+        for (rows, cols, chunks_above_one, vector) in [
+            (300, 96, false, true),
+            (77, 9001, true, false),
+            (40, 40_000, true, true),
+        ] {
+            let case = VectorsCase {
+                rows,
+                cols,
+                vectors,
+                alpha: -0.5,
+                beta: 1.0,
+                seed: (rows * cols + vectors) as u64,
+            };
+            for bytes in [4, 8] {
+                let plan = if bytes == 4 {
+                    gpu.gemv_plan::<f32>(&[rows, cols], &[cols, vectors], Op::N)
+                } else {
+                    gpu.gemv_plan::<f64>(&[rows, cols], &[cols, vectors], Op::N)
+                }
+                .unwrap();
+                let k = vectors.next_power_of_two() as u64;
+                assert!(
+                    matches!(plan, Some(GemvPlan::Vectors(p))
+                        if p.k == k && (p.chunks > 1) == chunks_above_one && p.vector == vector),
+                    "{case:?} ({bytes}-byte): {plan:?}"
+                );
+                if bytes == 4 {
+                    check_vectors::<f32>(&gpu, &case).unwrap();
+                } else {
+                    check_vectors::<f64>(&gpu, &case).unwrap();
+                }
+            }
+        }
+    }
+    let a = Array2::from_shape_fn((5, 7), |(i, j)| (i * 7 + j) as f32);
+    let x = Array2::from_shape_fn((7, 3), |(i, j)| i as f32 - j as f32);
+    let y = gpu
+        .download(
+            &gpu.matvec(&gpu.upload(&a).unwrap(), &gpu.upload(&x).unwrap())
+                .unwrap(),
+        )
+        .unwrap();
+    assert_eq!(y.shape(), &[5, 3]);
+    assert_eq!(y.into_dimensionality::<Ix2>().unwrap(), a.dot(&x));
 }
