@@ -1,8 +1,16 @@
 //! Decoupled look-back (Merrill and Garland, as in CUB's single-pass scan): each tile
 //! publishes its aggregate as soon as it has it, then walks back over its predecessors,
-//! summing aggregates until it meets a published inclusive prefix; it then publishes
-//! its own inclusive prefix. Tiles take their ids in launch order from a counter, so a
-//! tile only ever waits for tiles that are already running.
+//! summing aggregates until it meets a published inclusive prefix. Tiles take their ids
+//! in launch order from a counter, so a tile only ever waits for tiles that are already
+//! running.
+//!
+//! The sums are deterministic: only *anchors* (every `span`-th tile of a chain) and the
+//! tiles that start a chain publish inclusive prefixes, and a tile's look-back stops at
+//! the nearest of them, waiting for the anchor's inclusive prefix if the anchor has only
+//! its aggregate out. Where a look-back stops, and so the order of every addition,
+//! follows from the tile's index alone, not from which predecessors happen to be done:
+//! floating-point scans give the same bits on every run. The anchors' inclusive
+//! prefixes chain one span at a time, which keeps ahead of the tiles.
 //!
 //! Status layouts:
 //! - one value per tile, chained through [`TileChain`] (one thread publishes, one warp
@@ -31,6 +39,26 @@ use super::ScanOp;
 pub const AGGREGATE: u32 = 1;
 /// Flag: the tile's inclusive prefix is published.
 pub const INCLUSIVE: u32 = 2;
+
+/// Tiles between anchors of a chain of column tiles ([`TileStatus::chain_columns`]);
+/// warp 0 waits for that many predecessors at most, one per lane.
+pub const COLUMN_ANCHOR: u64 = 16;
+/// Predecessors' values a column look-back loads at once.
+const COLUMN_LOADS: u64 = 4;
+
+/// Whether the tile at `position` in its chain is an anchor: the last of every `span`.
+pub const fn is_anchor(position: u64, span: u64) -> bool {
+    (position + 1).is_multiple_of(span)
+}
+
+/// The position of the last anchor before `position`, or 0 (the chain's start).
+const fn last_anchor(position: u64, span: u64) -> u64 {
+    if position >= span {
+        position / span * span - 1
+    } else {
+        0
+    }
+}
 
 /// The status of every tile of a launch, in global memory.
 pub struct TileStatus<T> {
@@ -98,64 +126,75 @@ impl<T: ScanOp + Coherent> TileStatus<T> {
     }
 
     /// Each thread's combined values of the tiles at `tile - step`, `tile - 2 * step`,
-    /// ... back to the nearest one with a published inclusive prefix. Thread 0 waits for
-    /// each predecessor's flag and shares it through `shared_flag`; every thread then
-    /// reads its own value. Two barriers per step.
+    /// ... back to the chain's last anchor (its position a multiple of `COLUMN_ANCHOR`,
+    /// less one) or its start, whichever is nearer: lanes of warp 0 wait for one
+    /// predecessor's flag each (the stop's inclusive prefix), then every thread reads its
+    /// values of them all at once and adds them from the stop on.
     ///
     /// # Safety
-    /// Every thread of the block calls it; some predecessor at a multiple of `step`
-    /// publishes an inclusive prefix without waiting on this tile; `shared_flag` is a
-    /// shared `u32` no other code uses meanwhile.
+    /// Every thread of the block calls it; `tile >= step`; the chain starts at a tile
+    /// below `step` that publishes its inclusive prefix at once, and anchors publish
+    /// theirs after their own look-back.
     #[inline(always)]
-    unsafe fn look_back_block(&self, tile: u64, step: u64, shared_flag: *mut u32) -> T {
+    unsafe fn look_back_block(&self, tile: u64, step: u64) -> T {
         let lane = thread_idx_x();
-        let mut prefix = T::identity();
-        let mut predecessor = tile;
-        loop {
-            predecessor -= step;
-            // SAFETY: `predecessor` is a tile of this launch; the shared slot is ours.
-            let flag = unsafe {
-                if lane == 0 {
-                    let flag_ptr = self.flags.add(predecessor as usize);
-                    let mut flag = load_acquire_u32(flag_ptr);
-                    while flag == 0 {
-                        flag = load_acquire_u32(flag_ptr);
-                    }
-                    *shared_flag = flag;
+        let position = tile / step;
+        let distance = position - last_anchor(position, COLUMN_ANCHOR);
+        if (lane as u64) < distance {
+            let flag_ptr = self
+                .flags
+                .wrapping_add((tile - (lane as u64 + 1) * step) as usize);
+            let stop = lane as u64 + 1 == distance;
+            // SAFETY: the predecessor is a tile of this launch.
+            unsafe {
+                let mut flag = load_acquire_u32(flag_ptr);
+                while flag == 0 || (stop && flag != INCLUSIVE) {
+                    flag = load_acquire_u32(flag_ptr);
                 }
-                sync_threads();
-                *shared_flag
-            };
-            fence_gpu();
-            if lane < self.width {
-                let source = if flag == INCLUSIVE {
-                    self.inclusives
-                } else {
-                    self.aggregates
-                };
-                // SAFETY: published before the flag that thread 0 acquired.
-                prefix = unsafe { T::load_relaxed(self.slot(source, predecessor, lane)) }.combine(prefix);
-            }
-            // SAFETY: all threads reach it; the shared flag is free again after it.
-            unsafe { sync_threads() };
-            if flag == INCLUSIVE {
-                return prefix;
             }
         }
+        // SAFETY: all threads reach it; the flags were acquired before it.
+        unsafe { sync_threads() };
+        fence_gpu();
+        let mut prefix = T::identity();
+        if lane < self.width {
+            // From the stop on, `COLUMN_LOADS` loads in flight at a time (all of them would
+            // take registers from the tile the thread holds).
+            for group in 0..COLUMN_ANCHOR / COLUMN_LOADS {
+                let values: [T; COLUMN_LOADS as usize] = core::array::from_fn(|i| {
+                    let d = COLUMN_ANCHOR - group * COLUMN_LOADS - i as u64;
+                    if d <= distance {
+                        let source = if d == distance {
+                            self.inclusives
+                        } else {
+                            self.aggregates
+                        };
+                        // SAFETY: published before the flag that warp 0 acquired.
+                        unsafe { T::load_relaxed(self.slot(source, tile - d * step, lane)) }
+                    } else {
+                        T::identity()
+                    }
+                });
+                for value in values {
+                    prefix = prefix.combine(value);
+                }
+            }
+        }
+        prefix
     }
 
     /// Chains a tile of columns (one value per thread) to the tiles `step`, `2 * step`,
     /// ... before it: publishes each column's `total` as the tile's aggregate, looks
-    /// back to the nearest inclusive prefix, publishes each column's inclusive prefix,
-    /// and returns each thread's prefix. Tiles below `step` start their chains: they
-    /// publish `total` as their inclusive prefix at once and return the identity.
+    /// back (deterministically, as [`Self::look_back_block`] says), and returns each
+    /// thread's prefix; an anchor then publishes each column's inclusive prefix. Tiles
+    /// below `step` start their chains: they publish `total` as their inclusive prefix
+    /// at once and return the identity.
     ///
     /// # Safety
     /// Every thread of the block calls it; `tile` is in range; every chain of a launch
-    /// starts at a tile below `step`, which never waits; `shared_flag` is a shared `u32`
-    /// no other code uses meanwhile.
+    /// starts at a tile below `step`, which never waits.
     #[inline(always)]
-    pub unsafe fn chain_columns(&self, tile: u64, step: u64, total: T, shared_flag: *mut u32) -> T {
+    pub unsafe fn chain_columns(&self, tile: u64, step: u64, total: T) -> T {
         // SAFETY: forwarded; a chain's first tile publishes without waiting.
         unsafe {
             if tile < step {
@@ -163,8 +202,10 @@ impl<T: ScanOp + Coherent> TileStatus<T> {
                 T::identity()
             } else {
                 self.publish_each(tile, total, AGGREGATE);
-                let prefix = self.look_back_block(tile, step, shared_flag);
-                self.publish_each(tile, prefix.combine(total), INCLUSIVE);
+                let prefix = self.look_back_block(tile, step);
+                if is_anchor(tile / step, COLUMN_ANCHOR) {
+                    self.publish_each(tile, prefix.combine(total), INCLUSIVE);
+                }
                 prefix
             }
         }
@@ -179,21 +220,22 @@ pub trait TileChain<T: ScanOp> {
     /// `tile` is in range.
     unsafe fn publish(&self, tile: u64, value: T, flag: u32);
 
-    /// The combined values of tiles `tile - 1`, `tile - 2`, ... back to the nearest one
-    /// with a published inclusive prefix, read by one warp `32 * WINDOW` tiles at a
-    /// time. Every lane returns the result.
+    /// The combined values of tiles `tile - 1`, `tile - 2`, ... back to the nearest chain
+    /// start or anchor (one per `32 * WINDOW` tiles), read by one warp `32 * WINDOW`
+    /// tiles at a time. Every lane returns the result.
     ///
     /// # Safety
-    /// All 32 lanes of one warp call it; a predecessor of `tile` publishes an inclusive
-    /// prefix without waiting on `tile`, and tile 0 publishes one.
+    /// All 32 lanes of one warp call it; tile 0 starts a chain, chain starts publish
+    /// their inclusive prefix without waiting, and anchors theirs after their own
+    /// look-back.
     unsafe fn look_back<const WINDOW: usize>(&self, tile: u64) -> T;
 
     /// The step of a tile whose prefix lies with its predecessors, for warp 0 of its
     /// block once the tile's `aggregate` is published: looks back for the prefix, writes
-    /// it to `shared_prefix` for the block, and publishes the tile's inclusive prefix
-    /// (the prefix, then the aggregate) unless `inclusive_published` (a tile that
-    /// holds the start of a new chain published it with its aggregate). The block
-    /// reads `shared_prefix` after its next barrier.
+    /// it to `shared_prefix` for the block, and if the tile is an anchor publishes its
+    /// inclusive prefix (the prefix, then the aggregate) unless `inclusive_published` (a
+    /// tile that holds the start of a new chain published it with its aggregate). The
+    /// block reads `shared_prefix` after its next barrier.
     ///
     /// # Safety
     /// Warp 0 entire calls it, as for [`Self::look_back`]; `shared_prefix` is shared
@@ -213,7 +255,7 @@ pub trait TileChain<T: ScanOp> {
             // tile's status.
             unsafe {
                 *shared_prefix = prefix;
-                if !inclusive_published {
+                if !inclusive_published && is_anchor(tile, (WINDOW as u32 * WARP_SIZE) as u64) {
                     self.publish(tile, prefix.combine(aggregate), INCLUSIVE);
                 }
             }
@@ -224,9 +266,11 @@ pub trait TileChain<T: ScanOp> {
 /// The look-back walk of both layouts. Lane `i` polls predecessors `i`, `i + 32`, ...
 /// of each window (all loads in flight at once) with `poll`, which returns a flag (0
 /// while nothing is published) and what was read; once every flag of the window is
-/// set, ballots find the nearest inclusive predecessor, `value` turns each slot up to
-/// it into its value, and a warp reduction sums them. A tile's look-back reaches back
-/// about as far as the tiles in flight, so a wide window keeps the steps few.
+/// set, and the window's anchor (every `32 * WINDOW`-th tile, so one per window) shows
+/// its inclusive prefix, ballots find the nearest inclusive predecessor, `value` turns
+/// each slot up to it into its value, and a warp reduction sums them in a fixed order.
+/// Only anchors and chain starts publish inclusive prefixes, so the walk stops in the
+/// first window, at a tile that its index alone decides.
 ///
 /// # Safety
 /// As [`TileChain::look_back`]; `poll` and `value` read only tiles below `tile`.
@@ -245,15 +289,18 @@ unsafe fn walk_back<T: ScanOp, W: Copy + Default, const WINDOW: usize>(
         // as published and are never the stop.
         let distance = |j: usize| lane + (j as u32 * WARP_SIZE) as u64;
         let exists: [bool; WINDOW] = core::array::from_fn(|j| window_end > distance(j));
+        let anchor: [bool; WINDOW] =
+            core::array::from_fn(|j| exists[j] && is_anchor(window_end - 1 - distance(j), span));
         let mut flags = exists.map(|e| if e { 0 } else { INCLUSIVE });
         let mut read = [W::default(); WINDOW];
+        let pending = |flags: &[u32; WINDOW], j: usize| flags[j] == 0 || (anchor[j] && flags[j] != INCLUSIVE);
         loop {
             for j in 0..WINDOW {
-                if flags[j] == 0 {
+                if pending(&flags, j) {
                     (flags[j], read[j]) = poll(window_end - 1 - distance(j));
                 }
             }
-            if ballot(flags.contains(&0)) == 0 {
+            if ballot((0..WINDOW).any(|j| pending(&flags, j))) == 0 {
                 break;
             }
         }

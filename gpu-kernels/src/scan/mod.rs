@@ -52,8 +52,8 @@ use strided::{StridedKernel, StridedPlan};
 pub const BLOCK_THREADS: u32 = 256;
 /// Warps per look-back block.
 pub const WARPS: usize = (BLOCK_THREADS / 32) as usize;
-/// Dynamic shared memory of the look-back kernels: the tile id, the look-back flag, the
-/// tile prefix and the warp totals of the block scan (head flag + value), with padding.
+/// Dynamic shared memory of the look-back kernels: the tile id, the tile prefix and the
+/// warp totals of the block scan (head flag + value), with padding.
 pub const SHARED_BYTES: u32 = 64 + (WARPS as u32) * 16;
 /// Predecessors each lane of a one-value-per-tile look-back examines per step (a
 /// window of 32 times as many tiles).

@@ -132,7 +132,7 @@ mod kernel {
         }
         // SAFETY: every thread calls it; the chain down the column block starts at chunk 0
         // (tiles below `column_blocks`), which never waits.
-        let prefix = unsafe { tiles.chain_columns(tile, column_blocks, total, shared.flag) };
+        let prefix = unsafe { tiles.chain_columns(tile, column_blocks, total) };
 
         let exclusive = options & EXCLUSIVE != 0;
         let mut running = prefix;

@@ -133,7 +133,6 @@ impl<T: ScanValue> ScanOp for HeadedSum<T> {
 /// Shared memory of one look-back block, carved in the order of `SHARED_BYTES`.
 pub struct Shared<T> {
     pub tile: *mut u32,
-    pub flag: *mut u32,
     pub prefix: *mut T,
     pub warp_totals: *mut HeadedSum<T>,
 }
@@ -148,7 +147,6 @@ impl<T: ScanValue> Shared<T> {
         unsafe {
             Shared {
                 tile: carver.take(1),
-                flag: carver.take(1),
                 prefix: carver.take(1),
                 warp_totals: carver.take(WARPS),
             }

@@ -432,3 +432,85 @@ fn cumsum_of_look_back_tiles() {
         ],
     );
 }
+
+/// Floats with full mantissas, so that the order of the additions shows in the bits.
+trait NoisyFloat: TestValue + Copy + PartialEq {
+    fn noisy(bits: u64) -> Self;
+    fn to_bits64(self) -> u64;
+}
+
+impl NoisyFloat for f32 {
+    fn noisy(bits: u64) -> Self {
+        (bits >> 40) as f32 / (1u64 << 23) as f32 - 1.0
+    }
+    fn to_bits64(self) -> u64 {
+        self.to_bits() as u64
+    }
+}
+
+impl NoisyFloat for f64 {
+    fn noisy(bits: u64) -> Self {
+        (bits >> 11) as f64 / (1u64 << 52) as f64 - 1.0
+    }
+    fn to_bits64(self) -> u64 {
+        self.to_bits()
+    }
+}
+
+/// Two scans into a new array and one in place, of data whose sums round, must give
+/// the same bits on every look-back path (`expected`), forward and reversed.
+fn check_deterministic<T: NoisyFloat>(
+    gpu: &Gpu,
+    shape: &[usize],
+    axis: usize,
+    expected: fn(&ScanPlan) -> bool,
+) {
+    assert_plan::<T>(gpu, shape, axis, expected);
+    let mut next = random_words(shape.iter().product::<usize>() as u64);
+    let x = ArrayD::from_shape_fn(IxDyn(shape), |_| T::noisy(next()));
+    let device_x = gpu.upload(&x).unwrap();
+    for reverse in [false, true] {
+        let bits = |a: &ArrayD<T>| a.iter().map(|v| v.to_bits64()).collect::<Vec<_>>();
+        let runs: Vec<Vec<u64>> = (0..2)
+            .map(|_| {
+                bits(
+                    &gpu.download(&gpu.cumsum(&device_x, axis, ScanKind::Inclusive, reverse).unwrap())
+                        .unwrap(),
+                )
+            })
+            .collect();
+        let mut in_place = gpu.upload(&x).unwrap();
+        gpu.cumsum_in_place(&mut in_place, axis, ScanKind::Inclusive, reverse)
+            .unwrap();
+        let in_place = bits(&gpu.download(&in_place).unwrap());
+        assert!(
+            runs[0] == runs[1],
+            "{shape:?} axis {axis} reverse {reverse}: two runs differ"
+        );
+        assert!(
+            runs[0] == in_place,
+            "{shape:?} axis {axis} reverse {reverse}: in place differs"
+        );
+    }
+}
+
+/// Float scans give the same bits on every run and in place or not, on every path that
+/// chains tiles by look-back: long rows (segments, past many anchors), rows laid end to
+/// end (contiguous, 128-bit and scalar), and few columns (strided, past many anchors).
+#[test]
+fn float_scans_are_deterministic() {
+    let Some(gpu) = gpu_or_skip("float_scans_are_deterministic") else {
+        return;
+    };
+    let segments = |p: &ScanPlan| matches!(p, ScanPlan::Segments(_));
+    let vector = |p: &ScanPlan| matches!(p, ScanPlan::Contiguous(c) if c.vector);
+    let scalar = |p: &ScanPlan| matches!(p, ScanPlan::Contiguous(c) if !c.vector);
+    let strided = |p: &ScanPlan| matches!(p, ScanPlan::Strided(_));
+    check_deterministic::<f32>(&gpu, &[2, 1 << 22], 1, segments);
+    check_deterministic::<f64>(&gpu, &[1, (1 << 22) + 7], 1, segments);
+    check_deterministic::<f32>(&gpu, &[64, 15001], 1, vector);
+    check_deterministic::<f32>(&gpu, &[63, 15001], 1, scalar);
+    check_deterministic::<f64>(&gpu, &[64, 8000], 1, vector);
+    check_deterministic::<f32>(&gpu, &[65536, 33], 0, strided);
+    check_deterministic::<f64>(&gpu, &[3, 20000, 100], 1, strided);
+}
