@@ -221,8 +221,8 @@ pub trait TileChain<T: ScanOp> {
     unsafe fn publish(&self, tile: u64, value: T, flag: u32);
 
     /// The combined values of tiles `tile - 1`, `tile - 2`, ... back to the nearest chain
-    /// start or anchor (one per `32 * WINDOW` tiles), read by one warp `32 * WINDOW`
-    /// tiles at a time. Every lane returns the result.
+    /// start or anchor (one per `32 * WINDOW` tiles, so within that many), read by one
+    /// warp. Every lane returns the result.
     ///
     /// # Safety
     /// All 32 lanes of one warp call it; tile 0 starts a chain, chain starts publish
@@ -264,13 +264,12 @@ pub trait TileChain<T: ScanOp> {
 }
 
 /// The look-back walk of both layouts. Lane `i` polls predecessors `i`, `i + 32`, ...
-/// of each window (all loads in flight at once) with `poll`, which returns a flag (0
-/// while nothing is published) and what was read; once every flag of the window is
-/// set, and the window's anchor (every `32 * WINDOW`-th tile, so one per window) shows
-/// its inclusive prefix, ballots find the nearest inclusive predecessor, `value` turns
+/// of the `32 * WINDOW` before `tile` (all loads in flight at once) with `poll`, which
+/// returns a flag (0 while nothing is published) and what was read. Once every flag is
+/// set and the window's anchor (every `32 * WINDOW`-th tile, so one per window) shows
+/// its inclusive prefix, ballots find the nearest inclusive predecessor: that anchor or
+/// a nearer chain start, a tile that the index of `tile` alone decides. `value` turns
 /// each slot up to it into its value, and a warp reduction sums them in a fixed order.
-/// Only anchors and chain starts publish inclusive prefixes, so the walk stops in the
-/// first window, at a tile that its index alone decides.
 ///
 /// # Safety
 /// As [`TileChain::look_back`]; `poll` and `value` read only tiles below `tile`.
@@ -282,49 +281,41 @@ unsafe fn walk_back<T: ScanOp, W: Copy + Default, const WINDOW: usize>(
 ) -> T {
     let lane = lane_id() as u64;
     let span = (WINDOW as u32 * WARP_SIZE) as u64;
-    let mut prefix = T::identity();
-    let mut window_end = tile;
+    // Slot j of lane i is tile `tile - 1 - (i + 32 j)`; slots past tile 0 count as
+    // published and are never the stop.
+    let distance = |j: usize| lane + (j as u32 * WARP_SIZE) as u64;
+    let exists: [bool; WINDOW] = core::array::from_fn(|j| tile > distance(j));
+    let anchor: [bool; WINDOW] =
+        core::array::from_fn(|j| exists[j] && is_anchor(tile - 1 - distance(j), span));
+    let mut flags = exists.map(|e| if e { 0 } else { INCLUSIVE });
+    let mut read = [W::default(); WINDOW];
+    let pending = |flags: &[u32; WINDOW], j: usize| flags[j] == 0 || (anchor[j] && flags[j] != INCLUSIVE);
     loop {
-        // Slot j of lane i is tile window_end - 1 - (i + 32 j); slots past tile 0 count
-        // as published and are never the stop.
-        let distance = |j: usize| lane + (j as u32 * WARP_SIZE) as u64;
-        let exists: [bool; WINDOW] = core::array::from_fn(|j| window_end > distance(j));
-        let anchor: [bool; WINDOW] =
-            core::array::from_fn(|j| exists[j] && is_anchor(window_end - 1 - distance(j), span));
-        let mut flags = exists.map(|e| if e { 0 } else { INCLUSIVE });
-        let mut read = [W::default(); WINDOW];
-        let pending = |flags: &[u32; WINDOW], j: usize| flags[j] == 0 || (anchor[j] && flags[j] != INCLUSIVE);
-        loop {
-            for j in 0..WINDOW {
-                if pending(&flags, j) {
-                    (flags[j], read[j]) = poll(window_end - 1 - distance(j));
-                }
-            }
-            if ballot((0..WINDOW).any(|j| pending(&flags, j))) == 0 {
-                break;
-            }
-        }
-        let mut stop = span;
-        for j in (0..WINDOW).rev() {
-            let inclusive = ballot(flags[j] == INCLUSIVE && exists[j]);
-            if inclusive != 0 {
-                stop = (j as u32 * WARP_SIZE + inclusive.trailing_zeros()) as u64;
-            }
-        }
-        let mut sum = T::identity();
         for j in 0..WINDOW {
-            let d = distance(j);
-            if exists[j] && d <= stop {
-                let flag = if d == stop { INCLUSIVE } else { AGGREGATE };
-                sum = value(window_end - 1 - d, flag, read[j]).combine(sum);
+            if pending(&flags, j) {
+                (flags[j], read[j]) = poll(tile - 1 - distance(j));
             }
         }
-        prefix = warp::reduce(sum, T::combine).combine(prefix);
-        if stop < span || window_end <= span {
-            return prefix;
+        if ballot((0..WINDOW).any(|j| pending(&flags, j))) == 0 {
+            break;
         }
-        window_end -= span;
     }
+    let mut stop = span;
+    for j in (0..WINDOW).rev() {
+        let inclusive = ballot(flags[j] == INCLUSIVE && exists[j]);
+        if inclusive != 0 {
+            stop = (j as u32 * WARP_SIZE + inclusive.trailing_zeros()) as u64;
+        }
+    }
+    let mut sum = T::identity();
+    for j in 0..WINDOW {
+        let d = distance(j);
+        if exists[j] && d <= stop {
+            let flag = if d == stop { INCLUSIVE } else { AGGREGATE };
+            sum = value(tile - 1 - d, flag, read[j]).combine(sum);
+        }
+    }
+    warp::reduce(sum, T::combine)
 }
 
 impl<T: ScanOp + Coherent> TileChain<T> for TileStatus<T> {
