@@ -83,6 +83,17 @@ def matvecs(reps):
         name = "A^T x" if transpose else "A x"
         results[key] = {"ms": median_ms(op, reps), "op": f"torch.matmul, {name}, A {m}x{k} f32"}
         del a, x
+    for key, (m, k), transpose in (
+        ("matvec", (2048, 1 << 20), False),
+        ("matvec_t", (1 << 20, 2048), True),
+    ):
+        for dtype, suffix in [(torch.bfloat16, "_bf16"), (torch.float16, "_f16")]:
+            a = torch.rand(m, k, device="cuda", dtype=dtype) * 2 - 1
+            x = torch.rand(m if transpose else k, device="cuda", dtype=dtype) * 2 - 1
+            op = (lambda: torch.matmul(a.t(), x)) if transpose else (lambda: torch.matmul(a, x))
+            name = "A^T x" if transpose else "A x"
+            results[key + suffix] = {"ms": median_ms(op, reps), "op": f"torch.matmul, {name}, A {m}x{k} {suffix[1:]}"}
+            del a, x
     for key, (m, k), vectors in (
         ("matvec_x8", (2048, 1 << 20), 8),
         ("matvec_x2", (2048, 1 << 20), 2),
@@ -100,14 +111,17 @@ def matvecs(reps):
 
 
 def min_reductions(reps):
-    x = torch.rand(128, 4096, 4095, device="cuda")
     results = {}
-    for dim in range(3):
-        ms = median_ms(lambda: torch.min(x, dim), reps)
-        results[f"min{dim}"] = {"ms": ms, "op": f"torch.min(x, {dim}), 128x4096x4095 f32"}
-        ms = median_ms(lambda: torch.amin(x, dim), reps)
-        results[f"amin{dim}"] = {"ms": ms, "op": f"torch.amin(x, {dim}), 128x4096x4095 f32"}
-    del x
+    for dtype, suffix in [(torch.float32, ""), (torch.bfloat16, "_bf16"), (torch.float16, "_f16")]:
+        x = torch.rand(128, 4096, 4095, device="cuda", dtype=dtype)
+        name = str(dtype).removeprefix("torch.")
+        for dim in range(3):
+            ms = median_ms(lambda: torch.min(x, dim), reps)
+            results[f"min{dim}{suffix}"] = {"ms": ms, "op": f"torch.min(x, {dim}), 128x4096x4095 {name}"}
+            ms = median_ms(lambda: torch.amin(x, dim), reps)
+            results[f"amin{dim}{suffix}"] = {"ms": ms, "op": f"torch.amin(x, {dim}), 128x4096x4095 {name}"}
+        del x
+        torch.cuda.empty_cache()
     return results
 
 

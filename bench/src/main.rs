@@ -148,20 +148,55 @@ fn copy_rows(gpu: &Gpu, reps: usize) -> Result<Vec<Row>> {
     ])
 }
 
-/// The min headline: 128 x 4096 x 4095 f32 (0.02% under 2^31 elements), `min` and
-/// `amin` along each axis, checked at sampled outputs against a CPU scan of their lanes.
-fn min_rows(gpu: &Gpu, reps: usize) -> Result<Vec<Row>> {
+/// A float type of the benchmark rows: f32, or a 16-bit type rounded from it.
+trait BenchFloat: host::MinElement + host::GemvElement<Acc = f32> {
+    /// The suffix of its rows' keys: empty for f32, `_bf16` or `_f16`.
+    const KEY: &str;
+    /// The relative error of the final rounding of an f32 sum to this type (none for
+    /// f32 itself).
+    const ROUNDING: f64;
+    fn from_f32(x: f32) -> Self;
+}
+
+impl BenchFloat for f32 {
+    const KEY: &str = "";
+    const ROUNDING: f64 = 0.0;
+    fn from_f32(x: f32) -> Self {
+        x
+    }
+}
+
+impl BenchFloat for host::bf16 {
+    const KEY: &str = "_bf16";
+    const ROUNDING: f64 = host::bf16::EPSILON.to_f64_const();
+    fn from_f32(x: f32) -> Self {
+        host::bf16::from_f32(x)
+    }
+}
+
+impl BenchFloat for host::f16 {
+    const KEY: &str = "_f16";
+    const ROUNDING: f64 = host::f16::EPSILON.to_f64_const();
+    fn from_f32(x: f32) -> Self {
+        host::f16::from_f32(x)
+    }
+}
+
+/// The min headline: 128 x 4096 x 4095 (0.02% under 2^31 elements), `min` and `amin`
+/// along each axis, checked at sampled outputs against a CPU scan of their lanes.
+fn min_rows<T: BenchFloat>(gpu: &Gpu, reps: usize) -> Result<Vec<Row>> {
     const SHAPE: [usize; 3] = [128, 4096, 4095];
     const SAMPLES: usize = 20_000;
-    let host = random_f32(&SHAPE, 2);
+    let host = random_f32(&SHAPE, 2).mapv_into_any(T::from_f32);
     let x = gpu.upload(&host)?;
     let flat = host.as_slice().expect("standard layout");
+    let element_bytes = size_of::<T>() as f64;
     let mut rows = Vec::new();
     for axis in 0..3 {
         let problem = host::min_problem("min", &SHAPE, axis)?;
         let shape = host::reduced_shape(&SHAPE, axis, false);
-        let (mut values, mut indices) = (gpu.alloc::<f32>(&shape)?, gpu.alloc::<i64>(&shape)?);
-        let mut amin_values = gpu.alloc::<f32>(&shape)?;
+        let (mut values, mut indices) = (gpu.alloc::<T>(&shape)?, gpu.alloc::<i64>(&shape)?);
+        let mut amin_values = gpu.alloc::<T>(&shape)?;
         for array in [&mut values, &mut amin_values] {
             gpu.poison(array)?;
         }
@@ -185,36 +220,38 @@ fn min_rows(gpu: &Gpu, reps: usize) -> Result<Vec<Row>> {
             .chain([0, outputs - 1].into_par_iter())
             .filter(|&m| {
                 let (outer, inner) = ((m as u64 / problem.inner), (m as u64 % problem.inner));
-                let lane = (0..problem.reduce)
-                    .map(|r| flat[((outer * problem.reduce + r) * problem.inner + inner) as usize]);
+                let at = |r: u64| flat[((outer * problem.reduce + r) * problem.inner + inner) as usize];
                 let (best, at) =
-                    lane.enumerate().fold(
-                        (f32::INFINITY, 0),
-                        |(b, at), (r, e)| if e < b { (e, r) } else { (b, at) },
+                    (1..problem.reduce).fold(
+                        (at(0), 0),
+                        |(b, i), r| {
+                            if at(r) < b { (at(r), r) } else { (b, i) }
+                        },
                     );
                 v[m] != best || a[m] != best || i[m] != at as i64
             })
             .count();
         if bad > 0 {
             return Err(format!(
-                "min along axis {axis}: {bad} of {SAMPLES} sampled outputs differ from the CPU"
+                "min{} along axis {axis}: {bad} of {SAMPLES} sampled outputs differ from the CPU",
+                T::KEY
             )
             .into());
         }
-        let out_bytes = outputs as f64 * 4.0;
+        let out_bytes = outputs as f64 * element_bytes;
         let bytes = x.bytes() as f64;
         let times = time(gpu, reps, |g| g.min_into(&x, axis, &mut values, &mut indices))?;
         rows.push(Row {
-            key: format!("min{axis}"),
-            what: format!("min (values+indices), dim {axis}"),
+            key: format!("min{axis}{}", T::KEY),
+            what: format!("min (values+indices){}, dim {axis}", T::KEY),
             times_ms: times,
-            bytes: bytes + 3.0 * out_bytes,
+            bytes: bytes + out_bytes + outputs as f64 * 8.0,
             flops: 0.0,
         });
         let times = time(gpu, reps, |g| g.amin_into(&x, axis, &mut amin_values))?;
         rows.push(Row {
-            key: format!("amin{axis}"),
-            what: format!("amin, dim {axis}"),
+            key: format!("amin{axis}{}", T::KEY),
+            what: format!("amin{}, dim {axis}", T::KEY),
             times_ms: times,
             bytes: bytes + out_bytes,
             flops: 0.0,
@@ -298,14 +335,24 @@ fn scan_rows(gpu: &Gpu, reps: usize) -> Result<Vec<Row>> {
 }
 
 /// One matvec row: `op(A) x` for A of `shape`, checked whole against the f64 reference.
-fn gemv_row(gpu: &Gpu, reps: usize, key: &str, shape: [usize; 2], op: host::Op) -> Result<Row> {
+fn gemv_row<T: BenchFloat>(
+    gpu: &Gpu,
+    reps: usize,
+    key: &str,
+    shape: [usize; 2],
+    op: host::Op,
+) -> Result<Row> {
     use ndarray::Ix2;
-    let host_a = random_f32(&shape, 4).into_dimensionality::<Ix2>()?;
+    let host_a = random_f32(&shape, 4)
+        .mapv_into_any(T::from_f32)
+        .into_dimensionality::<Ix2>()?;
     let inner = if op == host::Op::N { shape[1] } else { shape[0] };
-    let host_x = random_f32(&[inner], 5).into_dimensionality::<ndarray::Ix1>()?;
+    let host_x = random_f32(&[inner], 5)
+        .mapv_into_any(T::from_f32)
+        .into_dimensionality::<ndarray::Ix1>()?;
     let (a, x) = (gpu.upload(&host_a)?, gpu.upload(&host_x)?);
     let (_, out_shape) = host::gemv_problem(&shape, &[inner], op)?;
-    let mut y = gpu.alloc::<f32>(&out_shape)?;
+    let mut y = gpu.alloc::<T>(&out_shape)?;
     gpu.poison(&mut y)?;
     gpu.gemv(1.0, op, &a, &x, 0.0, &mut y)?;
     let got = gpu.download(&y)?;
@@ -314,23 +361,25 @@ fn gemv_row(gpu: &Gpu, reps: usize, key: &str, shape: [usize; 2], op: host::Op) 
         .iter()
         .zip(want.iter().zip(&scale))
         .filter(|&(&g, (&w, &s))| {
-            let err = (g as f64 - w).abs();
-            err.is_nan() || err > (inner as f64 + 2.0) * f32::EPSILON as f64 * s
+            let err = (g.into() - w).abs();
+            err.is_nan() || err > (inner as f64 + 2.0) * f32::EPSILON as f64 * s + T::ROUNDING * w.abs()
         })
         .count();
+    let key = format!("{key}{}", T::KEY);
     if bad > 0 {
         return Err(format!("{key}: {bad} outputs outside the error bound").into());
     }
     drop((host_a, got));
     let times = time(gpu, reps, |g| g.gemv(1.0, op, &a, &x, 0.0, &mut y))?;
     let what = format!(
-        "{} x, A {}x{} f32",
+        "{} x, A {}x{}{}",
         if op == host::Op::N { "A" } else { "A^T" },
         shape[0],
-        shape[1]
+        shape[1],
+        T::KEY
     );
     Ok(Row {
-        key: key.into(),
+        key,
         what,
         times_ms: times,
         bytes: (a.bytes() + x.bytes() + y.bytes()) as f64,
@@ -374,13 +423,18 @@ fn vectors_row(gpu: &Gpu, reps: usize, key: &str, shape: [usize; 2], vectors: us
     })
 }
 
-/// The matvec workloads: the headline A x, A^T x with A (2^20, 2048), and M = 16; A X
-/// with 8 columns on the headline A, and with 2 and 16 columns, and on a tall A.
+/// The matvec workloads: the headline A x, A^T x with A (2^20, 2048), and M = 16; the
+/// first two in bf16 and f16 too; A X with 8 columns on the headline A, and with 2 and
+/// 16 columns, and on a tall A.
 fn matvec_rows(gpu: &Gpu, reps: usize) -> Result<Vec<Row>> {
     Ok(vec![
-        gemv_row(gpu, reps, "matvec", [2048, 1 << 20], host::Op::N)?,
-        gemv_row(gpu, reps, "matvec_t", [1 << 20, 2048], host::Op::T)?,
-        gemv_row(gpu, reps, "matvec16", [16, 1 << 24], host::Op::N)?,
+        gemv_row::<f32>(gpu, reps, "matvec", [2048, 1 << 20], host::Op::N)?,
+        gemv_row::<f32>(gpu, reps, "matvec_t", [1 << 20, 2048], host::Op::T)?,
+        gemv_row::<f32>(gpu, reps, "matvec16", [16, 1 << 24], host::Op::N)?,
+        gemv_row::<host::bf16>(gpu, reps, "matvec", [2048, 1 << 20], host::Op::N)?,
+        gemv_row::<host::f16>(gpu, reps, "matvec", [2048, 1 << 20], host::Op::N)?,
+        gemv_row::<host::bf16>(gpu, reps, "matvec_t", [1 << 20, 2048], host::Op::T)?,
+        gemv_row::<host::f16>(gpu, reps, "matvec_t", [1 << 20, 2048], host::Op::T)?,
         vectors_row(gpu, reps, "matvec_x8", [2048, 1 << 20], 8)?,
         vectors_row(gpu, reps, "matvec_x2", [2048, 1 << 20], 2)?,
         vectors_row(gpu, reps, "matvec_x16", [2048, 1 << 20], 16)?,
@@ -674,7 +728,9 @@ fn main() -> Result {
     }
     if wanted("min") {
         let started = Instant::now();
-        rows.extend(min_rows(&gpu, opts.reps)?);
+        rows.extend(min_rows::<f32>(&gpu, opts.reps)?);
+        rows.extend(min_rows::<host::bf16>(&gpu, opts.reps)?);
+        rows.extend(min_rows::<host::f16>(&gpu, opts.reps)?);
         eprintln!("min: {:.1} s", started.elapsed().as_secs_f64());
     }
     if wanted("conv") {

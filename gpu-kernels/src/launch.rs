@@ -322,7 +322,7 @@ impl<A> Launch<A> {
 macro_rules! kernel_args {
     (
         $(#[$meta:meta])*
-        pub struct $args:ident<$t:ident> $fields:tt
+        pub struct $args:ident<$t:ident $(: $bound:path)?> $fields:tt
         $(
             impl $kernels:ident for $elem:ty {
                 $( const $kernel:ident = $name:literal => $body:path $(, bounds($threads:expr, $blocks:expr))?; )*
@@ -330,7 +330,7 @@ macro_rules! kernel_args {
         )*
         entry points in $list:ident;
     ) => {
-        $crate::launch::kernel_args!(@struct $(#[$meta])* $args [$t] $fields);
+        $crate::launch::kernel_args!(@struct $(#[$meta])* $args [$t $(: $bound)?] $fields);
         $(
             impl $kernels for $elem {
                 $(
@@ -379,17 +379,17 @@ macro_rules! kernel_args {
         /// Every entry point that takes these arguments.
         pub const $list: &[$crate::launch::EntryPoint] = &[ $( $kernel.entry(), )* ];
     };
-    (@struct $(#[$meta:meta])* $args:ident [$($t:ident)?] {
+    (@struct $(#[$meta:meta])* $args:ident [$($t:ident $(: $bound:path)?)?] {
         $( $(#[$field_meta:meta])* pub $field:ident: $field_ty:ty, )*
     }) => {
         $(#[$meta])*
         #[repr(C)]
         #[derive(Debug, Clone, Copy)]
-        pub struct $args $(<$t>)? {
+        pub struct $args $(<$t $(: $bound)?>)? {
             $( $(#[$field_meta])* pub $field: $field_ty, )*
         }
 
-        impl $(<$t: Copy>)? $crate::launch::KernelArgs for $args $(<$t>)? {
+        impl $(<$t: Copy $(+ $bound)?>)? $crate::launch::KernelArgs for $args $(<$t>)? {
             fn with_parameters<R>(&self, launch: impl FnOnce(&mut [*mut core::ffi::c_void]) -> R) -> R {
                 launch(&mut [ $( &self.$field as *const $field_ty as *mut core::ffi::c_void, )* ])
             }

@@ -10,37 +10,69 @@ pub enum DType {
     F64,
     I32,
     I64,
+    BF16,
+    F16,
 }
 
 /// A type that can live in a [`DeviceArray`].
-pub trait Element: DeviceCopy + Copy + Default + PartialEq + Send + Sync + std::fmt::Debug + 'static {
+pub trait Element: Copy + Default + PartialEq + Send + Sync + std::fmt::Debug + 'static {
     const DTYPE: DType;
+    /// What the driver copies: the element itself, or the bits of a `half` type (which
+    /// `cust` does not know).
+    type Bits: DeviceCopy + Default;
+    /// The elements as their bits, without a copy.
+    fn as_bits(elements: &[Self]) -> &[Self::Bits];
+    /// The bits as elements, without a copy.
+    fn from_bits(bits: Vec<Self::Bits>) -> Vec<Self>;
 }
 
-impl Element for f32 {
-    const DTYPE: DType = DType::F32;
+macro_rules! element_is_its_bits {
+    ($($t:ty => $dtype:ident),*) => {$(
+        impl Element for $t {
+            const DTYPE: DType = DType::$dtype;
+            type Bits = $t;
+            fn as_bits(elements: &[Self]) -> &[Self] {
+                elements
+            }
+            fn from_bits(bits: Vec<Self>) -> Vec<Self> {
+                bits
+            }
+        }
+    )*};
 }
-impl Element for f64 {
-    const DTYPE: DType = DType::F64;
+
+element_is_its_bits!(f32 => F32, f64 => F64, i32 => I32, i64 => I64);
+
+macro_rules! element_of_half {
+    ($($t:ty => $dtype:ident),*) => {$(
+        impl Element for $t {
+            const DTYPE: DType = DType::$dtype;
+            type Bits = u16;
+            fn as_bits(elements: &[Self]) -> &[u16] {
+                use half::slice::HalfFloatSliceExt;
+                elements.reinterpret_cast()
+            }
+            fn from_bits(bits: Vec<u16>) -> Vec<Self> {
+                use half::vec::HalfBitsVecExt;
+                bits.reinterpret_into()
+            }
+        }
+    )*};
 }
-impl Element for i32 {
-    const DTYPE: DType = DType::I32;
-}
-impl Element for i64 {
-    const DTYPE: DType = DType::I64;
-}
+
+element_of_half!(half::bf16 => BF16, half::f16 => F16);
 
 /// A dense, row-major array in device memory: its buffer, dtype and shape.
 ///
 /// Made by [`Gpu::upload`](crate::Gpu::upload) or [`Gpu::alloc`](crate::Gpu::alloc);
 /// the buffer starts 256-byte aligned, as every kernel's vector access needs.
 pub struct DeviceArray<T: Element> {
-    pub(crate) buffer: DeviceBuffer<T>,
+    pub(crate) buffer: DeviceBuffer<T::Bits>,
     shape: Vec<usize>,
 }
 
 impl<T: Element> DeviceArray<T> {
-    pub(crate) fn new(buffer: DeviceBuffer<T>, shape: Vec<usize>) -> Self {
+    pub(crate) fn new(buffer: DeviceBuffer<T::Bits>, shape: Vec<usize>) -> Self {
         debug_assert_eq!(buffer.len(), shape.iter().product::<usize>());
         Self { buffer, shape }
     }

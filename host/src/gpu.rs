@@ -237,7 +237,7 @@ impl Gpu {
     /// Allocates an array of the given shape; its contents are unspecified until written.
     pub fn alloc<T: Element>(&self, shape: &[usize]) -> Result<DeviceArray<T>> {
         self.bind()?;
-        let len = element_count::<T>(shape)?;
+        let len = element_count::<T::Bits>(shape)?;
         let buffer = self.trimming_pool_if_short(|| driver::alloc(len, shape))?;
         Ok(DeviceArray::new(buffer, shape.to_vec()))
     }
@@ -250,7 +250,7 @@ impl Gpu {
             return Ok(Temporary::plain(self.alloc(shape)?));
         };
         self.bind()?;
-        let len = element_count::<T>(shape)?;
+        let len = element_count::<T::Bits>(shape)?;
         let buffer = self.trimming_pool_if_short(|| pool.alloc(len, shape, &self.stream))?;
         Ok(Temporary::pooled(
             DeviceArray::new(buffer, shape.to_vec()),
@@ -284,7 +284,7 @@ impl Gpu {
                 .map_err(|e| cust_error("cuStreamSynchronize", e))?;
             array
                 .buffer
-                .copy_from(slice)
+                .copy_from(T::as_bits(slice))
                 .map_err(|e| cust_error("cuMemcpyHtoD", e))?;
         }
         Ok(array)
@@ -293,14 +293,15 @@ impl Gpu {
     /// Waits for the queued work, then copies the array to the host.
     pub fn download<T: Element>(&self, array: &DeviceArray<T>) -> Result<ArrayD<T>> {
         self.synchronize()?;
-        let mut host = vec![T::default(); array.len()];
-        if !host.is_empty() {
+        let mut bits = vec![T::Bits::default(); array.len()];
+        if !bits.is_empty() {
             array
                 .buffer
-                .copy_to(&mut host[..])
+                .copy_to(&mut bits[..])
                 .map_err(|e| cust_error("cuMemcpyDtoH", e))?;
         }
-        Ok(ArrayD::from_shape_vec(IxDyn(array.shape()), host).expect("length matches the shape"))
+        Ok(ArrayD::from_shape_vec(IxDyn(array.shape()), T::from_bits(bits))
+            .expect("length matches the shape"))
     }
 
     /// Fills every byte of the array with 0xFF (NaN for floats, -1 for integers), so

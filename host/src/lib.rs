@@ -13,7 +13,8 @@
 //! ```
 //!
 //! - [`Gpu`]: one device, its context, the loaded kernels and a stream;
-//! - [`DeviceArray`]: a row-major array in device memory with its shape;
+//! - [`DeviceArray`]: a row-major array in device memory with its shape, of f32, f64,
+//!   i32, i64, or the 16-bit floats [`bf16`] and [`f16`];
 //! - one module per kernel family, adding its operations to [`Gpu`];
 //! - [`reference`](mod@reference): the CPU references every kernel is tested against.
 //!
@@ -40,7 +41,9 @@ pub use conv::{
 };
 pub use error::{Error, Result};
 pub use gpu::{DeviceInfo, Gpu};
-pub use matvec::{GemvElement, Op, gemv_problem};
+/// The 16-bit float types every family takes (`half`'s, re-exported).
+pub use half::{bf16, f16};
+pub use matvec::{GemvElement, GemvSum, Op, gemv_problem};
 pub use min::{MinElement, min_problem, reduced_shape};
 pub use scan::{ScanElement, ScanKind, scan_problem};
 

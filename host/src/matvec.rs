@@ -23,18 +23,27 @@ pub enum Op {
     T,
 }
 
-/// Element types the matvec kernels handle.
-pub trait GemvElement: Element + PartialEq + Into<f64> + GemvType {
+/// Element types the matvec kernels handle: f32 and f64, summed in their own type, and
+/// bf16 and f16, summed in f32 (as `torch.matmul`) with y rounded once.
+pub trait GemvElement: Element + PartialEq + Into<f64> + GemvType<Acc: GemvSum> {}
+
+impl GemvElement for f32 {}
+impl GemvElement for f64 {}
+impl GemvElement for half::bf16 {}
+impl GemvElement for half::f16 {}
+
+/// The type products sum in, which alpha and beta take: f32 or f64.
+pub trait GemvSum: Copy + PartialEq + From<f32> + Into<f64> + std::fmt::Debug {
     const ZERO: Self;
     const ONE: Self;
 }
 
-impl GemvElement for f32 {
+impl GemvSum for f32 {
     const ZERO: Self = 0.0;
     const ONE: Self = 1.0;
 }
 
-impl GemvElement for f64 {
+impl GemvSum for f64 {
     const ZERO: Self = 0.0;
     const ONE: Self = 1.0;
 }
@@ -125,7 +134,7 @@ impl Gpu {
     ) -> Result<DeviceArray<T>> {
         let (_, shape) = gemv_problem(a.shape(), x.shape(), op)?;
         let mut y = self.alloc(&shape)?;
-        self.gemv(T::ONE, op, a, x, T::ZERO, &mut y)?;
+        self.gemv(T::Acc::ONE, op, a, x, T::Acc::ZERO, &mut y)?;
         Ok(y)
     }
 
@@ -143,14 +152,15 @@ impl Gpu {
 
     /// `y = alpha * op(A) x + beta * y`. With `beta == 0`, y's contents are not read.
     /// For one vector y may be `[n]` or `[n, 1]` whatever the form of x; for X `[k, v]`,
-    /// y is `[m, v]`.
+    /// y is `[m, v]`. alpha and beta are of the sum type (f32 for bf16 and f16), and y
+    /// is rounded once from it.
     pub fn gemv<T: GemvElement>(
         &self,
-        alpha: T,
+        alpha: T::Acc,
         op: Op,
         a: &DeviceArray<T>,
         x: &DeviceArray<T>,
-        beta: T,
+        beta: T::Acc,
         y: &mut DeviceArray<T>,
     ) -> Result<()> {
         let (problem, shape) = gemv_problem(a.shape(), x.shape(), op)?;
@@ -182,7 +192,7 @@ impl Gpu {
         // With a split, the first pass writes partials to the scratch buffer, which
         // stays reserved until both passes are queued.
         let (_scratch, scratch) = self.scratch(plan.scratch(&problem, size_of::<T>()))?;
-        let partials = plan.partials(scratch);
+        let partials = plan.partials::<T>(scratch);
         match plan {
             GemvPlan::Rows(rows) => self.launch(&rows.launch(&operands, partials))?,
             GemvPlan::Columns(columns) => self.launch(&columns.launch(&operands, partials))?,

@@ -34,6 +34,18 @@ impl MinElement for i32 {
     }
 }
 
+impl MinElement for half::bf16 {
+    fn is_nan(self) -> bool {
+        self.is_nan()
+    }
+}
+
+impl MinElement for half::f16 {
+    fn is_nan(self) -> bool {
+        self.is_nan()
+    }
+}
+
 /// Validates a min over `axis` of `shape` and views it as `[outer, reduce, inner]`.
 pub fn min_problem(op: &'static str, shape: &[usize], axis: usize) -> Result<MinProblem> {
     if shape.is_empty() {

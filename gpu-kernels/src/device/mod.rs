@@ -4,6 +4,7 @@
 //! them. All inline assembly of the crate lives below this module.
 
 mod async_copy;
+mod float16;
 mod math;
 mod memory;
 mod mma;
@@ -17,6 +18,7 @@ mod vector;
 mod warpgroup;
 
 pub use async_copy::{STAGE_BARRIER_BYTES, StagedCopy};
+pub use float16::Float16;
 pub use math::{exp2_approx, fma_f32, fma_f64, reciprocal_approx};
 pub use memory::{
     Coherent, atomic_add_u32, fence_gpu, load_acquire_u32, load_global_nc_v4, load_global_v4,

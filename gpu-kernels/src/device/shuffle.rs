@@ -106,6 +106,8 @@ shuffle_as_bits! {
     f32 => u32, f32::to_bits, f32::from_bits;
     i64 => u64, |v: i64| v as u64, |b: u64| b as i64;
     f64 => u64, f64::to_bits, f64::from_bits;
+    half::bf16 => u32, |v: half::bf16| v.to_bits() as u32, |b: u32| half::bf16::from_bits(b as u16);
+    half::f16 => u32, |v: half::f16| v.to_bits() as u32, |b: u32| half::f16::from_bits(b as u16);
 }
 
 /// The lanes of the warp whose `predicate` holds, as a bit mask (`vote.sync.ballot`).

@@ -1,7 +1,7 @@
 //! Elements packed in 128-bit vectors, as the vector loads and stores move them: four
-//! 32-bit words holding four 4-byte or two 8-byte elements.
+//! 32-bit words holding eight 2-byte, four 4-byte or two 8-byte elements.
 
-/// A 4- or 8-byte element of a 128-bit vector.
+/// A 2-, 4- or 8-byte element of a 128-bit vector.
 pub trait VectorElement: Copy {
     /// Elements in one vector.
     const PER_VECTOR: usize;
@@ -43,6 +43,29 @@ macro_rules! vector_element_64 {
             }
         }
     )*};
+}
+
+macro_rules! vector_element_16 {
+    ($($t:ty => $to:expr, $from:expr;)*) => {$(
+        impl VectorElement for $t {
+            const PER_VECTOR: usize = 8;
+            #[inline(always)]
+            fn from_words(words: [u32; 4], i: usize) -> Self {
+                $from((words[i / 2] >> (16 * (i % 2))) as u16)
+            }
+            #[inline(always)]
+            fn into_words(self, words: &mut [u32; 4], i: usize) {
+                let shift = 16 * (i % 2);
+                let bits: u16 = $to(self);
+                words[i / 2] = (words[i / 2] & !(0xffff << shift)) | (bits as u32) << shift;
+            }
+        }
+    )*};
+}
+
+vector_element_16! {
+    half::bf16 => half::bf16::to_bits, half::bf16::from_bits;
+    half::f16 => half::f16::to_bits, half::f16::from_bits;
 }
 
 vector_element_32! {

@@ -10,9 +10,9 @@ pub const COLUMNS_TX: u32 = 32;
 pub const COLUMNS_TY: u32 = BLOCK_THREADS / COLUMNS_TX;
 /// Rows of A each `columns` thread loads before the first use.
 pub const COLUMNS_UNROLL: usize = 4;
-/// Dynamic shared memory of a `columns` block: one sum (at most 8 bytes) per slice and
-/// column, 16 bytes of columns per lane.
-pub const COLUMNS_SHARED_BYTES: u32 = COLUMNS_TY * COLUMNS_TX * 16;
+/// Dynamic shared memory of a `columns` block: one sum per slice and column, 16 bytes
+/// of columns per lane. 16-bit elements take the most: 8 columns of f32 sums.
+pub const COLUMNS_SHARED_BYTES: u32 = COLUMNS_TY * COLUMNS_TX * 8 * 4;
 
 const _: () = assert!(COLUMNS_TX == 32);
 
@@ -29,10 +29,10 @@ pub struct ColumnsPlan {
 
 impl ColumnsPlan {
     /// The launch of the first pass, writing y, or `partials` with a split.
-    pub fn launch<T: FirstPassKernels + Copy>(
+    pub fn launch<T: FirstPassKernels>(
         &self,
         operands: &GemvOperands<T>,
-        partials: DevicePtrMut<T>,
+        partials: DevicePtrMut<T::Acc>,
     ) -> Launch<GemvArgs<T>> {
         let geometry = LaunchGeometry {
             grid: [self.tiles, self.split, 1],
@@ -52,7 +52,7 @@ pub(super) mod kernel {
     };
     use crate::launch::chunk;
     use crate::matvec::GemvProblem;
-    use crate::matvec::value::{GemvValue, finish};
+    use crate::matvec::value::{Accumulator, GemvValue, finish};
 
     /// [`columns`], with 128-bit loads or not as `args.vector` says.
     ///
@@ -96,22 +96,22 @@ pub(super) mod kernel {
         let column = tile * block_columns + tx as u64 * COLUMNS as u64;
         let valid = cols.saturating_sub(column).min(COLUMNS as u64);
         let (begin, end) = chunk(rows, split, part, 1);
-        let mut sums = [T::ZERO; COLUMNS];
+        let mut sums = [T::Acc::ZERO; COLUMNS];
         if valid > 0 {
-            let load = |r: u64| -> [T; COLUMNS] {
+            let load = |r: u64| -> [T::Acc; COLUMNS] {
                 let at = (r * cols + column) as usize;
-                let mut row = [T::ZERO; COLUMNS];
+                let mut row = [T::Acc::ZERO; COLUMNS];
                 if VECTOR {
                     // SAFETY: cols and column are multiples of COLUMNS == PER_VECTOR.
                     let words = unsafe { load_global_nc_v4(a.add(at) as *const u32) };
                     for (i, v) in row.iter_mut().enumerate() {
-                        *v = T::from_words(words, i);
+                        *v = T::from_words(words, i).widen();
                     }
                 } else {
                     for (i, v) in row.iter_mut().enumerate() {
                         if (i as u64) < valid {
                             // SAFETY: r < rows, column + i < cols.
-                            *v = unsafe { *a.add(at + i) };
+                            *v = unsafe { *a.add(at + i) }.widen();
                         }
                     }
                 }
@@ -120,11 +120,11 @@ pub(super) mod kernel {
             let step = COLUMNS_TY as u64;
             let mut r = begin + ty as u64;
             while r + (COLUMNS_UNROLL as u64 - 1) * step < end {
-                let mut held = [([T::ZERO; COLUMNS], T::ZERO); COLUMNS_UNROLL];
+                let mut held = [([T::Acc::ZERO; COLUMNS], T::Acc::ZERO); COLUMNS_UNROLL];
                 for (u, h) in held.iter_mut().enumerate() {
                     let row = r + u as u64 * step;
                     // SAFETY: row < rows.
-                    *h = (load(row), unsafe { *x.add(row as usize) });
+                    *h = (load(row), unsafe { *x.add(row as usize) }.widen());
                 }
                 for (values, xr) in &held {
                     for (s, &v) in sums.iter_mut().zip(values) {
@@ -135,7 +135,7 @@ pub(super) mod kernel {
             }
             while r < end {
                 // SAFETY: r < rows.
-                let xr = unsafe { *x.add(r as usize) };
+                let xr = unsafe { *x.add(r as usize) }.widen();
                 for (s, &v) in sums.iter_mut().zip(&load(r)) {
                     *s = s.mul_add(v, xr);
                 }
@@ -146,7 +146,7 @@ pub(super) mod kernel {
         let mut carver = SharedCarver::new();
         // SAFETY: the launch gives COLUMNS_SHARED_BYTES, enough for [TY][block_columns]
         // values; each thread writes its own slots before the barrier.
-        let shared = unsafe { carver.take::<T>((COLUMNS_TY as u64 * block_columns) as usize) };
+        let shared = unsafe { carver.take::<T::Acc>((COLUMNS_TY as u64 * block_columns) as usize) };
         for (i, s) in sums.iter().enumerate() {
             let slot = (ty as u64 * block_columns + tx as u64 * COLUMNS as u64 + i as u64) as usize;
             // SAFETY: slot < TY * block_columns.
@@ -158,7 +158,7 @@ pub(super) mod kernel {
         while c < block_columns {
             let column = tile * block_columns + c;
             if column < cols {
-                let mut sum = T::ZERO;
+                let mut sum = T::Acc::ZERO;
                 for slice in 0..COLUMNS_TY as u64 {
                     // SAFETY: written before the barrier.
                     sum = sum + unsafe { *shared.add((slice * block_columns + c) as usize) };

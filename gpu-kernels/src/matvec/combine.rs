@@ -1,17 +1,17 @@
 //! The combine kernel of a split product: each output's `split` partials added in
 //! order, then alpha and beta applied.
 
-use super::{BLOCK_THREADS, GemvOperands};
+use super::{BLOCK_THREADS, GemvOperands, GemvScalar, Sum};
 use crate::launch::{DevicePtr, DevicePtrMut, Kernel, Launch, LaunchGeometry, kernel_args};
 
 kernel_args! {
     /// The combine kernel's arguments: `y[i] = alpha * (partials[i] +
     /// partials[outputs + i] + ...) + beta * y[i]` for `outputs` elements.
-    pub struct CombineArgs<T> {
-        pub partials: DevicePtr<T>,
+    pub struct CombineArgs<T: GemvScalar> {
+        pub partials: DevicePtr<Sum<T>>,
         pub y: DevicePtrMut<T>,
-        pub alpha: T,
-        pub beta: T,
+        pub alpha: Sum<T>,
+        pub beta: Sum<T>,
         pub outputs: u64,
         pub split: u64,
     }
@@ -21,19 +21,25 @@ kernel_args! {
     impl CombineKernel for f64 {
         const COMBINE = "gemv_combine_f64" => kernel::combine::<f64>;
     }
+    impl CombineKernel for half::bf16 {
+        const COMBINE = "gemv_combine_bf16" => kernel::combine::<half::bf16>;
+    }
+    impl CombineKernel for half::f16 {
+        const COMBINE = "gemv_combine_f16" => kernel::combine::<half::f16>;
+    }
     entry points in ENTRY_POINTS;
 }
 
 /// The combine kernel of one element type.
-pub trait CombineKernel: Sized {
+pub trait CombineKernel: GemvScalar {
     const COMBINE: Kernel<CombineArgs<Self>>;
 }
 
 /// The launch adding `split` partials per output of `operands` into y, one thread
 /// each.
-pub fn launch<T: CombineKernel + Copy>(
+pub fn launch<T: CombineKernel>(
     operands: &GemvOperands<T>,
-    partials: DevicePtrMut<T>,
+    partials: DevicePtrMut<T::Acc>,
     split: u64,
 ) -> Launch<CombineArgs<T>> {
     let outputs = operands.problem.outputs();
@@ -52,7 +58,7 @@ pub fn launch<T: CombineKernel + Copy>(
 mod kernel {
     use super::*;
     use crate::device::{block_dim_x, block_idx_x, thread_idx_x};
-    use crate::matvec::value::{GemvValue, finish};
+    use crate::matvec::value::{Accumulator, GemvValue, finish};
 
     /// `y[i] = alpha * (partials[i] + partials[outputs + i] + ...) + beta * y[i]`, one
     /// thread per output: the partials are `[split][output]`, so the reads coalesce.
@@ -71,7 +77,7 @@ mod kernel {
         let (partials, y) = (args.partials.as_ptr(), args.y.as_mut_ptr());
         let i = block_idx_x() as u64 * block_dim_x() as u64 + thread_idx_x() as u64;
         if i < outputs {
-            let mut sum = T::ZERO;
+            let mut sum = T::Acc::ZERO;
             for s in 0..split {
                 // SAFETY: s * outputs + i < split * outputs.
                 sum = sum + unsafe { *partials.add((s * outputs + i) as usize) };

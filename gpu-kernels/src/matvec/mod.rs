@@ -60,16 +60,46 @@ impl GemvProblem {
 
 /// An element type of the matrix-vector products: every matvec entry point exists for
 /// it.
-pub trait GemvType: FirstPassKernels + VectorsKernels + CombineKernel + Copy {}
+pub trait GemvType: FirstPassKernels + VectorsKernels + CombineKernel {}
+
+/// An element type and what its products accumulate in: f32 for the 16-bit floats,
+/// else the type itself. Alpha, beta and the split partials take the accumulator type;
+/// A, x and y the element type, y rounded once.
+pub trait GemvScalar: Copy {
+    type Acc: Copy + core::fmt::Debug;
+}
+
+impl GemvScalar for f32 {
+    type Acc = f32;
+}
+impl GemvScalar for f64 {
+    type Acc = f64;
+}
+impl GemvScalar for half::bf16 {
+    type Acc = f32;
+}
+impl GemvScalar for half::f16 {
+    type Acc = f32;
+}
+
+/// The sum type of element type `T`.
+pub type Sum<T> = <T as GemvScalar>::Acc;
+
+/// Bytes of one sum of `element_bytes`-byte elements: f32 for the 16-bit floats.
+pub const fn sum_bytes(element_bytes: usize) -> usize {
+    if element_bytes < 4 { 4 } else { element_bytes }
+}
 
 /// The first-pass kernels of one element type: rows (`A x`) and columns (`A^T x`).
-pub trait FirstPassKernels: Sized {
+pub trait FirstPassKernels: GemvScalar {
     const ROWS: Kernel<GemvArgs<Self>>;
     const COLUMNS: Kernel<GemvArgs<Self>>;
 }
 
 impl GemvType for f32 {}
 impl GemvType for f64 {}
+impl GemvType for half::bf16 {}
+impl GemvType for half::f16 {}
 
 /// Every matvec entry point.
 pub const ENTRY_POINTS: &[&[EntryPoint]] = &[
@@ -83,13 +113,13 @@ kernel_args! {
     /// or with `split > 1` the `[output][split]` partials of `op(A) x` in `out`;
     /// `group_lanes` (the rows kernel's lanes per item) and `vector` (1 or 0: rows keep
     /// 16-byte alignment) as the plan says.
-    pub struct GemvArgs<T> {
+    pub struct GemvArgs<T: GemvScalar> {
         pub a: DevicePtr<T>,
         pub x: DevicePtr<T>,
-        pub out: DevicePtrMut<T>,
+        pub out: DevicePtrMut<Sum<T>>,
         pub y: DevicePtrMut<T>,
-        pub alpha: T,
-        pub beta: T,
+        pub alpha: Sum<T>,
+        pub beta: Sum<T>,
         pub problem: GemvProblem,
         pub split: u64,
         pub group_lanes: u32,
@@ -103,25 +133,33 @@ kernel_args! {
         const ROWS = "gemv_rows_f64" => rows::kernel::rows_of::<f64>;
         const COLUMNS = "gemv_columns_f64" => columns::kernel::columns_of::<f64, 2>;
     }
+    impl FirstPassKernels for half::bf16 {
+        const ROWS = "gemv_rows_bf16" => rows::kernel::rows_of::<half::bf16>;
+        const COLUMNS = "gemv_columns_bf16" => columns::kernel::columns_of::<half::bf16, 8>;
+    }
+    impl FirstPassKernels for half::f16 {
+        const ROWS = "gemv_rows_f16" => rows::kernel::rows_of::<half::f16>;
+        const COLUMNS = "gemv_columns_f16" => columns::kernel::columns_of::<half::f16, 8>;
+    }
     entry points in FIRST_PASS_ENTRY_POINTS;
 }
 
 /// What a product takes: `y = alpha * op(A) x + beta * y`.
 #[derive(Debug, Clone, Copy)]
-pub struct GemvOperands<T> {
+pub struct GemvOperands<T: GemvScalar> {
     pub a: DevicePtr<T>,
     pub x: DevicePtr<T>,
     pub y: DevicePtrMut<T>,
-    pub alpha: T,
-    pub beta: T,
+    pub alpha: T::Acc,
+    pub beta: T::Acc,
     pub problem: GemvProblem,
 }
 
-impl<T: Copy> GemvOperands<T> {
+impl<T: GemvScalar> GemvOperands<T> {
     /// The first pass's arguments, writing y, or `partials` with a split.
     pub const fn arguments(
         &self,
-        partials: DevicePtrMut<T>,
+        partials: DevicePtrMut<T::Acc>,
         split: u64,
         group_lanes: u32,
         vector: bool,
@@ -159,10 +197,11 @@ impl GemvPlan {
         }
     }
 
-    /// The scratch memory of the partials, `[split][output]`; none without a split.
+    /// The scratch memory of the partials, `[split][output]` sums of `element_bytes`-byte
+    /// elements; none without a split.
     pub const fn scratch(&self, problem: &GemvProblem, element_bytes: usize) -> ScratchLayout {
         let bytes = if self.split() > 1 {
-            problem.outputs() * self.split() * element_bytes as u64
+            problem.outputs() * self.split() * sum_bytes(element_bytes) as u64
         } else {
             0
         };
@@ -171,7 +210,7 @@ impl GemvPlan {
 
     /// Where the first pass writes its partials: `scratch` with a split, else nowhere
     /// (it writes y).
-    pub fn partials<T>(&self, scratch: DevicePtrMut<u8>) -> DevicePtrMut<T> {
+    pub fn partials<T: GemvScalar>(&self, scratch: DevicePtrMut<u8>) -> DevicePtrMut<T::Acc> {
         if self.split() > 1 {
             scratch.cast()
         } else {
@@ -180,10 +219,10 @@ impl GemvPlan {
     }
 
     /// The second pass, with a split: the partials added in order into y.
-    pub fn combine<T: CombineKernel + Copy>(
+    pub fn combine<T: CombineKernel>(
         &self,
         operands: &GemvOperands<T>,
-        partials: DevicePtrMut<T>,
+        partials: DevicePtrMut<T::Acc>,
     ) -> Option<Launch<CombineArgs<T>>> {
         (self.split() > 1).then(|| combine::launch(operands, partials, self.split()))
     }

@@ -26,10 +26,10 @@ pub struct RowsPlan {
 
 impl RowsPlan {
     /// The launch of the first pass, writing y, or `partials` with a split.
-    pub fn launch<T: FirstPassKernels + Copy>(
+    pub fn launch<T: FirstPassKernels>(
         &self,
         operands: &GemvOperands<T>,
-        partials: DevicePtrMut<T>,
+        partials: DevicePtrMut<T::Acc>,
     ) -> Launch<GemvArgs<T>> {
         let args = operands.arguments(partials, self.split, self.group_lanes, self.vector);
         Launch::new(T::ROWS, LaunchGeometry::linear(self.blocks, BLOCK_THREADS), args)
@@ -41,7 +41,7 @@ pub(super) mod kernel {
     use super::*;
     use crate::device::{block_dim_x, block_idx_x, load_global_nc_v4, thread_idx_x};
     use crate::launch::chunk;
-    use crate::matvec::value::{GemvValue, finish};
+    use crate::matvec::value::{Accumulator, GemvValue, finish};
     use crate::warp;
 
     /// [`rows`], with 128-bit loads or not as `args.vector` says.
@@ -101,7 +101,7 @@ pub(super) mod kernel {
             let r = if i < valid_rows { first_row + i as u64 } else { 0 };
             a.wrapping_add((r * problem.cols) as usize)
         };
-        let mut sums = [[T::ZERO; ROWS_UNROLL]; R];
+        let mut sums = [[T::Acc::ZERO; ROWS_UNROLL]; R];
         if valid_rows > 0 {
             let per_vector = T::PER_VECTOR as u64;
             let (begin, end) = chunk(problem.cols, split, part, if VECTOR { per_vector } else { 1 });
@@ -130,8 +130,8 @@ pub(super) mod kernel {
                     for (row_sums, h) in sums.iter_mut().zip(&held) {
                         for u in 0..ROWS_UNROLL {
                             for e in 0..T::PER_VECTOR {
-                                row_sums[u] =
-                                    row_sums[u].mul_add(T::from_words(h[u], e), T::from_words(xs[u], e));
+                                row_sums[u] = row_sums[u]
+                                    .mul_add(T::from_words(h[u], e).widen(), T::from_words(xs[u], e).widen());
                             }
                         }
                     }
@@ -140,17 +140,17 @@ pub(super) mod kernel {
             } else {
                 let mut j = begin as usize + lane;
                 while j < end as usize {
-                    let mut xs = [T::ZERO; ROWS_UNROLL];
-                    let mut held = [[T::ZERO; ROWS_UNROLL]; R];
+                    let mut xs = [T::Acc::ZERO; ROWS_UNROLL];
+                    let mut held = [[T::Acc::ZERO; ROWS_UNROLL]; R];
                     for u in 0..ROWS_UNROLL {
                         let col = j + u * lanes;
                         if col < end as usize {
                             // SAFETY: col < end <= cols, in x and in every valid row.
                             unsafe {
-                                xs[u] = *x.add(col);
+                                xs[u] = (*x.add(col)).widen();
                                 for (i, h) in held.iter_mut().enumerate() {
                                     if i < valid_rows {
-                                        h[u] = *row_start(i).add(col);
+                                        h[u] = (*row_start(i).add(col)).widen();
                                     }
                                 }
                             }
@@ -166,7 +166,7 @@ pub(super) mod kernel {
             }
         }
         for (i, row_sums) in sums.iter().enumerate() {
-            let mut sum = T::ZERO;
+            let mut sum = T::Acc::ZERO;
             for &s in row_sums {
                 sum = sum + s;
             }

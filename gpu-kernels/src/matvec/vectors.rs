@@ -10,7 +10,7 @@
 //! (`warp::reduce_each`), and each output gets one partial per chunk, which
 //! [`super::combine`] adds in chunk order; with a single chunk the kernel writes Y.
 
-use super::{BLOCK_THREADS, GemvProblem};
+use super::{BLOCK_THREADS, GemvProblem, GemvScalar, Sum, sum_bytes};
 use crate::launch::{DevicePtr, DevicePtrMut, Kernel, Launch, LaunchGeometry, kernel_args};
 
 /// The most columns of X the kernel takes.
@@ -28,13 +28,13 @@ kernel_args! {
     /// `[chunk][row][vector]` partials of `A X` in `out`. Block `b` takes chunk
     /// `b % chunks` of `chunk_columns` columns over rows `(b / chunks) * rows_per_block`
     /// onwards; `vector` (1 or 0) says whether rows keep 16-byte alignment.
-    pub struct GemvVectorsArgs<T> {
+    pub struct GemvVectorsArgs<T: GemvScalar> {
         pub a: DevicePtr<T>,
         pub x: DevicePtr<T>,
-        pub out: DevicePtrMut<T>,
+        pub out: DevicePtrMut<Sum<T>>,
         pub y: DevicePtrMut<T>,
-        pub alpha: T,
-        pub beta: T,
+        pub alpha: Sum<T>,
+        pub beta: Sum<T>,
         pub problem: GemvProblem,
         pub chunk_columns: u64,
         pub chunks: u64,
@@ -47,6 +47,18 @@ kernel_args! {
         const VECTORS_8 = "gemv_vectors_8_f32" => kernel::vectors_of::<f32, 8, 4, 32>, bounds(BLOCK_THREADS, vectors_blocks_per_sm(8, size_of::<f32>()));
         const VECTORS_16 = "gemv_vectors_16_f32" => kernel::vectors_of::<f32, 16, 4, 64>, bounds(BLOCK_THREADS, vectors_blocks_per_sm(16, size_of::<f32>()));
     }
+    impl VectorsKernels for half::bf16 {
+        const VECTORS_2 = "gemv_vectors_2_bf16" => kernel::vectors_of::<half::bf16, 2, 8, 16>, bounds(BLOCK_THREADS, vectors_blocks_per_sm(2, size_of::<half::bf16>()));
+        const VECTORS_4 = "gemv_vectors_4_bf16" => kernel::vectors_of::<half::bf16, 4, 4, 16>, bounds(BLOCK_THREADS, vectors_blocks_per_sm(4, size_of::<half::bf16>()));
+        const VECTORS_8 = "gemv_vectors_8_bf16" => kernel::vectors_of::<half::bf16, 8, 4, 32>, bounds(BLOCK_THREADS, vectors_blocks_per_sm(8, size_of::<half::bf16>()));
+        const VECTORS_16 = "gemv_vectors_16_bf16" => kernel::vectors_of::<half::bf16, 16, 4, 64>, bounds(BLOCK_THREADS, vectors_blocks_per_sm(16, size_of::<half::bf16>()));
+    }
+    impl VectorsKernels for half::f16 {
+        const VECTORS_2 = "gemv_vectors_2_f16" => kernel::vectors_of::<half::f16, 2, 8, 16>, bounds(BLOCK_THREADS, vectors_blocks_per_sm(2, size_of::<half::f16>()));
+        const VECTORS_4 = "gemv_vectors_4_f16" => kernel::vectors_of::<half::f16, 4, 4, 16>, bounds(BLOCK_THREADS, vectors_blocks_per_sm(4, size_of::<half::f16>()));
+        const VECTORS_8 = "gemv_vectors_8_f16" => kernel::vectors_of::<half::f16, 8, 4, 32>, bounds(BLOCK_THREADS, vectors_blocks_per_sm(8, size_of::<half::f16>()));
+        const VECTORS_16 = "gemv_vectors_16_f16" => kernel::vectors_of::<half::f16, 16, 4, 64>, bounds(BLOCK_THREADS, vectors_blocks_per_sm(16, size_of::<half::f16>()));
+    }
     impl VectorsKernels for f64 {
         const VECTORS_2 = "gemv_vectors_2_f64" => kernel::vectors_of::<f64, 2, 8, 16>, bounds(BLOCK_THREADS, vectors_blocks_per_sm(2, size_of::<f64>()));
         const VECTORS_4 = "gemv_vectors_4_f64" => kernel::vectors_of::<f64, 4, 4, 16>, bounds(BLOCK_THREADS, vectors_blocks_per_sm(4, size_of::<f64>()));
@@ -57,7 +69,7 @@ kernel_args! {
 }
 
 /// The several-vectors kernels of one element type, one per padded vector count.
-pub trait VectorsKernels: Sized {
+pub trait VectorsKernels: GemvScalar {
     const VECTORS_2: Kernel<GemvVectorsArgs<Self>>;
     const VECTORS_4: Kernel<GemvVectorsArgs<Self>>;
     const VECTORS_8: Kernel<GemvVectorsArgs<Self>>;
@@ -71,7 +83,9 @@ pub const fn padded_vectors(vectors: u64) -> u64 {
 }
 
 /// Rows a warp takes at once for `k` padded vectors of `element_bytes`-byte elements:
-/// the `R * K` sums stay within 64 registers, and `R` rows share each read of X.
+/// the `R * K` sums stay within 64 registers, and `R` rows share each read of X (for
+/// 4 vectors of 16-bit elements, 8 rows would leave no registers for the 8 elements
+/// that each 16-byte load brings).
 pub const fn rows_per_warp(k: u64, element_bytes: usize) -> u64 {
     match (k, element_bytes) {
         (2, _) => 8,
@@ -84,7 +98,7 @@ pub const fn rows_per_warp(k: u64, element_bytes: usize) -> u64 {
 /// Blocks per SM the launch bounds ask for: two (two chunks of X fit in shared memory),
 /// or one where the sums take 64 registers, to leave room for the loads in flight.
 pub const fn vectors_blocks_per_sm(k: u64, element_bytes: usize) -> u32 {
-    if k * rows_per_warp(k, element_bytes) * element_bytes as u64 > 128 {
+    if k * rows_per_warp(k, element_bytes) * sum_bytes(element_bytes) as u64 > 128 {
         1
     } else {
         2
@@ -146,10 +160,10 @@ impl VectorsPlan {
     }
 
     /// The launch of the first pass, writing y, or `partials` with several chunks.
-    pub fn launch<T: VectorsKernels + Copy>(
+    pub fn launch<T: VectorsKernels>(
         &self,
         operands: &super::GemvOperands<T>,
-        partials: DevicePtrMut<T>,
+        partials: DevicePtrMut<T::Acc>,
     ) -> Launch<GemvVectorsArgs<T>> {
         let kernel = match self.k {
             2 => T::VECTORS_2,
@@ -186,7 +200,7 @@ pub(super) mod kernel {
         SharedCarver, block_idx_x, lane_id, load_global_nc_v4, load_shared_v4_f32, shared_base, sync_threads,
         thread_idx_x,
     };
-    use crate::matvec::value::{GemvValue, finish};
+    use crate::matvec::value::{Accumulator, GemvValue, finish};
     use crate::warp;
 
     /// [`vectors`], with 128-bit loads or not as `args.vector` says.
@@ -256,7 +270,7 @@ pub(super) mod kernel {
                 // SAFETY: column < width and v < vectors: inside X.
                 unsafe { *x.add(((first_column + column as u64) * vectors as u64 + v as u64) as usize) }
             } else {
-                T::ZERO
+                T::narrow(T::Acc::ZERO)
             };
             // SAFETY: v < K, column < width <= pitch: inside the staged rows.
             unsafe { *staged.add((v * pitch + column) as usize) = value };
@@ -290,7 +304,7 @@ pub(super) mod kernel {
                 };
                 a.wrapping_add((r * problem.cols + first_column) as usize)
             };
-            let mut sums = [T::ZERO; N];
+            let mut sums = [T::Acc::ZERO; N];
             // Up to `unroll` steps of every row, loaded together.
             let load_steps = |step: usize| {
                 let mut held = [[0u32; 4]; VECTORS_LOADS_PER_LANE];
@@ -351,8 +365,10 @@ pub(super) mod kernel {
                             };
                             for i in 0..R {
                                 for e in 0..per_lane {
-                                    sums[i * K + v] = sums[i * K + v]
-                                        .mul_add(T::from_words(held[u * R + i], e), T::from_words(xs, e));
+                                    sums[i * K + v] = sums[i * K + v].mul_add(
+                                        T::from_words(held[u * R + i], e).widen(),
+                                        T::from_words(xs, e).widen(),
+                                    );
                                 }
                             }
                         }

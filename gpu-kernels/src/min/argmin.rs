@@ -1,33 +1,50 @@
 //! The running minimum every min kernel keeps, with the index of its first occurrence,
 //! and the element trait of the min kernels.
 
-use crate::device::{Lane, Shuffle, VectorElement};
+use crate::device::{Float16, Lane, Shuffle, VectorElement};
 use crate::warp;
+use half::{bf16, f16};
 
 /// An element type the min kernels reduce.
-pub trait MinValue: Copy + PartialOrd + Shuffle + VectorElement {
-    fn is_nan(self) -> bool;
+pub trait MinValue: Copy + Shuffle + VectorElement {
+    /// The element as the kernels compare it, exactly: 16-bit floats widen to f32.
+    type Key: Copy + PartialOrd;
+    fn key(self) -> Self::Key;
 }
 
-impl MinValue for f32 {
-    #[inline(always)]
-    fn is_nan(self) -> bool {
-        f32::is_nan(self)
-    }
+macro_rules! min_value_is_its_key {
+    ($($t:ty),*) => {$(
+        impl MinValue for $t {
+            type Key = $t;
+            #[inline(always)]
+            fn key(self) -> $t {
+                self
+            }
+        }
+    )*};
 }
 
-impl MinValue for f64 {
-    #[inline(always)]
-    fn is_nan(self) -> bool {
-        f64::is_nan(self)
-    }
+min_value_is_its_key!(f32, f64, i32);
+
+macro_rules! min_value_widens {
+    ($($t:ty),*) => {$(
+        impl MinValue for $t {
+            type Key = f32;
+            #[inline(always)]
+            fn key(self) -> f32 {
+                self.widen()
+            }
+        }
+    )*};
 }
 
-impl MinValue for i32 {
-    #[inline(always)]
-    fn is_nan(self) -> bool {
-        false
-    }
+min_value_widens!(bf16, f16);
+
+/// Whether a key is NaN (never, for integers).
+#[inline(always)]
+#[allow(clippy::eq_op)]
+fn is_nan<K: PartialOrd>(key: K) -> bool {
+    key != key
 }
 
 /// A running minimum and, when `INDEX`, where it is. `index == u64::MAX` marks an
@@ -61,7 +78,8 @@ impl<T: MinValue, const INDEX: bool> ArgMin<T, INDEX> {
     #[inline(always)]
     pub fn push(&mut self, value: T, index: u64) {
         let empty = self.index == u64::MAX;
-        let wins = value < self.value || (value.is_nan() && !self.value.is_nan());
+        let (new, held) = (value.key(), self.value.key());
+        let wins = new < held || (is_nan(new) && !is_nan(held));
         if empty || wins {
             self.value = value;
             self.index = index;
@@ -78,12 +96,12 @@ impl<T: MinValue, const INDEX: bool> ArgMin<T, INDEX> {
         if self.index == u64::MAX {
             return other;
         }
-        let (a, b) = (self.value, other.value);
+        let (a, b) = (self.value.key(), other.value.key());
         let other_wins = if INDEX {
-            (b.is_nan() && (!a.is_nan() || other.index < self.index))
-                || (!a.is_nan() && (b < a || (b == a && other.index < self.index)))
+            (is_nan(b) && (!is_nan(a) || other.index < self.index))
+                || (!is_nan(a) && (b < a || (b == a && other.index < self.index)))
         } else {
-            (b.is_nan() && !a.is_nan()) || b < a
+            (is_nan(b) && !is_nan(a)) || b < a
         };
         if other_wins { other } else { self }
     }

@@ -27,6 +27,14 @@ kernel_args! {
         const MIN_COMBINE = "min_combine_i32" => kernel::combine::<i32, true>;
         const AMIN_COMBINE = "amin_combine_i32" => kernel::combine::<i32, false>;
     }
+    impl CombineKernel for half::bf16 {
+        const MIN_COMBINE = "min_combine_bf16" => kernel::combine::<half::bf16, true>;
+        const AMIN_COMBINE = "amin_combine_bf16" => kernel::combine::<half::bf16, false>;
+    }
+    impl CombineKernel for half::f16 {
+        const MIN_COMBINE = "min_combine_f16" => kernel::combine::<half::f16, true>;
+        const AMIN_COMBINE = "amin_combine_f16" => kernel::combine::<half::f16, false>;
+    }
     entry points in ENTRY_POINTS;
 }
 

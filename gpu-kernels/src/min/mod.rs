@@ -57,6 +57,8 @@ pub trait MinType: RowsKernel + StridedKernel + CombineKernel {}
 impl MinType for f32 {}
 impl MinType for f64 {}
 impl MinType for i32 {}
+impl MinType for half::bf16 {}
+impl MinType for half::f16 {}
 
 /// Every min entry point.
 pub const ENTRY_POINTS: &[&[EntryPoint]] =

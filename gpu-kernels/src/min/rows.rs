@@ -42,6 +42,14 @@ kernel_args! {
         const MIN_ROWS = "min_rows_i32" => kernel::rows::<i32, true>;
         const AMIN_ROWS = "amin_rows_i32" => kernel::rows::<i32, false>;
     }
+    impl RowsKernel for half::bf16 {
+        const MIN_ROWS = "min_rows_bf16" => kernel::rows::<half::bf16, true>;
+        const AMIN_ROWS = "amin_rows_bf16" => kernel::rows::<half::bf16, false>;
+    }
+    impl RowsKernel for half::f16 {
+        const MIN_ROWS = "min_rows_f16" => kernel::rows::<half::f16, true>;
+        const AMIN_ROWS = "amin_rows_f16" => kernel::rows::<half::f16, false>;
+    }
     entry points in ENTRY_POINTS;
 }
 

@@ -11,9 +11,10 @@ pub const STRIDED_TX: u32 = 32;
 pub const STRIDED_TY: u32 = BLOCK_THREADS / STRIDED_TX;
 /// Rows each strided thread loads before it uses the first.
 pub const STRIDED_ROWS: usize = 4;
-/// Dynamic shared memory of a strided block: a value (at most 8 bytes) and an index per
-/// slice and column, for the widest vector (4 columns per lane).
-pub const STRIDED_SHARED_BYTES: u32 = STRIDED_TY * STRIDED_TX * 4 * 16;
+/// Dynamic shared memory of a strided block: a value and an 8-byte index per slice and
+/// column. 2-byte elements take the most (8 columns per lane, 10 bytes each; 4-byte
+/// elements take 4 x 12, 8-byte 2 x 16).
+pub const STRIDED_SHARED_BYTES: u32 = STRIDED_TY * STRIDED_TX * 8 * (2 + 8);
 
 const _: () = assert!(STRIDED_TX == 32);
 
@@ -52,6 +53,14 @@ kernel_args! {
     impl StridedKernel for i32 {
         const MIN_STRIDED = "min_strided_i32" => kernel::strided_rows::<i32, true, { super::VECTOR_BYTES / 4 }>;
         const AMIN_STRIDED = "amin_strided_i32" => kernel::strided_rows::<i32, false, { super::VECTOR_BYTES / 4 }>;
+    }
+    impl StridedKernel for half::bf16 {
+        const MIN_STRIDED = "min_strided_bf16" => kernel::strided_rows::<half::bf16, true, { super::VECTOR_BYTES / 2 }>;
+        const AMIN_STRIDED = "amin_strided_bf16" => kernel::strided_rows::<half::bf16, false, { super::VECTOR_BYTES / 2 }>;
+    }
+    impl StridedKernel for half::f16 {
+        const MIN_STRIDED = "min_strided_f16" => kernel::strided_rows::<half::f16, true, { super::VECTOR_BYTES / 2 }>;
+        const AMIN_STRIDED = "amin_strided_f16" => kernel::strided_rows::<half::f16, false, { super::VECTOR_BYTES / 2 }>;
     }
     entry points in ENTRY_POINTS;
 }

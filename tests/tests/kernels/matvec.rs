@@ -1,14 +1,15 @@
 //! `gemv` on the GPU against the f64 CPU reference: random shapes (1, primes, tails
 //! around the vector width, wide and tall), both orientations, alpha and beta (beta 0
-//! with y full of NaN, which must not be read), f32 and f64, x as `[k]` or `[k, 1]`.
-//! A and x are small integers times 2^-1, so every partial sum is exact whatever the
-//! order of the additions: each element must equal the reference exactly, and two runs
-//! must be bit-identical. A fixed case per kernel path checks that the plan takes it.
+//! with y full of NaN, which must not be read), f32, f64, bf16 and f16, x as `[k]` or
+//! `[k, 1]`. A and x are small integers times 2^-1, so every partial sum is exact
+//! whatever the order of the additions (in f32 for the 16-bit types): each element must
+//! equal the reference rounded once to the element type, and two runs must be
+//! bit-identical. A fixed case per kernel path checks that the plan takes it.
 //! `A X` with X of 2 to 16 columns is checked the same way, column by column against
 //! the reference.
 
 use host::plans::GemvPlan;
-use host::{Error, GemvElement, Gpu, Op, reference};
+use host::{Error, GemvElement, Gpu, Op, bf16, f16, reference};
 use ndarray::{Array1, Array2, ArrayD, Ix2, IxDyn};
 use proptest::prelude::*;
 use proptest::sample::select;
@@ -71,6 +72,26 @@ impl TestValue for f64 {
         v
     }
 }
+impl TestValue for bf16 {
+    fn from_f64(v: f64) -> Self {
+        bf16::from_f64(v)
+    }
+}
+impl TestValue for f16 {
+    fn from_f64(v: f64) -> Self {
+        f16::from_f64(v)
+    }
+}
+
+/// alpha or beta in the sum type (all test values are exact in f32).
+fn scalar<T: GemvElement>(v: f64) -> T::Acc {
+    T::Acc::from(v as f32)
+}
+
+/// Whether an output equals the f64 reference rounded once to the element type.
+fn rounded_once<T: TestValue>(got: T, want: f64) -> bool {
+    got.into().to_bits() == T::from_f64(want).into().to_bits()
+}
 
 /// Integers in [-2, 2] times 2^-1: products are multiples of 2^-2 of at most 1, so a
 /// sum of 400k of them, times alpha, plus beta y, stays under 2^24 units (f32) of the
@@ -106,7 +127,7 @@ fn check<T: TestValue>(gpu: &Gpu, c: Case) -> Result<(), TestCaseError> {
         if c.beta == 0.0 {
             gpu.poison(&mut dy).unwrap(); // NaN: must not leak into y
         }
-        gpu.gemv(T::from_f64(c.alpha), c.op, &da, &dx, T::from_f64(c.beta), &mut dy)
+        gpu.gemv(scalar::<T>(c.alpha), c.op, &da, &dx, scalar::<T>(c.beta), &mut dy)
             .unwrap();
         gpu.download(&dy).unwrap()
     };
@@ -115,7 +136,7 @@ fn check<T: TestValue>(gpu: &Gpu, c: Case) -> Result<(), TestCaseError> {
     let bits = |v: &ArrayD<T>| v.iter().map(|&e| e.into().to_bits()).collect::<Vec<_>>();
     prop_assert!(bits(&first) == bits(&second), "two runs differ: {:?}", c);
     for (i, (&got, &w)) in first.iter().zip(want.iter()).enumerate() {
-        prop_assert!(got.into() == w, "{c:?}: y[{i}] = {}, want {w}", got.into());
+        prop_assert!(rounded_once(got, w), "{c:?}: y[{i}] = {}, want {w}", got.into());
     }
     Ok(())
 }
@@ -134,6 +155,22 @@ fn gemv_f64_matches_the_reference_and_is_deterministic() {
         return;
     };
     runner().run(&case(), |c| check::<f64>(&gpu, c)).unwrap();
+}
+
+#[test]
+fn gemv_bf16_matches_the_reference_and_is_deterministic() {
+    let Some(gpu) = gpu_or_skip("gemv_bf16_matches_the_reference_and_is_deterministic") else {
+        return;
+    };
+    runner().run(&case(), |c| check::<bf16>(&gpu, c)).unwrap();
+}
+
+#[test]
+fn gemv_f16_matches_the_reference_and_is_deterministic() {
+    let Some(gpu) = gpu_or_skip("gemv_f16_matches_the_reference_and_is_deterministic") else {
+        return;
+    };
+    runner().run(&case(), |c| check::<f16>(&gpu, c)).unwrap();
 }
 
 #[test]
@@ -216,11 +253,19 @@ fn mismatched_gemv_shapes_are_errors() {
 /// One case per kernel path, each checked to take it: the rows kernel (`A x`) with and
 /// without a split of the rows, 128-bit or scalar loads; the columns kernel (`A^T x`)
 /// with and without a split.
+/// One case per kernel path, in f32 and in bf16 (8 elements per 16-byte load), each
+/// checked to take it.
 #[test]
 fn every_gemv_kernel_path_matches_the_reference() {
     let Some(gpu) = gpu_or_skip("every_gemv_kernel_path_matches_the_reference") else {
         return;
     };
+    gemv_paths::<f32>(&gpu);
+    gemv_paths::<bf16>(&gpu);
+}
+
+fn gemv_paths<T: TestValue>(gpu: &Gpu) {
+    let per_vector = 16 / size_of::<T>();
     type Path = fn(&GemvPlan) -> bool;
     let cases: [(usize, usize, Op, Path); 6] = [
         (
@@ -255,14 +300,14 @@ fn every_gemv_kernel_path_matches_the_reference() {
         ),
         (
             300_000,
-            4,
+            per_vector,
             Op::T,
             |p| matches!(p, GemvPlan::Columns(c) if c.split > 1 && c.vector),
         ),
     ];
     for (rows, cols, op, expected) in cases {
         let x_len = if op == Op::N { cols } else { rows };
-        let plan = gpu.gemv_plan::<f32>(&[rows, cols], &[x_len], op).unwrap();
+        let plan = gpu.gemv_plan::<T>(&[rows, cols], &[x_len], op).unwrap();
         assert!(
             plan.as_ref().is_some_and(expected),
             "{rows}x{cols} {op:?}: {plan:?}"
@@ -276,7 +321,7 @@ fn every_gemv_kernel_path_matches_the_reference() {
             column_vector: false,
             seed: 5,
         };
-        check::<f32>(&gpu, case).unwrap();
+        check::<T>(gpu, case).unwrap();
     }
 }
 
@@ -329,11 +374,11 @@ fn check_vectors<T: TestValue>(gpu: &Gpu, c: &VectorsCase) -> Result<(), TestCas
             gpu.poison(&mut dy).unwrap(); // NaN: must not leak into Y
         }
         gpu.gemv(
-            T::from_f64(c.alpha),
+            scalar::<T>(c.alpha),
             Op::N,
             &da,
             &dx,
-            T::from_f64(c.beta),
+            scalar::<T>(c.beta),
             &mut dy,
         )
         .unwrap();
@@ -344,7 +389,11 @@ fn check_vectors<T: TestValue>(gpu: &Gpu, c: &VectorsCase) -> Result<(), TestCas
     prop_assert!(bits(&first) == bits(&second), "two runs differ: {:?}", c);
     for ((i, j), &got) in first.indexed_iter() {
         let w = want[[i, j]];
-        prop_assert!(got.into() == w, "{c:?}: y[{i}, {j}] = {}, want {w}", got.into());
+        prop_assert!(
+            rounded_once(got, w),
+            "{c:?}: y[{i}, {j}] = {}, want {w}",
+            got.into()
+        );
     }
     Ok(())
 }
@@ -369,50 +418,38 @@ fn several_vectors_f64_match_the_reference_and_are_deterministic() {
         .unwrap();
 }
 
-/// Each padded vector count (2, 4, 8, 16) in f32 and f64, with one chunk of columns
-/// (Y written directly) and with several (partials added by the combine pass), with
-/// 128-bit and with scalar loads, each checked to take that path; and `matvec` itself
-/// on X of several columns.
+#[test]
+fn several_vectors_bf16_match_the_reference_and_are_deterministic() {
+    let Some(gpu) = gpu_or_skip("several_vectors_bf16_match_the_reference_and_are_deterministic") else {
+        return;
+    };
+    runner()
+        .run(&vectors_case(), |c| check_vectors::<bf16>(&gpu, &c))
+        .unwrap();
+}
+
+#[test]
+fn several_vectors_f16_match_the_reference_and_are_deterministic() {
+    let Some(gpu) = gpu_or_skip("several_vectors_f16_match_the_reference_and_are_deterministic") else {
+        return;
+    };
+    runner()
+        .run(&vectors_case(), |c| check_vectors::<f16>(&gpu, &c))
+        .unwrap();
+}
+
+/// Each padded vector count (2, 4, 8, 16) in f32, f64 and bf16, with one chunk of
+/// columns (Y written directly) and with several (partials added by the combine pass),
+/// with 128-bit and with scalar loads, each checked to take that path; and `matvec`
+/// itself on X of several columns.
 #[test]
 fn every_several_vectors_path_matches_the_reference() {
     let Some(gpu) = gpu_or_skip("every_several_vectors_path_matches_the_reference") else {
         return;
     };
-    for vectors in [2, 3, 4, 5, 8, 9, 16] {
-        for (rows, cols, chunks_above_one, vector) in [
-            (300, 96, false, true),
-            (77, 9001, true, false),
-            (40, 40_000, true, true),
-        ] {
-            let case = VectorsCase {
-                rows,
-                cols,
-                vectors,
-                alpha: -0.5,
-                beta: 1.0,
-                seed: (rows * cols + vectors) as u64,
-            };
-            for bytes in [4, 8] {
-                let plan = if bytes == 4 {
-                    gpu.gemv_plan::<f32>(&[rows, cols], &[cols, vectors], Op::N)
-                } else {
-                    gpu.gemv_plan::<f64>(&[rows, cols], &[cols, vectors], Op::N)
-                }
-                .unwrap();
-                let k = vectors.next_power_of_two() as u64;
-                assert!(
-                    matches!(plan, Some(GemvPlan::Vectors(p))
-                        if p.k == k && (p.chunks > 1) == chunks_above_one && p.vector == vector),
-                    "{case:?} ({bytes}-byte): {plan:?}"
-                );
-                if bytes == 4 {
-                    check_vectors::<f32>(&gpu, &case).unwrap();
-                } else {
-                    check_vectors::<f64>(&gpu, &case).unwrap();
-                }
-            }
-        }
-    }
+    vectors_paths::<f32>(&gpu);
+    vectors_paths::<f64>(&gpu);
+    vectors_paths::<bf16>(&gpu);
     let a = Array2::from_shape_fn((5, 7), |(i, j)| (i * 7 + j) as f32);
     let x = Array2::from_shape_fn((7, 3), |(i, j)| i as f32 - j as f32);
     let y = gpu
@@ -423,4 +460,34 @@ fn every_several_vectors_path_matches_the_reference() {
         .unwrap();
     assert_eq!(y.shape(), &[5, 3]);
     assert_eq!(y.into_dimensionality::<Ix2>().unwrap(), a.dot(&x));
+}
+
+fn vectors_paths<T: TestValue>(gpu: &Gpu) {
+    for vectors in [2, 3, 4, 5, 8, 9, 16] {
+        for (rows, cols, chunks_above_one, vector) in [
+            (300, 96, false, true),
+            (77, 40_001, true, false),
+            (40, 40_000, true, true),
+        ] {
+            let case = VectorsCase {
+                rows,
+                cols,
+                vectors,
+                alpha: -0.5,
+                beta: 1.0,
+                seed: (rows * cols + vectors) as u64,
+            };
+            let plan = gpu
+                .gemv_plan::<T>(&[rows, cols], &[cols, vectors], Op::N)
+                .unwrap();
+            let k = vectors.next_power_of_two() as u64;
+            assert!(
+                matches!(plan, Some(GemvPlan::Vectors(p))
+                    if p.k == k && (p.chunks > 1) == chunks_above_one && p.vector == vector),
+                "{case:?} ({}-byte): {plan:?}",
+                size_of::<T>()
+            );
+            check_vectors::<T>(gpu, &case).unwrap();
+        }
+    }
 }

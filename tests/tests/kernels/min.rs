@@ -3,7 +3,7 @@
 //! match exactly. A fixed case per kernel path checks that the plan takes it.
 
 use host::plans::MinPlan;
-use host::{Error, Gpu, MinElement, reference};
+use host::{Error, Gpu, MinElement, bf16, f16, reference};
 use ndarray::{ArrayD, IxDyn};
 use proptest::prelude::*;
 use proptest::sample::select;
@@ -68,6 +68,18 @@ impl TestValue for f64 {
             r if r < 100 + nan_per_10k as u64 => f64::NEG_INFINITY,
             _ => ((bits >> 20) % 33) as f64 - 16.0 + if bits & 1 << 40 != 0 { 0.5 } else { 0.0 },
         }
+    }
+}
+
+impl TestValue for bf16 {
+    fn draw(bits: u64, nan_per_10k: u32) -> Self {
+        bf16::from_f64(f64::draw(bits, nan_per_10k))
+    }
+}
+
+impl TestValue for f16 {
+    fn draw(bits: u64, nan_per_10k: u32) -> Self {
+        f16::from_f64(f64::draw(bits, nan_per_10k))
     }
 }
 
@@ -153,6 +165,22 @@ fn min_and_amin_i32_match_the_reference() {
 }
 
 #[test]
+fn min_and_amin_bf16_match_the_reference() {
+    let Some(gpu) = gpu_or_skip("min_and_amin_bf16_match_the_reference") else {
+        return;
+    };
+    runner().run(&case(), |c| check_min::<bf16>(&gpu, c)).unwrap();
+}
+
+#[test]
+fn min_and_amin_f16_match_the_reference() {
+    let Some(gpu) = gpu_or_skip("min_and_amin_f16_match_the_reference") else {
+        return;
+    };
+    runner().run(&case(), |c| check_min::<f16>(&gpu, c)).unwrap();
+}
+
+#[test]
 fn min_of_views_and_nan_rows() {
     let Some(gpu) = gpu_or_skip("min_of_views_and_nan_rows") else {
         return;
@@ -227,14 +255,20 @@ fn invalid_reductions_are_errors_on_the_gpu_too() {
     assert_eq!((v.shape(), i.shape()), (&[4, 0, 1][..], &[4, 0, 1][..]));
 }
 
-/// One case per kernel path, each checked to take it: the rows kernel with and without
-/// a split of the reduced axis, the strided kernel with 128-bit and scalar loads, and
-/// split (partials merged by the combine kernel).
+/// One case per kernel path and element width, each checked to take it: the rows
+/// kernel with and without a split of the reduced axis, the strided kernel with 128-bit
+/// and scalar loads, and split (partials merged by the combine kernel).
 #[test]
 fn every_min_kernel_path_matches_the_reference() {
     let Some(gpu) = gpu_or_skip("every_min_kernel_path_matches_the_reference") else {
         return;
     };
+    check_paths::<f32>(&gpu);
+    check_paths::<bf16>(&gpu);
+}
+
+fn check_paths<T: TestValue>(gpu: &Gpu) {
+    let per_vector = 16 / size_of::<T>();
     type Path = fn(&MinPlan) -> bool;
     let cases: [(Vec<usize>, usize, Path); 6] = [
         (
@@ -258,7 +292,7 @@ fn every_min_kernel_path_matches_the_reference() {
             |p| matches!(p, MinPlan::Strided(s) if !s.vector && s.split == 1),
         ),
         (
-            vec![200_003, 4],
+            vec![200_003, per_vector],
             0,
             |p| matches!(p, MinPlan::Strided(s) if s.vector && s.split > 1),
         ),
@@ -269,13 +303,13 @@ fn every_min_kernel_path_matches_the_reference() {
         ),
     ];
     for (shape, axis, expected) in cases {
-        let plan = gpu.min_plan::<f32>(&shape, axis).unwrap();
+        let plan = gpu.min_plan::<T>(&shape, axis).unwrap();
         assert!(
             plan.as_ref().is_some_and(expected),
             "{shape:?} axis {axis}: {plan:?}"
         );
         for keepdim in [false, true] {
-            check_min::<f32>(&gpu, (shape.clone(), axis, keepdim, 17, 1)).unwrap();
+            check_min::<T>(gpu, (shape.clone(), axis, keepdim, 17, 1)).unwrap();
         }
     }
 }

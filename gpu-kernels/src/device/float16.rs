@@ -1,0 +1,68 @@
+//! bf16 and f16 (the `half` crate's storage types, the same on both sides) on the
+//! device: exact widening to f32 and one rounding back, through PTX `cvt`.
+
+use core::arch::asm;
+use half::{bf16, f16};
+
+/// A 16-bit float the kernels store and load, computing in f32.
+pub trait Float16: Copy {
+    /// The value as f32, exactly.
+    fn widen(self) -> f32;
+    /// `x` rounded to nearest even (NaN stays NaN, overflow goes to infinity).
+    fn narrow(x: f32) -> Self;
+}
+
+impl Float16 for bf16 {
+    #[inline(always)]
+    fn widen(self) -> f32 {
+        // bf16 is the high half of an f32.
+        f32::from_bits((self.to_bits() as u32) << 16)
+    }
+
+    #[inline(always)]
+    fn narrow(x: f32) -> Self {
+        let bits: u16;
+        // SAFETY: a register conversion (sm_80 and later); no memory is touched.
+        unsafe {
+            asm!(
+                "cvt.rn.bf16.f32 {h}, {x};",
+                h = out(reg16) bits,
+                x = in(reg32) x,
+                options(pure, nomem, nostack, preserves_flags),
+            )
+        };
+        bf16::from_bits(bits)
+    }
+}
+
+impl Float16 for f16 {
+    #[inline(always)]
+    fn widen(self) -> f32 {
+        let x: f32;
+        // SAFETY: a register conversion; no memory is touched.
+        unsafe {
+            asm!(
+                "cvt.f32.f16 {x}, {h};",
+                x = out(reg32) x,
+                h = in(reg16) self.to_bits(),
+                options(pure, nomem, nostack, preserves_flags),
+            )
+        };
+        x
+    }
+
+    #[inline(always)]
+    fn narrow(x: f32) -> Self {
+        let bits: u16;
+        // SAFETY: a register conversion; no memory is touched.
+        unsafe {
+            asm!(
+                "cvt.rn.f16.f32 {h}, {x};",
+                h = out(reg16) bits,
+                x = in(reg32) x,
+                options(pure, nomem, nostack, preserves_flags),
+            )
+        };
+        f16::from_bits(bits)
+    }
+}
