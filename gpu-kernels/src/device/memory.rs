@@ -25,6 +25,28 @@ pub unsafe fn load_global_nc_v4(ptr: *const u32) -> [u32; 4] {
     [a, b, c, d]
 }
 
+/// Loads two 32-bit words through the read-only (non-coherent) cache path:
+/// `ld.global.nc.v2.u32`.
+///
+/// # Safety
+/// `ptr` must point to 8 readable, 8-byte-aligned bytes of global memory that no thread
+/// writes while the kernel runs.
+#[inline(always)]
+pub unsafe fn load_global_nc_v2(ptr: *const u32) -> [u32; 2] {
+    let (a, b): (u32, u32);
+    // SAFETY: the caller guarantees a valid, aligned, read-only global address.
+    unsafe {
+        asm!(
+            "cvta.to.global.u64 {p}, {p};",
+            "ld.global.nc.v2.u32 {{{a}, {b}}}, [{p}];",
+            p = inout(reg64) ptr as u64 => _,
+            a = out(reg32) a, b = out(reg32) b,
+            options(pure, readonly, nostack),
+        )
+    };
+    [a, b]
+}
+
 /// Stores four 32-bit words: `st.global.v4.u32`.
 ///
 /// # Safety

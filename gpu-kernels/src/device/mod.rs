@@ -21,8 +21,8 @@ pub use async_copy::{STAGE_BARRIER_BYTES, StagedCopy};
 pub use float16::Float16;
 pub use math::{exp2_approx, fma_f32, fma_f64, reciprocal_approx};
 pub use memory::{
-    Coherent, atomic_add_u32, fence_gpu, load_acquire_u32, load_global_nc_v4, load_global_v4,
-    store_global_v2_f32, store_global_v4, store_release_u32,
+    Coherent, atomic_add_u32, fence_gpu, load_acquire_u32, load_global_nc_v2, load_global_nc_v4,
+    load_global_v4, store_global_v2_f32, store_global_v4, store_release_u32,
 };
 pub use mma::{
     async_copy, async_copy_cached, async_copy_commit, async_copy_wait, load_matrix_x4, mma_tf32_16x8x8,

@@ -24,7 +24,7 @@ pub mod strided;
 use crate::launch::{DeviceLimits, DevicePtrMut, EntryPoint, Launch, ScratchLayout, THREADS_PER_SM};
 use combine::{CombineArgs, CombineKernel};
 use rows::{RowsKernel, RowsPlan};
-use strided::{STRIDED_TX, StridedKernel, StridedPlan};
+use strided::{STRIDED_TX, StridedKernel, StridedPlan, lane_columns};
 
 /// Threads per block of every min kernel.
 pub const BLOCK_THREADS: u32 = 256;
@@ -163,8 +163,9 @@ pub fn plan(problem: &MinProblem, element_bytes: usize, device: &DeviceLimits) -
             blocks: threads.div_ceil(BLOCK_THREADS as u64),
         })
     } else {
-        let vector = problem.inner.is_multiple_of(per_vector);
-        let columns_per_block = STRIDED_TX as u64 * per_vector;
+        let columns = lane_columns(element_bytes);
+        let vector = problem.inner.is_multiple_of(columns);
+        let columns_per_block = STRIDED_TX as u64 * columns;
         let tiles_per_outer = problem.inner.div_ceil(columns_per_block);
         let split = split_for(problem.outer * tiles_per_outer * BLOCK_THREADS as u64);
         MinPlan::Strided(StridedPlan {
@@ -257,6 +258,8 @@ mod tests {
         );
         let vector = |inner, bytes| matches!(plan_of(5, 7, inner, bytes), MinPlan::Strided(p) if p.vector);
         assert!(vector(8, 4) && vector(6, 8) && !vector(6, 4) && !vector(3, 8));
+        // 16-bit lanes take 4 columns (8 bytes), not 8.
+        assert!(vector(4, 2) && vector(12, 2) && !vector(6, 2));
     }
 
     #[test]

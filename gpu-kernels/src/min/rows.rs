@@ -133,8 +133,10 @@ mod kernel {
     }
 
     /// Pushes elements `[begin, end)` of the row starting at flat offset `row_start`
-    /// into `state`, this lane taking its share in increasing index order: a scalar head
-    /// up to 16-byte alignment, whole vectors, then a scalar tail.
+    /// into `state`, this lane taking its share: a scalar head up to 16-byte alignment,
+    /// whole vectors, then a scalar tail. The lane's first head and tail elements are
+    /// loaded before the vectors, so that their latency overlaps the vectors' instead of
+    /// adding to it; the head then joins through `merge`, which takes any order.
     ///
     /// # Safety
     /// The elements lie inside `x`, which is 16-byte aligned.
@@ -162,12 +164,9 @@ mod kernel {
             // SAFETY: vector `v < vectors` lies in [aligned, tail), 16-byte aligned.
             unsafe { load_global_nc_v4(x.add((aligned + v * per_vector) as usize) as *const u32) }
         };
-        // Head and tail hold fewer than PER_VECTOR elements, but a group may be narrower.
-        let mut flat = flat_begin + lane;
-        while flat < aligned {
-            state.push(element(flat), flat - row_start);
-            flat += lanes;
-        }
+        let (head_first, tail_first) = (flat_begin + lane, tail + lane);
+        let head_value = (head_first < aligned).then(|| element(head_first));
+        let tail_value = (tail_first < flat_end).then(|| element(tail_first));
         let push_vector = |state: &mut ArgMin<T, INDEX>, v: u64, words: [u32; 4]| {
             let first = aligned + v * per_vector - row_start;
             for i in 0..T::PER_VECTOR {
@@ -189,7 +188,22 @@ mod kernel {
             push_vector(state, v, vector(v));
             v += lanes;
         }
-        let mut flat = tail + lane;
+        // Head and tail hold fewer than PER_VECTOR elements each, but a group may be
+        // narrower: then a lane takes more than one.
+        let mut head = ArgMin::<T, INDEX>::empty(state.value);
+        if let Some(value) = head_value {
+            head.push(value, head_first - row_start);
+        }
+        let mut flat = head_first + lanes;
+        while flat < aligned {
+            head.push(element(flat), flat - row_start);
+            flat += lanes;
+        }
+        *state = head.merge(*state);
+        if let Some(value) = tail_value {
+            state.push(value, tail_first - row_start);
+        }
+        let mut flat = tail_first + lanes;
         while flat < flat_end {
             state.push(element(flat), flat - row_start);
             flat += lanes;

@@ -11,10 +11,17 @@ pub const STRIDED_TX: u32 = 32;
 pub const STRIDED_TY: u32 = BLOCK_THREADS / STRIDED_TX;
 /// Rows each strided thread loads before it uses the first.
 pub const STRIDED_ROWS: usize = 4;
-/// Dynamic shared memory of a strided block: a value and an 8-byte index per slice and
-/// column. 2-byte elements take the most (8 columns per lane, 10 bytes each; 4-byte
-/// elements take 4 x 12, 8-byte 2 x 16).
-pub const STRIDED_SHARED_BYTES: u32 = STRIDED_TY * STRIDED_TX * 8 * (2 + 8);
+/// Dynamic shared memory of a strided block: a value (at most 8 bytes) and an index per
+/// slice and column, for the most columns per lane (4).
+pub const STRIDED_SHARED_BYTES: u32 = STRIDED_TY * STRIDED_TX * 4 * 16;
+
+/// Columns each lane takes: 16 bytes' worth, but at most 4. Eight 16-bit columns per
+/// lane would keep eight running minima and their loads in flight in some 120
+/// registers, two blocks per SM: too few loads in flight to reach the bandwidth.
+pub const fn lane_columns(element_bytes: usize) -> u64 {
+    let columns = (super::VECTOR_BYTES / element_bytes) as u64;
+    if columns > 4 { 4 } else { columns }
+}
 
 const _: () = assert!(STRIDED_TX == 32);
 
@@ -55,12 +62,12 @@ kernel_args! {
         const AMIN_STRIDED = "amin_strided_i32" => kernel::strided_rows::<i32, false, { super::VECTOR_BYTES / 4 }>;
     }
     impl StridedKernel for half::bf16 {
-        const MIN_STRIDED = "min_strided_bf16" => kernel::strided_rows::<half::bf16, true, { super::VECTOR_BYTES / 2 }>;
-        const AMIN_STRIDED = "amin_strided_bf16" => kernel::strided_rows::<half::bf16, false, { super::VECTOR_BYTES / 2 }>;
+        const MIN_STRIDED = "min_strided_bf16" => kernel::strided_rows::<half::bf16, true, 4>;
+        const AMIN_STRIDED = "amin_strided_bf16" => kernel::strided_rows::<half::bf16, false, 4>;
     }
     impl StridedKernel for half::f16 {
-        const MIN_STRIDED = "min_strided_f16" => kernel::strided_rows::<half::f16, true, { super::VECTOR_BYTES / 2 }>;
-        const AMIN_STRIDED = "amin_strided_f16" => kernel::strided_rows::<half::f16, false, { super::VECTOR_BYTES / 2 }>;
+        const MIN_STRIDED = "min_strided_f16" => kernel::strided_rows::<half::f16, true, 4>;
+        const AMIN_STRIDED = "amin_strided_f16" => kernel::strided_rows::<half::f16, false, 4>;
     }
     entry points in ENTRY_POINTS;
 }
@@ -106,7 +113,8 @@ impl StridedPlan {
 mod kernel {
     use super::*;
     use crate::device::{
-        SharedCarver, block_idx_x, block_idx_y, load_global_nc_v4, sync_threads, thread_idx_x,
+        SharedCarver, block_idx_x, block_idx_y, load_global_nc_v2, load_global_nc_v4, sync_threads,
+        thread_idx_x,
     };
     use crate::launch::chunk;
     use crate::min::argmin::{ArgMin, MinValue};
@@ -114,8 +122,8 @@ mod kernel {
     /// [`strided`], aligned or not as `args.vector` says.
     ///
     /// # Safety
-    /// As [`strided`]; `COLUMNS` is `T::PER_VECTOR`; `vector` only when `inner` is a
-    /// multiple of it.
+    /// As [`strided`]; `COLUMNS` is [`lane_columns`] of the element size; `vector` only
+    /// when `inner` is a multiple of it.
     #[inline(always)]
     pub unsafe fn strided_rows<T: MinValue, const INDEX: bool, const COLUMNS: usize>(args: StridedArgs<T>) {
         // SAFETY: forwarded from the caller.
@@ -129,9 +137,9 @@ mod kernel {
     }
 
     /// Reduces `reduce` rows of `STRIDED_TX * COLUMNS` columns per block: each lane
-    /// takes `COLUMNS` consecutive columns (`COLUMNS = T::PER_VECTOR`, one 128-bit load
+    /// takes `COLUMNS` consecutive columns ([`lane_columns`]: one 128- or 64-bit load
     /// per row when `ALIGNED`, else one load per column, so that a warp still reads whole
-    /// sectors when rows are not 16-byte aligned); each of the `STRIDED_TY` slices takes
+    /// sectors when rows are not aligned); each of the `STRIDED_TY` slices takes
     /// every `STRIDED_TY`-th row of its chunk, then the lanes merge the slices through
     /// shared memory (one barrier).
     ///
@@ -179,9 +187,17 @@ mod kernel {
                 let at = (outer * reduce + r) * inner + column;
                 let mut out = [fill; COLUMNS];
                 if ALIGNED {
-                    // SAFETY: `inner` and `column` are multiples of COLUMNS == PER_VECTOR,
-                    // so the vector is aligned and inside the row.
-                    let words = unsafe { load_global_nc_v4(x.add(at as usize) as *const u32) };
+                    let address = x.wrapping_add(at as usize) as *const u32;
+                    // SAFETY: `inner` and `column` are multiples of COLUMNS, so the
+                    // COLUMNS elements (8 or 16 bytes) are aligned and inside the row.
+                    let words = unsafe {
+                        if COLUMNS * size_of::<T>() == 16 {
+                            load_global_nc_v4(address)
+                        } else {
+                            let [a, b] = load_global_nc_v2(address);
+                            [a, b, 0, 0]
+                        }
+                    };
                     for (i, o) in out.iter_mut().enumerate() {
                         *o = T::from_words(words, i);
                     }
