@@ -14,7 +14,7 @@
 //!
 //! - [`Gpu`]: one device, its context, the loaded kernels and a stream;
 //! - [`DeviceArray`]: a row-major array in device memory with its shape, of f32, f64,
-//!   i32, i64, or the 16-bit floats [`bf16`] and [`f16`];
+//!   i32, i64, or the 16-bit floats [`bf16`](struct@bf16) and [`f16`](struct@f16);
 //! - one module per kernel family, adding its operations to [`Gpu`];
 //! - [`reference`](mod@reference): the CPU references every kernel is tested against.
 //!

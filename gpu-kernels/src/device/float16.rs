@@ -12,6 +12,24 @@ pub trait Float16: Copy {
     fn narrow(x: f32) -> Self;
 }
 
+/// The bits of f32 `x` rounded to nearest even in the 16-bit type `$ty` (`cvt.rn`; bf16
+/// needs sm_80 or later).
+macro_rules! round_to {
+    ($ty:literal, $x:expr) => {{
+        let bits: u16;
+        // SAFETY: a register conversion; no memory is touched.
+        unsafe {
+            asm!(
+                concat!("cvt.rn.", $ty, ".f32 {h}, {x};"),
+                h = out(reg16) bits,
+                x = in(reg32) $x,
+                options(pure, nomem, nostack, preserves_flags),
+            )
+        };
+        bits
+    }};
+}
+
 impl Float16 for bf16 {
     #[inline(always)]
     fn widen(self) -> f32 {
@@ -21,17 +39,7 @@ impl Float16 for bf16 {
 
     #[inline(always)]
     fn narrow(x: f32) -> Self {
-        let bits: u16;
-        // SAFETY: a register conversion (sm_80 and later); no memory is touched.
-        unsafe {
-            asm!(
-                "cvt.rn.bf16.f32 {h}, {x};",
-                h = out(reg16) bits,
-                x = in(reg32) x,
-                options(pure, nomem, nostack, preserves_flags),
-            )
-        };
-        bf16::from_bits(bits)
+        bf16::from_bits(round_to!("bf16", x))
     }
 }
 
@@ -53,16 +61,6 @@ impl Float16 for f16 {
 
     #[inline(always)]
     fn narrow(x: f32) -> Self {
-        let bits: u16;
-        // SAFETY: a register conversion; no memory is touched.
-        unsafe {
-            asm!(
-                "cvt.rn.f16.f32 {h}, {x};",
-                h = out(reg16) bits,
-                x = in(reg32) x,
-                options(pure, nomem, nostack, preserves_flags),
-            )
-        };
-        f16::from_bits(bits)
+        f16::from_bits(round_to!("f16", x))
     }
 }
