@@ -66,6 +66,22 @@ def scans(reps):
         "op": "torch.cumsum(x, 0), 65536x2048 f32",
     }
     del narrow
+    # 16-bit: torch sums in f32 and rounds each output once, as ours does.
+    for dtype, suffix in [(torch.bfloat16, "_bf16"), (torch.float16, "_f16")]:
+        name = str(dtype).removeprefix("torch.")
+        for key, shape, dim in [
+            ("scan1", (32768, 32768), 1),
+            ("scan0", (32768, 32768), 0),
+            ("scan1d", (1 << 28,), 0),
+            ("scan1_odd", (65536, 4095), 1),
+            ("scan0_narrow", (65536, 2048), 0),
+        ]:
+            x = (torch.rand(*shape, device="cuda") * 2 - 1).to(dtype)
+            results[key + suffix] = {
+                "ms": median_ms(lambda: torch.cumsum(x, dim), reps),
+                "op": f"torch.cumsum(x, {dim}), {'x'.join(map(str, shape))} {name}",
+            }
+            del x
     return results
 
 

@@ -149,7 +149,7 @@ fn copy_rows(gpu: &Gpu, reps: usize) -> Result<Vec<Row>> {
 }
 
 /// A float type of the benchmark rows: f32, or a 16-bit type rounded from it.
-trait BenchFloat: host::MinElement + host::GemvElement<Acc = f32> {
+trait BenchFloat: host::MinElement + host::ScanElement + host::GemvElement<Sum = f32> {
     /// The suffix of its rows' keys: empty for f32, `_bf16` or `_f16`.
     const KEY: &str;
     /// The relative error of the final rounding of an f32 sum to this type (none for
@@ -261,34 +261,37 @@ fn min_rows<T: BenchFloat>(gpu: &Gpu, reps: usize) -> Result<Vec<Row>> {
 }
 
 /// Checks sampled lanes of an exclusive scan of `x` (row-major `[outer, scan, inner]`)
-/// against an f64 scan, within `scan * eps * sum(|lane|)`.
-fn check_scan_lanes(x: &[f32], y: &[f32], problem: (usize, usize, usize), lanes: usize) -> Result {
+/// against an f64 scan, within `scan * eps(f32) * sum(|lane|)` plus the final rounding
+/// to `T`.
+fn check_scan_lanes<T: BenchFloat>(x: &[T], y: &[T], problem: (usize, usize, usize), lanes: usize) -> Result {
     let (outer, scan, inner) = problem;
     let count = outer * inner;
     for s in 0..lanes.min(count) {
         let lane = (s as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) as usize % count;
         let (o, i) = (lane / inner, lane % inner);
         let at = |r: usize| (o * scan + r) * inner + i;
-        let lane_abs: f64 = (0..scan).map(|r| x[at(r)].abs() as f64).sum();
+        let value = |v: T| -> f64 { v.into() };
+        let lane_abs: f64 = (0..scan).map(|r| value(x[at(r)]).abs()).sum();
         let bound = scan as f64 * f32::EPSILON as f64 * lane_abs;
         let mut sum = 0.0f64;
         for r in 0..scan {
-            let err = (y[at(r)] as f64 - sum).abs();
+            let err = (value(y[at(r)]) - sum).abs();
             // NaN (an unwritten, poisoned output) fails too.
-            if err.is_nan() || err > bound {
+            if err.is_nan() || err > bound + T::ROUNDING * sum.abs() {
                 return Err(
                     format!("scan lane {lane} row {r}: error {err:e} over the bound {bound:e}").into(),
                 );
             }
-            sum += x[at(r)] as f64;
+            sum += value(x[at(r)]);
         }
     }
     Ok(())
 }
 
-/// The scan workloads: exclusive cumsum of 32768 x 32768 f32 along axis 1 and axis 0,
-/// and of 2^28 f32; each checked on sampled lanes (the 1-D one whole).
-fn scan_rows(gpu: &Gpu, reps: usize) -> Result<Vec<Row>> {
+/// The scan workloads: exclusive cumsum of 32768 x 32768 along axis 1 and axis 0, and
+/// of 2^28; each checked on sampled lanes (the 1-D one whole). 16-bit types sum in f32
+/// and round each output once.
+fn scan_rows<T: BenchFloat>(gpu: &Gpu, reps: usize) -> Result<Vec<Row>> {
     use host::ScanKind::Exclusive;
     let mut rows = Vec::new();
     let square = [32768usize, 32768];
@@ -312,9 +315,9 @@ fn scan_rows(gpu: &Gpu, reps: usize) -> Result<Vec<Row>> {
         ),
     ];
     for (key, shape, axis, what) in cases {
-        let host = random_f32(shape, 3);
+        let host = random_f32(shape, 3).mapv_into_any(T::from_f32);
         let x = gpu.upload(&host)?;
-        let mut y = gpu.alloc::<f32>(shape)?;
+        let mut y = gpu.alloc::<T>(shape)?;
         gpu.poison(&mut y)?;
         gpu.cumsum_into(&x, &mut y, axis, Exclusive, false)?;
         let out = gpu.download(&y)?;
@@ -324,8 +327,8 @@ fn scan_rows(gpu: &Gpu, reps: usize) -> Result<Vec<Row>> {
         drop(out);
         let times = time(gpu, reps, |g| g.cumsum_into(&x, &mut y, axis, Exclusive, false))?;
         rows.push(Row {
-            key: key.into(),
-            what: what.into(),
+            key: format!("{key}{}", T::KEY),
+            what: format!("{what}{}", T::KEY),
             times_ms: times,
             bytes: 2.0 * x.bytes() as f64,
             flops: 0.0,
@@ -718,7 +721,9 @@ fn main() -> Result {
     eprintln!("copy: {:.1} s", started.elapsed().as_secs_f64());
     if wanted("scan") {
         let started = Instant::now();
-        rows.extend(scan_rows(&gpu, opts.reps)?);
+        rows.extend(scan_rows::<f32>(&gpu, opts.reps)?);
+        rows.extend(scan_rows::<host::bf16>(&gpu, opts.reps)?);
+        rows.extend(scan_rows::<host::f16>(&gpu, opts.reps)?);
         eprintln!("scan: {:.1} s", started.elapsed().as_secs_f64());
     }
     if wanted("matvec") {

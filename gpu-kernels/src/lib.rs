@@ -30,6 +30,7 @@ pub mod launch;
 
 pub mod conv;
 pub mod copy;
+pub mod element;
 pub mod matvec;
 pub mod min;
 pub mod primitives;

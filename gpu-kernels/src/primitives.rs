@@ -142,13 +142,13 @@ mod kernel {
     use crate::block::{AGGREGATE, INCLUSIVE, TileChain, exclusive_scan};
     use crate::device::{SharedCarver, block_dim_x, block_idx_x, sync_threads, thread_idx_x};
     use crate::scan::LOOK_BACK_WINDOW;
-    use crate::scan::tile::{ScanValue, Shared};
+    use crate::scan::tile::{ScanSum, Shared};
     use crate::warp;
 
     /// # Safety
     /// `x` and `y` hold `n` elements; the grid covers `n` threads in whole warps.
     #[inline(always)]
-    pub unsafe fn group_sums<T: ScanValue>(args: GroupSumsArgs<T>) {
+    pub unsafe fn group_sums<T: ScanSum>(args: GroupSumsArgs<T>) {
         let i = block_idx_x() as u64 * block_dim_x() as u64 + thread_idx_x() as u64;
         let value = if i < args.n {
             // SAFETY: i < n.
@@ -167,7 +167,7 @@ mod kernel {
     /// `x` and `y` hold `rows * len` elements; one block of `WARPS * 32` threads per row
     /// with `WARPS` values of shared memory.
     #[inline(always)]
-    pub unsafe fn row_scan<T: ScanValue, const WARPS: usize>(args: RowScanArgs<T>) {
+    pub unsafe fn row_scan<T: ScanSum, const WARPS: usize>(args: RowScanArgs<T>) {
         // SAFETY: the launch gives 8 bytes per warp.
         let warp_totals: *mut T = unsafe { SharedCarver::new().take(WARPS) };
         let base = block_idx_x() as u64 * args.len;
@@ -201,7 +201,7 @@ mod kernel {
     /// and zeroed; the grid has that many blocks of `THREADS` threads with
     /// `SHARED_BYTES` of dynamic shared memory.
     #[inline(always)]
-    pub unsafe fn chain_scan<T: ScanValue>(args: ChainScanArgs<T>) {
+    pub unsafe fn chain_scan<T: ScanSum>(args: ChainScanArgs<T>) {
         let shared = Shared::<T>::carve();
         let chain = T::chain(&args.status);
         // SAFETY: every thread calls it; the counter heads the status.

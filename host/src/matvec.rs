@@ -25,7 +25,7 @@ pub enum Op {
 
 /// Element types the matvec kernels handle: f32 and f64, summed in their own type, and
 /// bf16 and f16, summed in f32 (as `torch.matmul`) with y rounded once.
-pub trait GemvElement: Element + PartialEq + Into<f64> + GemvType<Acc: GemvSum> {}
+pub trait GemvElement: Element + PartialEq + Into<f64> + GemvType<Sum: GemvSum> {}
 
 impl GemvElement for f32 {}
 impl GemvElement for f64 {}
@@ -134,7 +134,7 @@ impl Gpu {
     ) -> Result<DeviceArray<T>> {
         let (_, shape) = gemv_problem(a.shape(), x.shape(), op)?;
         let mut y = self.alloc(&shape)?;
-        self.gemv(T::Acc::ONE, op, a, x, T::Acc::ZERO, &mut y)?;
+        self.gemv(T::Sum::ONE, op, a, x, T::Sum::ZERO, &mut y)?;
         Ok(y)
     }
 
@@ -156,11 +156,11 @@ impl Gpu {
     /// is rounded once from it.
     pub fn gemv<T: GemvElement>(
         &self,
-        alpha: T::Acc,
+        alpha: T::Sum,
         op: Op,
         a: &DeviceArray<T>,
         x: &DeviceArray<T>,
-        beta: T::Acc,
+        beta: T::Sum,
         y: &mut DeviceArray<T>,
     ) -> Result<()> {
         let (problem, shape) = gemv_problem(a.shape(), x.shape(), op)?;

@@ -53,6 +53,25 @@ scan_element! {
     i64, i64, i64::wrapping_add;
 }
 
+macro_rules! scan_element_16 {
+    ($($t:ty),*) => {$(
+        impl ScanElement for $t {
+            type Accumulator = f64;
+            fn widen(self) -> f64 {
+                self.to_f64()
+            }
+            fn narrow(sum: f64) -> Self {
+                <$t>::from_f64(sum)
+            }
+            fn accumulate(sum: f64, value: f64) -> f64 {
+                sum + value
+            }
+        }
+    )*};
+}
+
+scan_element_16!(half::bf16, half::f16);
+
 /// Validates a scan along `axis` of `shape` and views it as `[outer, scan, inner]`.
 pub fn scan_problem(shape: &[usize], axis: usize) -> Result<ScanProblem> {
     if shape.is_empty() {

@@ -16,6 +16,7 @@ mod thread;
 mod vector;
 #[cfg(target_feature = "sm_90a")]
 mod warpgroup;
+mod widen;
 
 pub use async_copy::{STAGE_BARRIER_BYTES, StagedCopy};
 pub use float16::Float16;
@@ -45,3 +46,4 @@ pub use warpgroup::{
     WarpgroupAccumulators, fence_async_shared, set_max_registers, swizzled_k_major_descriptor,
     warpgroup_commit, warpgroup_fence, warpgroup_wait,
 };
+pub use widen::Widen;

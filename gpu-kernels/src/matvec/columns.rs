@@ -32,7 +32,7 @@ impl ColumnsPlan {
     pub fn launch<T: FirstPassKernels>(
         &self,
         operands: &GemvOperands<T>,
-        partials: DevicePtrMut<T::Acc>,
+        partials: DevicePtrMut<T::Sum>,
     ) -> Launch<GemvArgs<T>> {
         let geometry = LaunchGeometry {
             grid: [self.tiles, self.split, 1],
@@ -96,11 +96,11 @@ pub(super) mod kernel {
         let column = tile * block_columns + tx as u64 * COLUMNS as u64;
         let valid = cols.saturating_sub(column).min(COLUMNS as u64);
         let (begin, end) = chunk(rows, split, part, 1);
-        let mut sums = [T::Acc::ZERO; COLUMNS];
+        let mut sums = [T::Sum::ZERO; COLUMNS];
         if valid > 0 {
-            let load = |r: u64| -> [T::Acc; COLUMNS] {
+            let load = |r: u64| -> [T::Sum; COLUMNS] {
                 let at = (r * cols + column) as usize;
-                let mut row = [T::Acc::ZERO; COLUMNS];
+                let mut row = [T::Sum::ZERO; COLUMNS];
                 if VECTOR {
                     // SAFETY: cols and column are multiples of COLUMNS == PER_VECTOR.
                     let words = unsafe { load_global_nc_v4(a.add(at) as *const u32) };
@@ -120,7 +120,7 @@ pub(super) mod kernel {
             let step = COLUMNS_TY as u64;
             let mut r = begin + ty as u64;
             while r + (COLUMNS_UNROLL as u64 - 1) * step < end {
-                let mut held = [([T::Acc::ZERO; COLUMNS], T::Acc::ZERO); COLUMNS_UNROLL];
+                let mut held = [([T::Sum::ZERO; COLUMNS], T::Sum::ZERO); COLUMNS_UNROLL];
                 for (u, h) in held.iter_mut().enumerate() {
                     let row = r + u as u64 * step;
                     // SAFETY: row < rows.
@@ -146,7 +146,7 @@ pub(super) mod kernel {
         let mut carver = SharedCarver::new();
         // SAFETY: the launch gives COLUMNS_SHARED_BYTES, enough for [TY][block_columns]
         // values; each thread writes its own slots before the barrier.
-        let shared = unsafe { carver.take::<T::Acc>((COLUMNS_TY as u64 * block_columns) as usize) };
+        let shared = unsafe { carver.take::<T::Sum>((COLUMNS_TY as u64 * block_columns) as usize) };
         for (i, s) in sums.iter().enumerate() {
             let slot = (ty as u64 * block_columns + tx as u64 * COLUMNS as u64 + i as u64) as usize;
             // SAFETY: slot < TY * block_columns.
@@ -158,7 +158,7 @@ pub(super) mod kernel {
         while c < block_columns {
             let column = tile * block_columns + c;
             if column < cols {
-                let mut sum = T::Acc::ZERO;
+                let mut sum = T::Sum::ZERO;
                 for slice in 0..COLUMNS_TY as u64 {
                     // SAFETY: written before the barrier.
                     sum = sum + unsafe { *shared.add((slice * block_columns + c) as usize) };

@@ -1,13 +1,14 @@
 //! The combine kernel of a split product: each output's `split` partials added in
 //! order, then alpha and beta applied.
 
-use super::{BLOCK_THREADS, GemvOperands, GemvScalar, Sum};
+use super::{BLOCK_THREADS, GemvOperands};
+use crate::element::{Sum, Summed};
 use crate::launch::{DevicePtr, DevicePtrMut, Kernel, Launch, LaunchGeometry, kernel_args};
 
 kernel_args! {
     /// The combine kernel's arguments: `y[i] = alpha * (partials[i] +
     /// partials[outputs + i] + ...) + beta * y[i]` for `outputs` elements.
-    pub struct CombineArgs<T: GemvScalar> {
+    pub struct CombineArgs<T: Summed> {
         pub partials: DevicePtr<Sum<T>>,
         pub y: DevicePtrMut<T>,
         pub alpha: Sum<T>,
@@ -31,7 +32,7 @@ kernel_args! {
 }
 
 /// The combine kernel of one element type.
-pub trait CombineKernel: GemvScalar {
+pub trait CombineKernel: Summed {
     const COMBINE: Kernel<CombineArgs<Self>>;
 }
 
@@ -39,7 +40,7 @@ pub trait CombineKernel: GemvScalar {
 /// each.
 pub fn launch<T: CombineKernel>(
     operands: &GemvOperands<T>,
-    partials: DevicePtrMut<T::Acc>,
+    partials: DevicePtrMut<T::Sum>,
     split: u64,
 ) -> Launch<CombineArgs<T>> {
     let outputs = operands.problem.outputs();
@@ -77,7 +78,7 @@ mod kernel {
         let (partials, y) = (args.partials.as_ptr(), args.y.as_mut_ptr());
         let i = block_idx_x() as u64 * block_dim_x() as u64 + thread_idx_x() as u64;
         if i < outputs {
-            let mut sum = T::Acc::ZERO;
+            let mut sum = T::Sum::ZERO;
             for s in 0..split {
                 // SAFETY: s * outputs + i < split * outputs.
                 sum = sum + unsafe { *partials.add((s * outputs + i) as usize) };

@@ -25,6 +25,7 @@ pub mod rows;
 mod value;
 pub mod vectors;
 
+use crate::element::{Sum, Summed, sum_bytes};
 use crate::launch::{
     DeviceLimits, DevicePtr, DevicePtrMut, EntryPoint, Kernel, Launch, ScratchLayout, THREADS_PER_SM,
     kernel_args,
@@ -62,36 +63,8 @@ impl GemvProblem {
 /// it.
 pub trait GemvType: FirstPassKernels + VectorsKernels + CombineKernel {}
 
-/// An element type and what its products accumulate in: f32 for the 16-bit floats,
-/// else the type itself. Alpha, beta and the split partials take the accumulator type;
-/// A, x and y the element type, y rounded once.
-pub trait GemvScalar: Copy {
-    type Acc: Copy + core::fmt::Debug;
-}
-
-impl GemvScalar for f32 {
-    type Acc = f32;
-}
-impl GemvScalar for f64 {
-    type Acc = f64;
-}
-impl GemvScalar for half::bf16 {
-    type Acc = f32;
-}
-impl GemvScalar for half::f16 {
-    type Acc = f32;
-}
-
-/// The sum type of element type `T`.
-pub type Sum<T> = <T as GemvScalar>::Acc;
-
-/// Bytes of one sum of `element_bytes`-byte elements: f32 for the 16-bit floats.
-pub const fn sum_bytes(element_bytes: usize) -> usize {
-    if element_bytes < 4 { 4 } else { element_bytes }
-}
-
 /// The first-pass kernels of one element type: rows (`A x`) and columns (`A^T x`).
-pub trait FirstPassKernels: GemvScalar {
+pub trait FirstPassKernels: Summed {
     const ROWS: Kernel<GemvArgs<Self>>;
     const COLUMNS: Kernel<GemvArgs<Self>>;
 }
@@ -113,7 +86,7 @@ kernel_args! {
     /// or with `split > 1` the `[output][split]` partials of `op(A) x` in `out`;
     /// `group_lanes` (the rows kernel's lanes per item) and `vector` (1 or 0: rows keep
     /// 16-byte alignment) as the plan says.
-    pub struct GemvArgs<T: GemvScalar> {
+    pub struct GemvArgs<T: Summed> {
         pub a: DevicePtr<T>,
         pub x: DevicePtr<T>,
         pub out: DevicePtrMut<Sum<T>>,
@@ -146,20 +119,20 @@ kernel_args! {
 
 /// What a product takes: `y = alpha * op(A) x + beta * y`.
 #[derive(Debug, Clone, Copy)]
-pub struct GemvOperands<T: GemvScalar> {
+pub struct GemvOperands<T: Summed> {
     pub a: DevicePtr<T>,
     pub x: DevicePtr<T>,
     pub y: DevicePtrMut<T>,
-    pub alpha: T::Acc,
-    pub beta: T::Acc,
+    pub alpha: T::Sum,
+    pub beta: T::Sum,
     pub problem: GemvProblem,
 }
 
-impl<T: GemvScalar> GemvOperands<T> {
+impl<T: Summed> GemvOperands<T> {
     /// The first pass's arguments, writing y, or `partials` with a split.
     pub const fn arguments(
         &self,
-        partials: DevicePtrMut<T::Acc>,
+        partials: DevicePtrMut<T::Sum>,
         split: u64,
         group_lanes: u32,
         vector: bool,
@@ -210,7 +183,7 @@ impl GemvPlan {
 
     /// Where the first pass writes its partials: `scratch` with a split, else nowhere
     /// (it writes y).
-    pub fn partials<T: GemvScalar>(&self, scratch: DevicePtrMut<u8>) -> DevicePtrMut<T::Acc> {
+    pub fn partials<T: Summed>(&self, scratch: DevicePtrMut<u8>) -> DevicePtrMut<T::Sum> {
         if self.split() > 1 {
             scratch.cast()
         } else {
@@ -222,7 +195,7 @@ impl GemvPlan {
     pub fn combine<T: CombineKernel>(
         &self,
         operands: &GemvOperands<T>,
-        partials: DevicePtrMut<T::Acc>,
+        partials: DevicePtrMut<T::Sum>,
     ) -> Option<Launch<CombineArgs<T>>> {
         (self.split() > 1).then(|| combine::launch(operands, partials, self.split()))
     }

@@ -29,7 +29,7 @@ impl RowsPlan {
     pub fn launch<T: FirstPassKernels>(
         &self,
         operands: &GemvOperands<T>,
-        partials: DevicePtrMut<T::Acc>,
+        partials: DevicePtrMut<T::Sum>,
     ) -> Launch<GemvArgs<T>> {
         let args = operands.arguments(partials, self.split, self.group_lanes, self.vector);
         Launch::new(T::ROWS, LaunchGeometry::linear(self.blocks, BLOCK_THREADS), args)
@@ -101,7 +101,7 @@ pub(super) mod kernel {
             let r = if i < valid_rows { first_row + i as u64 } else { 0 };
             a.wrapping_add((r * problem.cols) as usize)
         };
-        let mut sums = [[T::Acc::ZERO; ROWS_UNROLL]; R];
+        let mut sums = [[T::Sum::ZERO; ROWS_UNROLL]; R];
         if valid_rows > 0 {
             let per_vector = T::PER_VECTOR as u64;
             let (begin, end) = chunk(problem.cols, split, part, if VECTOR { per_vector } else { 1 });
@@ -140,8 +140,8 @@ pub(super) mod kernel {
             } else {
                 let mut j = begin as usize + lane;
                 while j < end as usize {
-                    let mut xs = [T::Acc::ZERO; ROWS_UNROLL];
-                    let mut held = [[T::Acc::ZERO; ROWS_UNROLL]; R];
+                    let mut xs = [T::Sum::ZERO; ROWS_UNROLL];
+                    let mut held = [[T::Sum::ZERO; ROWS_UNROLL]; R];
                     for u in 0..ROWS_UNROLL {
                         let col = j + u * lanes;
                         if col < end as usize {
@@ -166,7 +166,7 @@ pub(super) mod kernel {
             }
         }
         for (i, row_sums) in sums.iter().enumerate() {
-            let mut sum = T::Acc::ZERO;
+            let mut sum = T::Sum::ZERO;
             for &s in row_sums {
                 sum = sum + s;
             }

@@ -10,7 +10,8 @@
 //! (`warp::reduce_each`), and each output gets one partial per chunk, which
 //! [`super::combine`] adds in chunk order; with a single chunk the kernel writes Y.
 
-use super::{BLOCK_THREADS, GemvProblem, GemvScalar, Sum, sum_bytes};
+use super::{BLOCK_THREADS, GemvProblem};
+use crate::element::{Sum, Summed, sum_bytes};
 use crate::launch::{DevicePtr, DevicePtrMut, Kernel, Launch, LaunchGeometry, kernel_args};
 
 /// The most columns of X the kernel takes.
@@ -28,7 +29,7 @@ kernel_args! {
     /// `[chunk][row][vector]` partials of `A X` in `out`. Block `b` takes chunk
     /// `b % chunks` of `chunk_columns` columns over rows `(b / chunks) * rows_per_block`
     /// onwards; `vector` (1 or 0) says whether rows keep 16-byte alignment.
-    pub struct GemvVectorsArgs<T: GemvScalar> {
+    pub struct GemvVectorsArgs<T: Summed> {
         pub a: DevicePtr<T>,
         pub x: DevicePtr<T>,
         pub out: DevicePtrMut<Sum<T>>,
@@ -69,7 +70,7 @@ kernel_args! {
 }
 
 /// The several-vectors kernels of one element type, one per padded vector count.
-pub trait VectorsKernels: GemvScalar {
+pub trait VectorsKernels: Summed {
     const VECTORS_2: Kernel<GemvVectorsArgs<Self>>;
     const VECTORS_4: Kernel<GemvVectorsArgs<Self>>;
     const VECTORS_8: Kernel<GemvVectorsArgs<Self>>;
@@ -163,7 +164,7 @@ impl VectorsPlan {
     pub fn launch<T: VectorsKernels>(
         &self,
         operands: &super::GemvOperands<T>,
-        partials: DevicePtrMut<T::Acc>,
+        partials: DevicePtrMut<T::Sum>,
     ) -> Launch<GemvVectorsArgs<T>> {
         let kernel = match self.k {
             2 => T::VECTORS_2,
@@ -270,7 +271,7 @@ pub(super) mod kernel {
                 // SAFETY: column < width and v < vectors: inside X.
                 unsafe { *x.add(((first_column + column as u64) * vectors as u64 + v as u64) as usize) }
             } else {
-                T::narrow(T::Acc::ZERO)
+                T::narrow(T::Sum::ZERO)
             };
             // SAFETY: v < K, column < width <= pitch: inside the staged rows.
             unsafe { *staged.add((v * pitch + column) as usize) = value };
@@ -304,7 +305,7 @@ pub(super) mod kernel {
                 };
                 a.wrapping_add((r * problem.cols + first_column) as usize)
             };
-            let mut sums = [T::Acc::ZERO; N];
+            let mut sums = [T::Sum::ZERO; N];
             // Up to `unroll` steps of every row, loaded together.
             let load_steps = |step: usize| {
                 let mut held = [[0u32; 4]; VECTORS_LOADS_PER_LANE];

@@ -3,14 +3,15 @@
 //! status.
 
 use super::{BLOCK_THREADS, ScanOperands, ScanProblem};
+use crate::element::{Summed, sum_bytes};
 use crate::launch::{DevicePtr, DevicePtrMut, Kernel, Launch, LaunchGeometry, kernel_args};
 
-/// Threads the columns kernel aims for, each with `COLUMN_BATCH_BYTES` of loads in
-/// flight (4 MiB in all: more than 3 TB/s over a microsecond of latency); columns take
-/// up to `COLUMN_MAX_PARTS` threads each to reach it. Axis 0 of 2^30 f32 on the H100:
-/// 32768 columns 3.17 ms with one part, 3.11 with two; 16384 columns 3.01 with two, 3.12
-/// with four; 8192 columns 3.02 with four, 3.29 with eight.
-pub const COLUMN_TARGET_THREADS: u64 = 1 << 15;
+/// Bytes of loads in flight the columns kernel aims for (more than 3 TB/s over a
+/// microsecond of latency); columns take up to `COLUMN_MAX_PARTS` threads each to reach
+/// it. Axis 0 of 2^30 f32 on the H100 (128 bytes per thread): 32768 columns 3.17 ms with
+/// one part, 3.11 with two; 16384 columns 3.01 with two, 3.12 with four; 8192 columns
+/// 3.02 with four, 3.29 with eight.
+pub const COLUMN_TARGET_BYTES: u64 = 1 << 22;
 /// Columns from which the columns kernel takes the scan from the strided one. Axis 0 of
 /// 2^30 f32 on the H100, columns against strided kernel: 65536 columns 3.24 against 3.88
 /// ms, 32768 3.17 against 3.79, 16384 3.01 against 3.73, 8192 3.02 against 4.04, 4096
@@ -25,9 +26,16 @@ pub const COLUMN_SHARED_BYTES: u32 = 2 * BLOCK_THREADS * 8;
 /// H100, one thread per column: 3.17 ms with 128, 3.20 with 256, 3.62 with 64).
 pub const COLUMN_BATCH_BYTES: usize = 128;
 
-/// Rows each columns thread loads ahead.
+/// Rows each columns thread loads ahead: as many 16-bit rows as 32-bit ones, since each
+/// takes a register of its own.
 pub const fn column_batch(element_bytes: usize) -> usize {
-    COLUMN_BATCH_BYTES / element_bytes
+    COLUMN_BATCH_BYTES / sum_bytes(element_bytes)
+}
+
+/// Threads that keep `COLUMN_TARGET_BYTES` in flight: twice as many for 16-bit elements
+/// as for wider ones.
+pub const fn column_target_threads(element_bytes: usize) -> u64 {
+    COLUMN_TARGET_BYTES / (column_batch(element_bytes) * element_bytes) as u64
 }
 
 /// Many columns: `parts` threads per column, `BLOCK_THREADS / parts` columns per block.
@@ -59,11 +67,17 @@ kernel_args! {
     impl ColumnsKernel for i64 {
         const COLUMNS = "scan_columns_i64" => kernel::columns::<i64, { column_batch(8) }>;
     }
+    impl ColumnsKernel for half::bf16 {
+        const COLUMNS = "scan_columns_bf16" => kernel::columns::<half::bf16, { column_batch(2) }>;
+    }
+    impl ColumnsKernel for half::f16 {
+        const COLUMNS = "scan_columns_f16" => kernel::columns::<half::f16, { column_batch(2) }>;
+    }
     entry points in ENTRY_POINTS;
 }
 
 /// The columns kernel of one element type (the direction is an option bit).
-pub trait ColumnsKernel: Sized {
+pub trait ColumnsKernel: Summed {
     const COLUMNS: Kernel<ColumnsArgs<Self>>;
 }
 
@@ -91,6 +105,7 @@ impl ColumnsPlan {
 #[cfg(target_arch = "nvptx64")]
 mod kernel {
     use super::*;
+    use crate::block::ScanOp;
     use crate::device::{SharedCarver, block_idx_x, sync_threads, thread_idx_x};
     use crate::scan::tile::ScanValue;
     use crate::scan::{EXCLUSIVE, REVERSE};
@@ -122,7 +137,7 @@ mod kernel {
         let column = block_idx_x() as u64 * width as u64 + lane as u64;
         let valid = column < outer * inner;
         // SAFETY: COLUMN_SHARED_BYTES holds two totals per thread.
-        let totals: *mut T = unsafe { SharedCarver::new().take(2 * BLOCK_THREADS as usize) };
+        let totals: *mut T::Sum = unsafe { SharedCarver::new().take(2 * BLOCK_THREADS as usize) };
         let exclusive = options & EXCLUSIVE != 0;
         // Row r of the column sits at `origin + r * step` (one add per row).
         let (origin, step) = {
@@ -136,15 +151,15 @@ mod kernel {
         let offset = |r: u64| origin as isize + r as isize * step;
         let batch_rows = (parts as usize * BATCH) as u64;
         let part_start = |batch_first: u64| batch_first + (part as usize * BATCH) as u64;
-        let load = |batch_first: u64| -> [T; BATCH] {
+        let load = |batch_first: u64| -> [T::Sum; BATCH] {
             let first = part_start(batch_first);
             let mut at = offset(first);
             core::array::from_fn(|k| {
                 let item = if valid && first + (k as u64) < scan {
                     // SAFETY: row first + k of a column below outer * inner.
-                    unsafe { *x.offset(at) }
+                    unsafe { *x.offset(at) }.widen()
                 } else {
-                    T::identity()
+                    T::Sum::identity()
                 };
                 at += step;
                 item
@@ -152,19 +167,19 @@ mod kernel {
         };
         let slot =
             |buffer: usize, part: u32| buffer * BLOCK_THREADS as usize + (part * width + lane) as usize;
-        let mut carry = T::identity();
+        let mut carry = T::Sum::identity();
         let mut batch_first = 0;
         let mut items = load(0);
         let mut buffer = 0;
         while batch_first < scan {
             let next = load(batch_first + batch_rows);
-            let mut own = T::identity();
+            let mut own = T::Sum::identity();
             for &item in &items {
                 own = own.combine(item);
             }
             // The parts before this thread's in the batch, and the whole batch.
             let (before, batch_total) = if parts == 1 {
-                (T::identity(), own)
+                (T::Sum::identity(), own)
             } else {
                 // SAFETY: this thread's slot of this batch's buffer; the other buffer's
                 // readers of the batch before passed this batch's barrier below before any
@@ -173,7 +188,7 @@ mod kernel {
                     *totals.add(slot(buffer, part)) = own;
                     sync_threads();
                 }
-                let (mut before, mut batch_total) = (T::identity(), T::identity());
+                let (mut before, mut batch_total) = (T::Sum::identity(), T::Sum::identity());
                 for p in 0..parts {
                     // SAFETY: written before the barrier by the thread of part p.
                     let total = unsafe { *totals.add(slot(buffer, p)) };
@@ -192,7 +207,7 @@ mod kernel {
                 let sum = running.combine(item);
                 if valid && first + (k as u64) < scan {
                     // SAFETY: as for the loads; in place, this row was loaded already.
-                    unsafe { *y.offset(at) = if exclusive { running } else { sum } };
+                    unsafe { *y.offset(at) = T::narrow(if exclusive { running } else { sum }) };
                 }
                 running = sum;
                 at += step;

@@ -4,6 +4,7 @@
 //! many tiles.
 
 use super::{BLOCK_THREADS, LaunchStatus, SHARED_BYTES, ScanOperands, ScanProblem, layout_variant};
+use crate::element::{Sum, Summed};
 use crate::launch::{DevicePtr, DevicePtrMut, Kernel, Launch, LaunchGeometry, kernel_args};
 
 /// Rows that fill no GPU alone: tiles of `BLOCK_THREADS` runs of consecutive elements.
@@ -18,12 +19,12 @@ pub struct ContiguousPlan {
 kernel_args! {
     /// The contiguous kernel's arguments: the scan operands and the look-back status
     /// of `tiles` tiles.
-    pub struct ContiguousArgs<T> {
+    pub struct ContiguousArgs<T: Summed> {
         pub x: DevicePtr<T>,
         pub y: DevicePtrMut<T>,
         pub problem: ScanProblem,
         pub options: u32,
-        pub status: LaunchStatus<T>,
+        pub status: LaunchStatus<Sum<T>>,
     }
     impl ContiguousKernel for f32 {
         const CONTIGUOUS = "scan_contiguous_f32" => kernel::contiguous::<f32, { super::items_per_thread(4) }, false, false>;
@@ -49,12 +50,24 @@ kernel_args! {
         const CONTIGUOUS_VECTOR = "scan_contiguous_vector_i64" => kernel::contiguous::<i64, { super::items_per_thread(8) }, true, false>;
         const CONTIGUOUS_VECTOR_REVERSE = "scan_contiguous_vector_reverse_i64" => kernel::contiguous::<i64, { super::items_per_thread(8) }, true, true>;
     }
+    impl ContiguousKernel for half::bf16 {
+        const CONTIGUOUS = "scan_contiguous_bf16" => kernel::contiguous::<half::bf16, { super::items_per_thread(2) }, false, false>;
+        const CONTIGUOUS_REVERSE = "scan_contiguous_reverse_bf16" => kernel::contiguous::<half::bf16, { super::items_per_thread(2) }, false, true>;
+        const CONTIGUOUS_VECTOR = "scan_contiguous_vector_bf16" => kernel::contiguous::<half::bf16, { super::items_per_thread(2) }, true, false>;
+        const CONTIGUOUS_VECTOR_REVERSE = "scan_contiguous_vector_reverse_bf16" => kernel::contiguous::<half::bf16, { super::items_per_thread(2) }, true, true>;
+    }
+    impl ContiguousKernel for half::f16 {
+        const CONTIGUOUS = "scan_contiguous_f16" => kernel::contiguous::<half::f16, { super::items_per_thread(2) }, false, false>;
+        const CONTIGUOUS_REVERSE = "scan_contiguous_reverse_f16" => kernel::contiguous::<half::f16, { super::items_per_thread(2) }, false, true>;
+        const CONTIGUOUS_VECTOR = "scan_contiguous_vector_f16" => kernel::contiguous::<half::f16, { super::items_per_thread(2) }, true, false>;
+        const CONTIGUOUS_VECTOR_REVERSE = "scan_contiguous_vector_reverse_f16" => kernel::contiguous::<half::f16, { super::items_per_thread(2) }, true, true>;
+    }
     entry points in ENTRY_POINTS;
 }
 
 /// The contiguous kernel of one element type: scalar or 128-bit runs, forward or
 /// reversed (each its own entry point, so that each gets its own register budget).
-pub trait ContiguousKernel: Sized {
+pub trait ContiguousKernel: Summed {
     const CONTIGUOUS: Kernel<ContiguousArgs<Self>>;
     const CONTIGUOUS_REVERSE: Kernel<ContiguousArgs<Self>>;
     const CONTIGUOUS_VECTOR: Kernel<ContiguousArgs<Self>>;
@@ -98,7 +111,9 @@ mod kernel {
     use super::*;
     use crate::block::{AGGREGATE, INCLUSIVE, ScanOp, TileChain, exclusive_scan};
     use crate::device::{block_dim_x, sync_threads, thread_idx_x};
-    use crate::scan::tile::{HeadedSum, ScanValue, Shared, load_run, store_run};
+    use crate::scan::tile::{
+        HeadedSum, ScanSum, ScanValue, Shared, load_run, narrow_run, store_run, widen_run,
+    };
     use crate::scan::{EXCLUSIVE, LOOK_BACK_WINDOW, WARPS};
 
     /// Scans the rows of `[outer, scan]` laid end to end; one tile per block.
@@ -125,8 +140,8 @@ mod kernel {
             ..
         } = args;
         let (x, y) = (args.x.as_ptr(), args.y.as_mut_ptr());
-        let shared = Shared::<T>::carve();
-        let chain = T::chain(&status);
+        let shared = Shared::<T::Sum>::carve();
+        let chain = T::Sum::chain(&status);
         // SAFETY: every thread calls it; the counter heads the status.
         let tile = unsafe { shared.next_tile(status.counter()) };
         let n = problem.outer * problem.scan;
@@ -139,15 +154,15 @@ mod kernel {
         // ITEMS and n are multiples of PER_VECTOR).
         let vector_start = (VECTOR && first + ITEMS as u64 <= n)
             .then(|| if reverse { n - first - ITEMS as u64 } else { first });
-        let mut items = [T::identity(); ITEMS];
+        let mut items = [T::Sum::identity(); ITEMS];
         if let Some(start) = vector_start {
             // SAFETY: the run lies inside x and is 16-byte aligned.
-            items = unsafe { load_run::<T, ITEMS, REVERSE_ORDER>(x, start) };
+            items = widen_run::<T, ITEMS, REVERSE_ORDER>(&unsafe { load_run::<T, ITEMS>(x, start) });
         } else {
             for (k, item) in items.iter_mut().enumerate() {
                 if first + (k as u64) < n {
                     // SAFETY: the position is below n.
-                    *item = unsafe { *x.add(physical(first + k as u64) as usize) };
+                    *item = unsafe { *x.add(physical(first + k as u64) as usize) }.widen();
                 }
             }
         }
@@ -170,7 +185,7 @@ mod kernel {
                 k == first_head
             }
         };
-        let mut own = HeadedSum::<T>::identity();
+        let mut own = HeadedSum::<T::Sum>::identity();
         for (k, &item) in items.iter().enumerate() {
             own = own.combine(HeadedSum {
                 head: is_head(k) as u32,
@@ -209,7 +224,7 @@ mod kernel {
             if needs_prefix {
                 *shared.prefix
             } else {
-                T::identity()
+                T::Sum::identity()
             }
         };
 
@@ -222,7 +237,7 @@ mod kernel {
         let exclusive = options & EXCLUSIVE != 0;
         for (k, item) in items.iter_mut().enumerate() {
             if is_head(k) {
-                running = T::identity();
+                running = T::Sum::identity();
             }
             let next = running.combine(*item);
             *item = if exclusive { running } else { next };
@@ -231,12 +246,12 @@ mod kernel {
 
         if let Some(start) = vector_start {
             // SAFETY: the run lies inside y and is 16-byte aligned.
-            unsafe { store_run::<T, ITEMS, REVERSE_ORDER>(y, start, &items) };
+            unsafe { store_run::<T, ITEMS>(y, start, &narrow_run::<T, ITEMS, REVERSE_ORDER>(&items)) };
         } else {
             for (k, &item) in items.iter().enumerate() {
                 if first + (k as u64) < n {
                     // SAFETY: the position is below n.
-                    unsafe { *y.add(physical(first + k as u64) as usize) = item };
+                    unsafe { *y.add(physical(first + k as u64) as usize) = T::narrow(item) };
                 }
             }
         }

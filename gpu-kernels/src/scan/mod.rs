@@ -5,8 +5,8 @@
 //! The array is seen as `[outer, scan, inner]`. Five kernels, one file each, chosen by
 //! [`plan`]. Two need no look-back:
 //! - [`rows`] (`inner == 1`, at least `ROWS_PLAN_MIN_ROWS` rows of whole 128-bit runs, a
-//!   tile or longer): a block per row walks the row tile by tile with a carry, the next
-//!   tile's loads in flight during the current one's scan;
+//!   tile or longer): a block per `ROWS_PER_BLOCK` rows walks them tile by tile with a
+//!   carry, the next tile's loads in flight during the current one's scan;
 //! - [`columns`] (`inner > 1`, at least `COLUMNS_PLAN_MIN_COLUMNS` columns, the `outer *
 //!   inner` lanes of the scan): each column walked whole with a running sum by `parts`
 //!   threads of one block, each taking its part of every batch of rows, with the next
@@ -39,12 +39,13 @@ pub mod strided;
 #[cfg(target_arch = "nvptx64")]
 pub(crate) mod tile;
 
+use crate::element::sum_bytes;
 use crate::launch::{DeviceLimits, DevicePtr, DevicePtrMut, EntryPoint, ScratchLayout};
 use columns::{
-    COLUMN_MAX_PARTS, COLUMN_TARGET_THREADS, COLUMNS_PLAN_MIN_COLUMNS, ColumnsKernel, ColumnsPlan,
+    COLUMN_MAX_PARTS, COLUMNS_PLAN_MIN_COLUMNS, ColumnsKernel, ColumnsPlan, column_target_threads,
 };
 use contiguous::{ContiguousKernel, ContiguousPlan};
-use rows::{ROWS_PLAN_MIN_ROWS, RowsKernel, RowsPlan};
+use rows::{ROWS_PLAN_MIN_ROWS, RowsKernel, RowsPlan, rows_items};
 use segments::{SEGMENT_MIN_STAGES, SegmentsKernel, SegmentsPlan};
 use strided::{StridedKernel, StridedPlan};
 
@@ -59,12 +60,13 @@ pub const SHARED_BYTES: u32 = 64 + (WARPS as u32) * 16;
 /// window of 32 times as many tiles).
 pub const LOOK_BACK_WINDOW: usize = 4;
 
-/// 128-bit vectors each thread of the rows and contiguous kernels holds.
+/// 128-bit vectors each thread of the rows and contiguous kernels holds: of elements
+/// (contiguous), or of their sums (rows).
 pub const VECTORS_PER_THREAD: usize = 4;
 
 const _: () = assert!(BLOCK_THREADS.is_multiple_of(32) && SHARED_BYTES.is_multiple_of(16));
 
-/// Elements each thread of the rows and contiguous kernels holds.
+/// Elements each thread of the contiguous kernel holds.
 pub const fn items_per_thread(element_bytes: usize) -> usize {
     VECTORS_PER_THREAD * 16 / element_bytes
 }
@@ -134,12 +136,16 @@ pub const fn layout_variant<K: Copy>(kernels: [K; 4], vector: bool, reverse: boo
 }
 
 /// An element type of the scans: every scan entry point exists for it.
+/// Sums are kept in [`Sum<T>`](crate::element::Sum): f32 for the 16-bit floats, each
+/// output rounded once.
 pub trait ScanType: RowsKernel + ContiguousKernel + SegmentsKernel + ColumnsKernel + StridedKernel {}
 
 impl ScanType for f32 {}
 impl ScanType for f64 {}
 impl ScanType for i32 {}
 impl ScanType for i64 {}
+impl ScanType for half::bf16 {}
+impl ScanType for half::f16 {}
 
 /// Every scan entry point.
 pub const ENTRY_POINTS: &[&[EntryPoint]] = &[
@@ -161,8 +167,9 @@ pub enum ScanPlan {
 }
 
 impl ScanPlan {
-    /// Tiles: one block each, except segments, which persistent blocks share, and
-    /// columns, a block per group of columns.
+    /// Tiles: one block each, except segments, which persistent blocks share, rows, a
+    /// row each (a block takes `ROWS_PER_BLOCK`), and columns, a block per group of
+    /// columns.
     pub const fn tiles(&self) -> u64 {
         match self {
             ScanPlan::Rows(p) => p.rows,
@@ -173,8 +180,10 @@ impl ScanPlan {
         }
     }
 
-    /// The scratch memory of the launch: the look-back kernels' status.
+    /// The scratch memory of the launch: the look-back kernels' status, of sums of
+    /// `element_bytes`-byte elements.
     pub const fn scratch(&self, element_bytes: usize) -> ScratchLayout {
+        let element_bytes = sum_bytes(element_bytes);
         match self {
             ScanPlan::Rows(_) | ScanPlan::Columns(_) => ScratchLayout { bytes: 0, zeroed: 0 },
             ScanPlan::Contiguous(p) => status_layout(p.tiles, 1, element_bytes),
@@ -188,9 +197,7 @@ impl ScanPlan {
 pub const fn plan(problem: &ScanProblem, element_bytes: usize, device: &DeviceLimits) -> ScanPlan {
     let per_vector = (16 / element_bytes) as u64;
     let aligned = problem.scan.is_multiple_of(per_vector);
-    let whole_runs = problem
-        .scan
-        .is_multiple_of(items_per_thread(element_bytes) as u64);
+    let whole_runs = problem.scan.is_multiple_of(rows_items(element_bytes) as u64);
     let long = problem.scan >= tile_items(element_bytes);
     let stages = segments::stages(device.max_shared_bytes_per_block);
     if problem.inner == 1 && whole_runs && long && problem.outer >= ROWS_PLAN_MIN_ROWS {
@@ -215,7 +222,9 @@ pub const fn plan(problem: &ScanProblem, element_bytes: usize, device: &DeviceLi
         })
     } else if problem.columns() >= COLUMNS_PLAN_MIN_COLUMNS {
         let mut parts = 1;
-        while problem.columns() * (parts as u64) < COLUMN_TARGET_THREADS && parts < COLUMN_MAX_PARTS {
+        while problem.columns() * (parts as u64) < column_target_threads(element_bytes)
+            && parts < COLUMN_MAX_PARTS
+        {
             parts *= 2;
         }
         ScanPlan::Columns(ColumnsPlan {

@@ -1,7 +1,8 @@
-//! The rows kernel: one block per row of `[outer, scan]`, walking the row tile by tile
-//! with a carry; no look-back, no status.
+//! The rows kernel: one block per `ROWS_PER_BLOCK` rows of `[outer, scan]`, walking
+//! them tile by tile with a carry; no look-back, no status.
 
-use super::{SHARED_BYTES, ScanOperands, ScanProblem};
+use super::{SHARED_BYTES, ScanOperands, ScanProblem, VECTORS_PER_THREAD};
+use crate::element::sum_bytes;
 use crate::launch::{DevicePtr, DevicePtrMut, Kernel, Launch, LaunchGeometry, kernel_args};
 
 /// Threads per block of the rows kernel: twice the look-back kernels', so each row
@@ -10,14 +11,25 @@ use crate::launch::{DevicePtr, DevicePtrMut, Kernel, Launch, LaunchGeometry, ker
 pub const ROWS_THREADS: u32 = 512;
 /// Warps per rows block.
 pub const ROWS_WARPS: usize = (ROWS_THREADS / 32) as usize;
-/// Rows from which a block per row fills the GPU many times over (132 SMs, several
-/// blocks each), so that rows at least a tile long need no look-back.
+/// Rows from which a block per `ROWS_PER_BLOCK` rows fills the GPU many times over
+/// (132 SMs, several blocks each), so that rows at least a tile long need no look-back.
 pub const ROWS_PLAN_MIN_ROWS: u64 = 2048;
+/// Consecutive rows each block scans, the next tile's loads in flight across row ends,
+/// so that a block start exposes a load latency once per so many rows.
+pub const ROWS_PER_BLOCK: u64 = 4;
 
 // The warp totals (8-byte values at most) fit the look-back kernels' shared memory.
 const _: () = assert!(ROWS_THREADS.is_multiple_of(32) && ROWS_WARPS * 8 <= SHARED_BYTES as usize);
 
-/// Many long rows of whole 128-bit runs: a block per row.
+/// Elements each rows thread holds: `VECTORS_PER_THREAD` vectors of their sums, so that
+/// 16-bit elements, widened to f32, take as many registers as 4-byte ones (the bf16
+/// dim-1 headline on the H100: 1.61 ms with 16 per thread, two blocks per SM; 1.78 ms
+/// with 32, one block).
+pub const fn rows_items(element_bytes: usize) -> usize {
+    VECTORS_PER_THREAD * 16 / sum_bytes(element_bytes)
+}
+
+/// Many long rows of whole 128-bit runs: a block per `ROWS_PER_BLOCK` rows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RowsPlan {
     pub rows: u64,
@@ -33,20 +45,28 @@ kernel_args! {
         pub options: u32,
     }
     impl RowsKernel for f32 {
-        const ROWS = "scan_rows_f32" => kernel::rows::<f32, { super::items_per_thread(4) }, false>;
-        const ROWS_REVERSE = "scan_rows_reverse_f32" => kernel::rows::<f32, { super::items_per_thread(4) }, true>;
+        const ROWS = "scan_rows_f32" => kernel::rows::<f32, { rows_items(4) }, false>;
+        const ROWS_REVERSE = "scan_rows_reverse_f32" => kernel::rows::<f32, { rows_items(4) }, true>;
     }
     impl RowsKernel for f64 {
-        const ROWS = "scan_rows_f64" => kernel::rows::<f64, { super::items_per_thread(8) }, false>;
-        const ROWS_REVERSE = "scan_rows_reverse_f64" => kernel::rows::<f64, { super::items_per_thread(8) }, true>;
+        const ROWS = "scan_rows_f64" => kernel::rows::<f64, { rows_items(8) }, false>;
+        const ROWS_REVERSE = "scan_rows_reverse_f64" => kernel::rows::<f64, { rows_items(8) }, true>;
     }
     impl RowsKernel for i32 {
-        const ROWS = "scan_rows_i32" => kernel::rows::<i32, { super::items_per_thread(4) }, false>;
-        const ROWS_REVERSE = "scan_rows_reverse_i32" => kernel::rows::<i32, { super::items_per_thread(4) }, true>;
+        const ROWS = "scan_rows_i32" => kernel::rows::<i32, { rows_items(4) }, false>;
+        const ROWS_REVERSE = "scan_rows_reverse_i32" => kernel::rows::<i32, { rows_items(4) }, true>;
     }
     impl RowsKernel for i64 {
-        const ROWS = "scan_rows_i64" => kernel::rows::<i64, { super::items_per_thread(8) }, false>;
-        const ROWS_REVERSE = "scan_rows_reverse_i64" => kernel::rows::<i64, { super::items_per_thread(8) }, true>;
+        const ROWS = "scan_rows_i64" => kernel::rows::<i64, { rows_items(8) }, false>;
+        const ROWS_REVERSE = "scan_rows_reverse_i64" => kernel::rows::<i64, { rows_items(8) }, true>;
+    }
+    impl RowsKernel for half::bf16 {
+        const ROWS = "scan_rows_bf16" => kernel::rows::<half::bf16, { rows_items(2) }, false>;
+        const ROWS_REVERSE = "scan_rows_reverse_bf16" => kernel::rows::<half::bf16, { rows_items(2) }, true>;
+    }
+    impl RowsKernel for half::f16 {
+        const ROWS = "scan_rows_f16" => kernel::rows::<half::f16, { rows_items(2) }, false>;
+        const ROWS_REVERSE = "scan_rows_reverse_f16" => kernel::rows::<half::f16, { rows_items(2) }, true>;
     }
     entry points in ENTRY_POINTS;
 }
@@ -66,7 +86,8 @@ impl RowsPlan {
         } else {
             T::ROWS
         };
-        let geometry = LaunchGeometry::linear(self.rows, ROWS_THREADS).with_shared(SHARED_BYTES);
+        let geometry = LaunchGeometry::linear(self.rows.div_ceil(ROWS_PER_BLOCK), ROWS_THREADS)
+            .with_shared(SHARED_BYTES);
         Launch::new(
             kernel,
             geometry,
@@ -83,63 +104,84 @@ impl RowsPlan {
 #[cfg(target_arch = "nvptx64")]
 mod kernel {
     use super::*;
+    use crate::block::ScanOp;
     use crate::device::{SharedCarver, block_dim_x, block_idx_x, sync_threads, thread_idx_x};
     use crate::scan::EXCLUSIVE;
-    use crate::scan::tile::{ScanValue, load_run, scan_tile, store_run};
+    use crate::scan::tile::{ScanValue, ZERO_RUN, load_run, narrow_run, scan_tile, store_run, widen_run};
 
-    /// Scans one row per block, tile by tile, carrying the row's running sum: each
-    /// tile is a block scan of `ITEMS` consecutive elements per thread (128-bit loads and
-    /// stores), then a barrier before the next tile reuses the warp totals.
+    /// Scans `ROWS_PER_BLOCK` consecutive rows per block (fewer in the last block), tile
+    /// by tile, carrying each row's running sum: each tile is a block scan of `ITEMS`
+    /// consecutive elements per thread (128-bit loads and stores), then a barrier before
+    /// the next tile reuses the warp totals. The next tile's loads, of this row or the
+    /// next, go out before the current tile's scan.
     ///
     /// # Safety
     /// `x` and `y` hold `outer * scan` elements, 16-byte aligned (they may be the same
-    /// array); `scan` is a multiple of `ITEMS`; one block of `ROWS_THREADS` per row
-    /// with `SHARED_BYTES` of dynamic shared memory.
+    /// array); `scan` is a multiple of `ITEMS`; blocks of `ROWS_THREADS`, as many as
+    /// cover `outer` rows by `ROWS_PER_BLOCK`, with `SHARED_BYTES` of dynamic shared
+    /// memory.
     #[inline(always)]
     pub unsafe fn rows<T: ScanValue, const ITEMS: usize, const REVERSE_ORDER: bool>(args: RowsArgs<T>) {
-        let (x, y, scan) = (args.x.as_ptr(), args.y.as_mut_ptr(), args.problem.scan);
+        let (x, y) = (args.x.as_ptr(), args.y.as_mut_ptr());
+        let ScanProblem { outer, scan, .. } = args.problem;
         let mut carver = SharedCarver::new();
-        // SAFETY: SHARED_BYTES covers ROWS_WARPS values.
-        let warp_totals: *mut T = unsafe { carver.take(ROWS_WARPS) };
-        let base = block_idx_x() as u64 * scan;
+        // SAFETY: SHARED_BYTES covers ROWS_WARPS sums.
+        let warp_totals: *mut T::Sum = unsafe { carver.take(ROWS_WARPS) };
+        let first_row = block_idx_x() as u64 * ROWS_PER_BLOCK;
+        let end_row = (first_row + ROWS_PER_BLOCK).min(outer);
         let exclusive = args.options & EXCLUSIVE != 0;
         let tile = ITEMS as u64 * block_dim_x() as u64;
+        // The tile after the one at `tile_start` of `row`: the row's next, or the next
+        // row's first.
+        let advance = |(row, tile_start): (u64, u64)| {
+            if tile_start + tile < scan {
+                (row, tile_start + tile)
+            } else {
+                (row + 1, 0)
+            }
+        };
         // This thread's run of a tile: its physical start, aligned (ITEMS and scan are
         // multiples of PER_VECTOR; logical `q` is physical `scan - 1 - q` reversed), or
-        // none past the row's end (rows hold whole runs: scan is a multiple of ITEMS).
-        let run = |tile_start: u64| {
+        // none past the row's end (rows hold whole runs: scan is a multiple of ITEMS) or
+        // past the block's last row.
+        let run = |(row, tile_start): (u64, u64)| {
             let first = tile_start + thread_idx_x() as u64 * ITEMS as u64;
-            (first < scan).then(|| {
-                base + if REVERSE_ORDER {
-                    scan - first - ITEMS as u64
-                } else {
-                    first
-                }
+            (row < end_row && first < scan).then(|| {
+                row * scan
+                    + if REVERSE_ORDER {
+                        scan - first - ITEMS as u64
+                    } else {
+                        first
+                    }
             })
         };
         let load = |start: Option<u64>| match start {
             // SAFETY: the run lies inside the row, 16-byte aligned.
-            Some(start) => unsafe { load_run::<T, ITEMS, REVERSE_ORDER>(x, start) },
-            None => [T::identity(); ITEMS],
+            Some(start) => unsafe { load_run::<T, ITEMS>(x, start) },
+            None => ZERO_RUN,
         };
-        let mut carry = T::identity();
-        let mut tile_start = 0;
-        let mut start = run(0);
-        let mut items = load(start);
-        while tile_start < scan {
+        let mut carry = T::Sum::identity();
+        let mut at = (first_row, 0);
+        let mut start = run(at);
+        let mut words = load(start);
+        while at.0 < end_row {
             // The next tile's loads go out before this tile's scan and stores.
-            let next_start = run(tile_start + tile);
-            let next_items = load(next_start);
+            let next = advance(at);
+            let next_start = run(next);
+            let next_words = load(next_start);
+            if at.1 == 0 {
+                carry = T::Sum::identity();
+            }
+            let mut items = widen_run::<T, ITEMS, REVERSE_ORDER>(&words);
             // SAFETY: every thread calls it; the warp totals are this block's.
             let total =
-                unsafe { scan_tile::<T, ITEMS, ROWS_WARPS>(&mut items, carry, exclusive, warp_totals) };
+                unsafe { scan_tile::<_, ITEMS, ROWS_WARPS>(&mut items, carry, exclusive, warp_totals) };
             if let Some(start) = start {
                 // SAFETY: the run lies inside the row, 16-byte aligned.
-                unsafe { store_run::<T, ITEMS, REVERSE_ORDER>(y, start, &items) };
+                unsafe { store_run::<T, ITEMS>(y, start, &narrow_run::<T, ITEMS, REVERSE_ORDER>(&items)) };
             }
             carry = carry.combine(total);
-            (items, start) = (next_items, next_start);
-            tile_start += tile;
+            (words, start, at) = (next_words, next_start, next);
             // SAFETY: every thread reaches it; the next tile rewrites the warp totals.
             unsafe { sync_threads() };
         }

@@ -4,6 +4,7 @@
 //! drain while the block scans.
 
 use super::{LaunchStatus, SHARED_BYTES, ScanOperands, ScanProblem, layout_variant};
+use crate::element::{Sum, Summed};
 use crate::launch::{DevicePtr, DevicePtrMut, Kernel, Launch, LaunchGeometry, kernel_args};
 
 /// Threads per block of the segments kernel: as many as three stages of
@@ -143,12 +144,12 @@ impl SegmentsPlan {
 kernel_args! {
     /// The segments kernel's arguments: the scan operands, the look-back status of
     /// every segment, and the stages of each block.
-    pub struct SegmentsArgs<T> {
+    pub struct SegmentsArgs<T: Summed> {
         pub x: DevicePtr<T>,
         pub y: DevicePtrMut<T>,
         pub problem: ScanProblem,
         pub options: u32,
-        pub status: LaunchStatus<T>,
+        pub status: LaunchStatus<Sum<T>>,
         pub stages: u32,
     }
     impl SegmentsKernel for f32 {
@@ -191,12 +192,32 @@ kernel_args! {
         const SEGMENTS_VECTOR_REVERSE = "scan_segments_vector_reverse_i64"
             => kernel::segments::<i64, { segment_run(8, true) as usize }, true, true>, bounds(SEGMENT_THREADS, SEGMENT_BLOCKS_PER_SM);
     }
+    impl SegmentsKernel for half::bf16 {
+        const SEGMENTS = "scan_segments_bf16"
+            => kernel::segments::<half::bf16, { segment_run(2, false) as usize }, false, false>, bounds(SEGMENT_THREADS, SEGMENT_BLOCKS_PER_SM);
+        const SEGMENTS_REVERSE = "scan_segments_reverse_bf16"
+            => kernel::segments::<half::bf16, { segment_run(2, false) as usize }, false, true>, bounds(SEGMENT_THREADS, SEGMENT_BLOCKS_PER_SM);
+        const SEGMENTS_VECTOR = "scan_segments_vector_bf16"
+            => kernel::segments::<half::bf16, { segment_run(2, true) as usize }, true, false>, bounds(SEGMENT_THREADS, SEGMENT_BLOCKS_PER_SM);
+        const SEGMENTS_VECTOR_REVERSE = "scan_segments_vector_reverse_bf16"
+            => kernel::segments::<half::bf16, { segment_run(2, true) as usize }, true, true>, bounds(SEGMENT_THREADS, SEGMENT_BLOCKS_PER_SM);
+    }
+    impl SegmentsKernel for half::f16 {
+        const SEGMENTS = "scan_segments_f16"
+            => kernel::segments::<half::f16, { segment_run(2, false) as usize }, false, false>, bounds(SEGMENT_THREADS, SEGMENT_BLOCKS_PER_SM);
+        const SEGMENTS_REVERSE = "scan_segments_reverse_f16"
+            => kernel::segments::<half::f16, { segment_run(2, false) as usize }, false, true>, bounds(SEGMENT_THREADS, SEGMENT_BLOCKS_PER_SM);
+        const SEGMENTS_VECTOR = "scan_segments_vector_f16"
+            => kernel::segments::<half::f16, { segment_run(2, true) as usize }, true, false>, bounds(SEGMENT_THREADS, SEGMENT_BLOCKS_PER_SM);
+        const SEGMENTS_VECTOR_REVERSE = "scan_segments_vector_reverse_f16"
+            => kernel::segments::<half::f16, { segment_run(2, true) as usize }, true, true>, bounds(SEGMENT_THREADS, SEGMENT_BLOCKS_PER_SM);
+    }
     entry points in ENTRY_POINTS;
 }
 
 /// The segments kernel of one element type: scalar or vector runs, forward or
 /// reversed.
-pub trait SegmentsKernel: Sized {
+pub trait SegmentsKernel: Summed {
     const SEGMENTS: Kernel<SegmentsArgs<Self>>;
     const SEGMENTS_REVERSE: Kernel<SegmentsArgs<Self>>;
     const SEGMENTS_VECTOR: Kernel<SegmentsArgs<Self>>;
@@ -206,12 +227,13 @@ pub trait SegmentsKernel: Sized {
 #[cfg(target_arch = "nvptx64")]
 mod kernel {
     use super::*;
+    use crate::block::ScanOp;
     use crate::block::{AGGREGATE, INCLUSIVE, TileChain, exclusive_scan};
     use crate::device::{
         STAGE_BARRIER_BYTES, SharedCarver, StagedCopy, atomic_add_u32, load_shared_v4_f32, shared_base,
         store_shared_v4_f32, sync_threads, thread_idx_x,
     };
-    use crate::scan::tile::{ScanValue, Shared};
+    use crate::scan::tile::{ScanSum, ScanValue, Shared};
     use crate::scan::{EXCLUSIVE, LOOK_BACK_WINDOW};
 
     const _: () =
@@ -253,14 +275,14 @@ mod kernel {
         const GROUP_VECTORS: usize = 4;
         let group_items = GROUP_VECTORS * T::PER_VECTOR;
         let groups = RUN / group_items;
-        let shared = Shared::<T>::carve();
+        let shared = Shared::<T::Sum>::carve();
         // SAFETY: takes nothing; the base of the block's dynamic shared memory.
         let generic_base: *mut u8 = unsafe { SharedCarver::new().take(0) };
         let ids = generic_base.wrapping_add(SEGMENT_IDS_OFFSET as usize) as *mut u32;
         let stage_pointer =
             |stage: u32| generic_base.wrapping_add(segment_stage_offset(stage) as usize) as *mut T;
         let stage_address = |stage: u32| shared_base() + segment_stage_offset(stage);
-        let chain = T::chain(&status);
+        let chain = T::Sum::chain(&status);
         let counter = status.counter();
         let scan = problem.scan;
         let length = (RUN as u32 * SEGMENT_THREADS) as u64;
@@ -359,7 +381,7 @@ mod kernel {
         }
 
         let exclusive = options & EXCLUSIVE != 0;
-        let warp_totals = shared.warp_totals as *mut T;
+        let warp_totals = shared.warp_totals as *mut T::Sum;
         let rotation = (thread >> 1) as usize & (GROUP_VECTORS - 1);
         // Puts a group read in rotated order back in physical order, and back again
         // (swapping vectors `j` and `j ^ rotation` is its own inverse).
@@ -406,26 +428,26 @@ mod kernel {
         let reduce = |stage: u32, tile: u64| {
             let s = segment_of(tile);
             let (first, vector_start) = run_of(&s);
-            let mut own = T::identity();
+            let mut own = T::Sum::identity();
             match vector_start {
                 Some(start) => {
                     for g in 0..groups {
                         for words in group(stage, &s, start, g) {
                             for i in 0..T::PER_VECTOR {
-                                own = own.combine(T::from_words(words, i));
+                                own = own.combine(T::from_words(words, i).widen());
                             }
                         }
                     }
                 }
                 None => {
                     for q in first..(first + RUN as u64).min(s.end) {
-                        own = own.combine(item(stage, &s, q));
+                        own = own.combine(item(stage, &s, q).widen());
                     }
                 }
             }
             // SAFETY: every thread calls it; the warp totals are this block's, large
             // enough for SEGMENT_WARPS values of T, and free since the last barrier.
-            let (before, total) = unsafe { exclusive_scan::<T, SEGMENT_WARPS>(own, warp_totals) };
+            let (before, total) = unsafe { exclusive_scan::<T::Sum, SEGMENT_WARPS>(own, warp_totals) };
             if thread == 0 {
                 let flag = if s.index == 0 { INCLUSIVE } else { AGGREGATE };
                 // SAFETY: this segment's status.
@@ -447,7 +469,7 @@ mod kernel {
             1
         };
         // The reductions of the next `ahead` rounds' segments, in round order.
-        let mut reduced = [(T::identity(), T::identity()); SEGMENT_LOOK_BACK_DELAY as usize];
+        let mut reduced = [(T::Sum::identity(), T::Sum::identity()); SEGMENT_LOOK_BACK_DELAY as usize];
         // SAFETY: written before the barrier above (thread 0 rewrites it in the first
         // round, after the barrier of the first reduction below).
         let mut tile = unsafe { *ids } as u64;
@@ -496,7 +518,7 @@ mod kernel {
                 if s.index > 0 {
                     *shared.prefix
                 } else {
-                    T::identity()
+                    T::Sum::identity()
                 }
             };
             // The segments of the next round and of the one reduced at this round's end,
@@ -511,7 +533,7 @@ mod kernel {
             };
 
             let mut running = prefix.combine(before);
-            let mut step = |value: T| {
+            let mut step = |value: T::Sum| {
                 let next = running.combine(value);
                 let out = if exclusive { running } else { next };
                 running = next;
@@ -530,7 +552,8 @@ mod kernel {
                         for k in 0..group_items {
                             let k = if REVERSE_ORDER { group_items - 1 - k } else { k };
                             let (v, i) = (k / T::PER_VECTOR, k % T::PER_VECTOR);
-                            step(T::from_words(vectors[v], i)).into_words(&mut vectors[v], i);
+                            T::narrow(step(T::from_words(vectors[v], i).widen()))
+                                .into_words(&mut vectors[v], i);
                         }
                         // Back into the stage in the rotated order of the reads.
                         unrotate(&mut vectors);
@@ -545,7 +568,7 @@ mod kernel {
                 }
                 None => {
                     for q in first..(first + RUN as u64).min(s.end) {
-                        let out = step(item(stage, &s, q));
+                        let out = T::narrow(step(item(stage, &s, q).widen()));
                         if VECTOR {
                             let at = (physical(&s, q) - aligned_low(&s)) as usize;
                             // SAFETY: this thread's own element of the stage.

@@ -3,14 +3,16 @@
 //! column block, one running sum per column.
 
 use super::{BLOCK_THREADS, LaunchStatus, SHARED_BYTES, ScanOperands, ScanProblem};
+use crate::element::{Sum, Summed, sum_bytes};
 use crate::launch::{DevicePtr, DevicePtrMut, Kernel, Launch, LaunchGeometry, kernel_args};
 
 /// Bytes of rows each strided thread holds in registers: 64 rows of 4-byte elements.
 pub const STRIDED_THREAD_BYTES: usize = 256;
 
-/// Rows of one strided tile.
+/// Rows of one strided tile: as many 16-bit rows as 32-bit ones, since each takes a
+/// register of its own.
 pub const fn rows_per_tile(element_bytes: usize) -> u64 {
-    (STRIDED_THREAD_BYTES / element_bytes) as u64
+    (STRIDED_THREAD_BYTES / sum_bytes(element_bytes)) as u64
 }
 
 /// Few columns: tiles of `BLOCK_THREADS` columns by `rows_per_tile` rows.
@@ -25,12 +27,12 @@ pub struct StridedPlan {
 kernel_args! {
     /// The strided kernel's arguments: the scan operands, the look-back status of
     /// `column_blocks * chunks` tiles of `BLOCK_THREADS` values, and the column blocks.
-    pub struct StridedArgs<T> {
+    pub struct StridedArgs<T: Summed> {
         pub x: DevicePtr<T>,
         pub y: DevicePtrMut<T>,
         pub problem: ScanProblem,
         pub options: u32,
-        pub status: LaunchStatus<T>,
+        pub status: LaunchStatus<Sum<T>>,
         pub column_blocks: u64,
     }
     impl StridedKernel for f32 {
@@ -45,11 +47,17 @@ kernel_args! {
     impl StridedKernel for i64 {
         const STRIDED = "scan_strided_i64" => kernel::strided::<i64, { rows_per_tile(8) as usize }>;
     }
+    impl StridedKernel for half::bf16 {
+        const STRIDED = "scan_strided_bf16" => kernel::strided::<half::bf16, { rows_per_tile(2) as usize }>;
+    }
+    impl StridedKernel for half::f16 {
+        const STRIDED = "scan_strided_f16" => kernel::strided::<half::f16, { rows_per_tile(2) as usize }>;
+    }
     entry points in ENTRY_POINTS;
 }
 
 /// The strided kernel of one element type (the direction is an option bit).
-pub trait StridedKernel: Sized {
+pub trait StridedKernel: Summed {
     const STRIDED: Kernel<StridedArgs<Self>>;
 }
 
@@ -84,6 +92,7 @@ impl StridedPlan {
 #[cfg(target_arch = "nvptx64")]
 mod kernel {
     use super::*;
+    use crate::block::ScanOp;
     use crate::device::thread_idx_x;
     use crate::scan::tile::{ScanValue, Shared};
     use crate::scan::{EXCLUSIVE, REVERSE};
@@ -106,7 +115,7 @@ mod kernel {
             ..
         } = args;
         let (x, y) = (args.x.as_ptr(), args.y.as_mut_ptr());
-        let shared = Shared::<T>::carve();
+        let shared = Shared::<T::Sum>::carve();
         let tiles = status.tiles(BLOCK_THREADS);
         // SAFETY: every thread calls it; the counter heads the status.
         let tile = unsafe { shared.next_tile(status.counter()) };
@@ -119,14 +128,14 @@ mod kernel {
         let address = |r: u64| base + if reverse { scan - 1 - r } else { r } * inner;
         let first_row = chunk * ROWS as u64;
 
-        let mut items = [T::identity(); ROWS];
+        let mut items = [T::Sum::identity(); ROWS];
         for (k, item) in items.iter_mut().enumerate() {
             if valid && first_row + (k as u64) < scan {
                 // SAFETY: column < outer * inner and row < scan.
-                *item = unsafe { *x.add(address(first_row + k as u64) as usize) };
+                *item = unsafe { *x.add(address(first_row + k as u64) as usize) }.widen();
             }
         }
-        let mut total = T::identity();
+        let mut total = T::Sum::identity();
         for &item in &items {
             total = total.combine(item);
         }
@@ -141,7 +150,8 @@ mod kernel {
             if valid && first_row + (k as u64) < scan {
                 // SAFETY: column < outer * inner and row < scan.
                 unsafe {
-                    *y.add(address(first_row + k as u64) as usize) = if exclusive { running } else { next }
+                    *y.add(address(first_row + k as u64) as usize) =
+                        T::narrow(if exclusive { running } else { next })
                 };
             }
             running = next;

@@ -2,22 +2,28 @@
 //! contiguous kernel's rows, the look-back kernels' shared memory, and the loads,
 //! stores and block scan of one thread's run of a tile.
 
-use super::{LaunchStatus, SHARED_BYTES, WARPS, packed_status};
+use super::{LaunchStatus, SHARED_BYTES, VECTORS_PER_THREAD, WARPS, packed_status};
 use crate::block::{PackedStatus, ScanOp, TileChain, TileStatus, exclusive_scan};
 use crate::device::{
-    Coherent, Lane, SharedCarver, Shuffle, VectorElement, atomic_add_u32, load_global_v4, store_global_v4,
-    sync_threads, thread_idx_x,
+    Coherent, Lane, SharedCarver, Shuffle, VectorElement, Widen, atomic_add_u32, load_global_v4,
+    store_global_v4, sync_threads, thread_idx_x,
 };
 
-/// An element type the scan kernels sum: wrapping for integers.
-pub trait ScanValue: ScanOp + Coherent + VectorElement {
+/// A sum type of the scans: wrapping for integers.
+pub trait ScanSum: ScanOp + Coherent {
     /// The one-value-per-tile chain of a look-back launch, in the layout
     /// [`packed_status`] gives the host.
     type Chain: TileChain<Self>;
     fn chain(status: &LaunchStatus<Self>) -> Self::Chain;
 }
 
-macro_rules! scan_value {
+/// An element type the scan kernels load and store, summing in its [`ScanSum`] (f32
+/// for the 16-bit floats, each output rounded once).
+pub trait ScanValue: Widen<Sum: ScanSum> + VectorElement {}
+
+impl<T: Widen<Sum: ScanSum> + VectorElement> ScanValue for T {}
+
+macro_rules! scan_sum {
     ($($t:ty, $add:expr, $chain:ty;)*) => {$(
         impl ScanOp for $t {
             #[inline(always)]
@@ -29,7 +35,7 @@ macro_rules! scan_value {
                 $add(self, later)
             }
         }
-        impl ScanValue for $t {
+        impl ScanSum for $t {
             type Chain = $chain;
             #[inline(always)]
             fn chain(status: &LaunchStatus<Self>) -> Self::Chain {
@@ -39,7 +45,7 @@ macro_rules! scan_value {
     )*};
 }
 
-scan_value! {
+scan_sum! {
     f32, |a: f32, b| a + b, PackedStatus<f32>;
     i32, i32::wrapping_add, PackedStatus<i32>;
     f64, |a: f64, b| a + b, TileStatus<f64>;
@@ -99,7 +105,7 @@ pub struct HeadedSum<T> {
     pub value: T,
 }
 
-impl<T: ScanValue> Shuffle for HeadedSum<T> {
+impl<T: ScanSum> Shuffle for HeadedSum<T> {
     #[inline(always)]
     fn shuffle(self, from: Lane) -> Self {
         HeadedSum {
@@ -109,7 +115,7 @@ impl<T: ScanValue> Shuffle for HeadedSum<T> {
     }
 }
 
-impl<T: ScanValue> ScanOp for HeadedSum<T> {
+impl<T: ScanSum> ScanOp for HeadedSum<T> {
     #[inline(always)]
     fn identity() -> Self {
         HeadedSum {
@@ -137,7 +143,7 @@ pub struct Shared<T> {
     pub warp_totals: *mut HeadedSum<T>,
 }
 
-impl<T: ScanValue> Shared<T> {
+impl<T: ScanSum> Shared<T> {
     #[inline(always)]
     pub fn carve() -> Self {
         const { assert!(16 + WARPS * size_of::<HeadedSum<T>>() <= SHARED_BYTES as usize) };
@@ -170,65 +176,84 @@ impl<T: ScanValue> Shared<T> {
     }
 }
 
-/// `ITEMS` elements from physical position `start` by 128-bit loads, in logical
-/// order (reversed when `REVERSE_ORDER`).
+/// One thread's run of a rows or contiguous tile as it travels: up to
+/// `VECTORS_PER_THREAD` 128-bit vectors in physical order, the first `ITEMS /
+/// PER_VECTOR` used (16-bit elements stay packed two to a register until they are
+/// summed).
+pub type RunWords = [[u32; 4]; VECTORS_PER_THREAD];
+
+/// A run of zero bits: the identity of every sum type.
+pub const ZERO_RUN: RunWords = [[0; 4]; VECTORS_PER_THREAD];
+
+/// The run of `ITEMS` elements from physical position `start`, by 128-bit loads.
 ///
 /// # Safety
 /// `x[start..start + ITEMS]` is readable and 16-byte aligned.
 #[inline(always)]
-pub unsafe fn load_run<T: ScanValue, const ITEMS: usize, const REVERSE_ORDER: bool>(
-    x: *const T,
-    start: u64,
-) -> [T; ITEMS] {
-    let mut items = [T::identity(); ITEMS];
-    for v in 0..ITEMS / T::PER_VECTOR {
+pub unsafe fn load_run<T: ScanValue, const ITEMS: usize>(x: *const T, start: u64) -> RunWords {
+    let mut words = ZERO_RUN;
+    for (v, vector) in words.iter_mut().enumerate().take(ITEMS / T::PER_VECTOR) {
         // SAFETY: inside the run, which the caller guarantees.
-        let words = unsafe { load_global_v4(x.add(start as usize + v * T::PER_VECTOR) as *const u32) };
-        for i in 0..T::PER_VECTOR {
-            let k = v * T::PER_VECTOR + i;
-            items[if REVERSE_ORDER { ITEMS - 1 - k } else { k }] = T::from_words(words, i);
-        }
+        *vector = unsafe { load_global_v4(x.add(start as usize + v * T::PER_VECTOR) as *const u32) };
     }
-    items
+    words
 }
 
-/// Writes `items` (logical order) to physical positions `start..start + ITEMS` by
-/// 128-bit stores: the inverse of [`load_run`].
+/// Writes a run of `ITEMS` elements to physical positions from `start` by 128-bit
+/// stores.
 ///
 /// # Safety
 /// `y[start..start + ITEMS]` is writable and 16-byte aligned.
 #[inline(always)]
-pub unsafe fn store_run<T: ScanValue, const ITEMS: usize, const REVERSE_ORDER: bool>(
-    y: *mut T,
-    start: u64,
-    items: &[T; ITEMS],
-) {
-    for v in 0..ITEMS / T::PER_VECTOR {
-        let mut words = [0u32; 4];
-        for i in 0..T::PER_VECTOR {
-            let k = v * T::PER_VECTOR + i;
-            items[if REVERSE_ORDER { ITEMS - 1 - k } else { k }].into_words(&mut words, i);
-        }
+pub unsafe fn store_run<T: ScanValue, const ITEMS: usize>(y: *mut T, start: u64, words: &RunWords) {
+    for (v, &vector) in words.iter().enumerate().take(ITEMS / T::PER_VECTOR) {
         // SAFETY: inside the run, which the caller guarantees.
-        unsafe { store_global_v4(y.add(start as usize + v * T::PER_VECTOR) as *mut u32, words) };
+        unsafe { store_global_v4(y.add(start as usize + v * T::PER_VECTOR) as *mut u32, vector) };
     }
 }
 
-/// Scans one tile (`ITEMS` consecutive elements per thread, `WARPS` warps) after
-/// `carry`: each item becomes its exclusive or inclusive prefix; returns the tile's
-/// total.
+/// The `ITEMS` elements of a run as sums, in logical order (reversed when
+/// `REVERSE_ORDER`).
+#[inline(always)]
+pub fn widen_run<T: ScanValue, const ITEMS: usize, const REVERSE_ORDER: bool>(
+    words: &RunWords,
+) -> [T::Sum; ITEMS] {
+    const { assert!(ITEMS.is_multiple_of(T::PER_VECTOR) && ITEMS <= VECTORS_PER_THREAD * T::PER_VECTOR) };
+    core::array::from_fn(|k| {
+        let k = if REVERSE_ORDER { ITEMS - 1 - k } else { k };
+        T::from_words(words[k / T::PER_VECTOR], k % T::PER_VECTOR).widen()
+    })
+}
+
+/// `ITEMS` sums in logical order, each rounded once, as a run: the inverse of
+/// [`widen_run`].
+#[inline(always)]
+pub fn narrow_run<T: ScanValue, const ITEMS: usize, const REVERSE_ORDER: bool>(
+    items: &[T::Sum; ITEMS],
+) -> RunWords {
+    const { assert!(ITEMS.is_multiple_of(T::PER_VECTOR) && ITEMS <= VECTORS_PER_THREAD * T::PER_VECTOR) };
+    let mut words = ZERO_RUN;
+    for (k, &item) in items.iter().enumerate() {
+        let k = if REVERSE_ORDER { ITEMS - 1 - k } else { k };
+        T::narrow(item).into_words(&mut words[k / T::PER_VECTOR], k % T::PER_VECTOR);
+    }
+    words
+}
+
+/// Scans one tile (`ITEMS` consecutive sums per thread, `WARPS` warps) after `carry`:
+/// each item becomes its exclusive or inclusive prefix; returns the tile's total.
 ///
 /// # Safety
 /// Every thread of the block calls it; `warp_totals` holds `WARPS` values in shared
 /// memory that nothing else uses until the caller's next barrier.
 #[inline(always)]
-pub unsafe fn scan_tile<T: ScanValue, const ITEMS: usize, const WARPS: usize>(
-    items: &mut [T; ITEMS],
-    carry: T,
+pub unsafe fn scan_tile<S: ScanSum, const ITEMS: usize, const WARPS: usize>(
+    items: &mut [S; ITEMS],
+    carry: S,
     exclusive: bool,
-    warp_totals: *mut T,
-) -> T {
-    let mut own = T::identity();
+    warp_totals: *mut S,
+) -> S {
+    let mut own = S::identity();
     for &item in items.iter() {
         own = own.combine(item);
     }

@@ -84,8 +84,8 @@ impl TestValue for f16 {
 }
 
 /// alpha or beta in the sum type (all test values are exact in f32).
-fn scalar<T: GemvElement>(v: f64) -> T::Acc {
-    T::Acc::from(v as f32)
+fn scalar<T: GemvElement>(v: f64) -> T::Sum {
+    T::Sum::from(v as f32)
 }
 
 /// Whether an output equals the f64 reference rounded once to the element type.

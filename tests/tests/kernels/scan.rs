@@ -5,7 +5,7 @@
 //! the additions. Tests meant for one kernel check that the plan picks it.
 
 use host::plans::ScanPlan;
-use host::{Error, Gpu, ScanElement, ScanKind, reference};
+use host::{Error, Gpu, ScanElement, ScanKind, bf16, f16, reference};
 use ndarray::{ArrayD, IxDyn};
 use proptest::prelude::*;
 use proptest::sample::select;
@@ -81,8 +81,11 @@ fn case() -> impl Strategy<Value = Case> {
 }
 
 /// Random values whose prefix sums are exact: floats are integers in [-3, 3] times
-/// 2^-5 (f32: every prefix of up to 5.5M elements stays under 2^24 units of 2^-5) or in
-/// [-1000, 1000] times 2^-10 (f64), integers span their whole range (so sums wrap).
+/// 2^-5 (f32, and bf16 and f16, which sum in f32: every prefix of up to 5.5M elements
+/// stays under 2^24 units of 2^-5) or in [-1000, 1000] times 2^-10 (f64), integers span
+/// their whole range (so sums wrap). A 16-bit output is its exact sum rounded once, as
+/// the reference rounds it: sums beyond 2^8 (bf16) or 2^11 (f16) units round, so a
+/// kernel that rounded a running sum to 16 bits would fail.
 trait TestValue: ScanElement {
     fn draw(bits: u64) -> Self;
 }
@@ -185,6 +188,22 @@ fn cumsum_i64_matches_the_reference_exactly() {
 }
 
 #[test]
+fn cumsum_bf16_matches_the_reference_exactly() {
+    let Some(gpu) = gpu_or_skip("cumsum_bf16_matches_the_reference_exactly") else {
+        return;
+    };
+    runner().run(&case(), |c| check_scan::<bf16>(&gpu, c)).unwrap();
+}
+
+#[test]
+fn cumsum_f16_matches_the_reference_exactly() {
+    let Some(gpu) = gpu_or_skip("cumsum_f16_matches_the_reference_exactly") else {
+        return;
+    };
+    runner().run(&case(), |c| check_scan::<f16>(&gpu, c)).unwrap();
+}
+
+#[test]
 fn cumsum_of_views_and_empty_arrays() {
     let Some(gpu) = gpu_or_skip("cumsum_of_views_and_empty_arrays") else {
         return;
@@ -256,6 +275,10 @@ fn cumsum_of_many_long_rows() {
         check_scan::<f64>(&gpu, case(vec![2048, 2048 + 8])).unwrap();
         assert_plan::<i64>(&gpu, &[2050, 4096], 1, rows);
         check_scan::<i64>(&gpu, case(vec![2050, 4096])).unwrap();
+        assert_plan::<bf16>(&gpu, &[2048, 8192 + 32], 1, rows);
+        check_scan::<bf16>(&gpu, case(vec![2048, 8192 + 32])).unwrap();
+        assert_plan::<f16>(&gpu, &[2049, 16384], 1, rows);
+        check_scan::<f16>(&gpu, case(vec![2049, 16384])).unwrap();
     }
 }
 
@@ -304,6 +327,15 @@ fn cumsum_down_many_columns() {
             (&[2, 129, 4096], 1, Inclusive, true, false),
         ],
     );
+    check_cases::<bf16>(
+        &gpu,
+        columns,
+        &[
+            (&[3000, 33_000], 0, Exclusive, false, false),
+            (&[3, 77, 12_000], 1, Inclusive, true, true),
+        ],
+    );
+    check_cases::<f16>(&gpu, columns, &[(&[1000, 5000], 0, Inclusive, true, false)]);
 }
 
 /// `check_scan` of each `(shape, axis, kind, reverse, in_place)`, after checking that
@@ -352,6 +384,8 @@ fn cumsum_of_very_long_axes() {
     }
     assert_plan::<f32>(&gpu, &[2, 1 << 22], 1, segments);
     assert_plan::<f64>(&gpu, &[1, (1 << 22) + 7], 1, segments);
+    assert_plan::<bf16>(&gpu, &[2, 1 << 22], 1, segments);
+    assert_plan::<f16>(&gpu, &[1, (1 << 22) + 3], 1, segments);
     for reverse in [false, true] {
         check_scan::<i32>(&gpu, case(vec![1, 1 << 24], ScanKind::Exclusive, reverse, true)).unwrap();
         check_scan::<i32>(
@@ -369,6 +403,12 @@ fn cumsum_of_very_long_axes() {
         check_scan::<f64>(
             &gpu,
             case(vec![1, (1 << 22) + 7], ScanKind::Inclusive, reverse, true),
+        )
+        .unwrap();
+        check_scan::<bf16>(&gpu, case(vec![2, 1 << 22], ScanKind::Inclusive, reverse, true)).unwrap();
+        check_scan::<f16>(
+            &gpu,
+            case(vec![1, (1 << 22) + 3], ScanKind::Exclusive, reverse, false),
         )
         .unwrap();
     }
@@ -421,8 +461,26 @@ fn cumsum_of_look_back_tiles() {
             (&[1, 1], 0, Exclusive, false, false),
         ],
     );
+    check_cases::<bf16>(
+        &gpu,
+        vector,
+        &[
+            (&[3, 16000], 1, Exclusive, false, false),
+            (&[1000, 17], 1, Inclusive, true, true),
+        ],
+    );
+    check_cases::<f16>(
+        &gpu,
+        scalar,
+        &[
+            (&[5, 4099], 1, Exclusive, true, false),
+            (&[7, 9001], 1, Inclusive, false, true),
+        ],
+    );
     let strided = |p: &ScanPlan| matches!(p, ScanPlan::Strided(_));
     check_cases::<f64>(&gpu, strided, &[(&[7, 1000, 33], 1, Exclusive, false, false)]);
+    check_cases::<bf16>(&gpu, strided, &[(&[4000, 17], 0, Inclusive, true, true)]);
+    check_cases::<f16>(&gpu, strided, &[(&[2, 65, 300], 1, Exclusive, false, false)]);
     check_cases::<i32>(
         &gpu,
         strided,
@@ -456,6 +514,28 @@ impl NoisyFloat for f64 {
         self.to_bits()
     }
 }
+
+/// The 16-bit floats draw what f32 draws, rounded: the test values exactly, the noisy
+/// ones to 8 or 11 bits.
+macro_rules! rounded_from_f32 {
+    ($($t:ty),*) => {$(
+        impl TestValue for $t {
+            fn draw(bits: u64) -> Self {
+                <$t>::from_f32(f32::draw(bits))
+            }
+        }
+        impl NoisyFloat for $t {
+            fn noisy(bits: u64) -> Self {
+                <$t>::from_f32(f32::noisy(bits))
+            }
+            fn to_bits64(self) -> u64 {
+                self.to_bits() as u64
+            }
+        }
+    )*};
+}
+
+rounded_from_f32!(bf16, f16);
 
 /// Two scans into a new array and one in place, of data whose sums round, must give
 /// the same bits on every look-back path (`expected`), forward and reversed.
@@ -513,4 +593,8 @@ fn float_scans_are_deterministic() {
     check_deterministic::<f64>(&gpu, &[64, 8000], 1, vector);
     check_deterministic::<f32>(&gpu, &[65536, 33], 0, strided);
     check_deterministic::<f64>(&gpu, &[3, 20000, 100], 1, strided);
+    check_deterministic::<bf16>(&gpu, &[2, 1 << 22], 1, segments);
+    check_deterministic::<f16>(&gpu, &[64, 15001], 1, vector);
+    check_deterministic::<bf16>(&gpu, &[63, 15001], 1, scalar);
+    check_deterministic::<f16>(&gpu, &[65536, 33], 0, strided);
 }
