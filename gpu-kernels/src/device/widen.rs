@@ -8,6 +8,12 @@ use half::{bf16, f16};
 pub trait Widen: Summed {
     /// The element as a sum, exactly.
     fn widen(self) -> Self::Sum;
+    /// [`widen`](Self::widen), kept apart from the load of the element (see
+    /// [`Float16::widen_apart`]).
+    #[inline(always)]
+    fn widen_apart(self) -> Self::Sum {
+        self.widen()
+    }
     /// A sum rounded once to the element type.
     fn narrow(sum: Self::Sum) -> Self;
 }
@@ -35,6 +41,10 @@ macro_rules! sums_in_f32 {
             #[inline(always)]
             fn widen(self) -> f32 {
                 Float16::widen(self)
+            }
+            #[inline(always)]
+            fn widen_apart(self) -> f32 {
+                Float16::widen_apart(self)
             }
             #[inline(always)]
             fn narrow(sum: f32) -> $t {

@@ -107,7 +107,7 @@ mod kernel {
     use super::*;
     use crate::block::ScanOp;
     use crate::device::{SharedCarver, block_idx_x, sync_threads, thread_idx_x};
-    use crate::scan::tile::ScanValue;
+    use crate::scan::tile::{ScanValue, zero};
     use crate::scan::{EXCLUSIVE, REVERSE};
 
     /// Scans each column whole with a running sum, `parts` threads per column: batches of
@@ -151,15 +151,16 @@ mod kernel {
         let offset = |r: u64| origin as isize + r as isize * step;
         let batch_rows = (parts as usize * BATCH) as u64;
         let part_start = |batch_first: u64| batch_first + (part as usize * BATCH) as u64;
-        let load = |batch_first: u64| -> [T::Sum; BATCH] {
+        // Elements as loaded, widened once the batch is scanned (see `zero`).
+        let load = |batch_first: u64| -> [T; BATCH] {
             let first = part_start(batch_first);
             let mut at = offset(first);
             core::array::from_fn(|k| {
                 let item = if valid && first + (k as u64) < scan {
                     // SAFETY: row first + k of a column below outer * inner.
-                    unsafe { *x.offset(at) }.widen()
+                    unsafe { *x.offset(at) }
                 } else {
-                    T::Sum::identity()
+                    zero()
                 };
                 at += step;
                 item
@@ -169,10 +170,11 @@ mod kernel {
             |buffer: usize, part: u32| buffer * BLOCK_THREADS as usize + (part * width + lane) as usize;
         let mut carry = T::Sum::identity();
         let mut batch_first = 0;
-        let mut items = load(0);
+        let mut loaded = load(0);
         let mut buffer = 0;
         while batch_first < scan {
             let next = load(batch_first + batch_rows);
+            let items = loaded.map(|item| item.widen_apart());
             let mut own = T::Sum::identity();
             for &item in &items {
                 own = own.combine(item);
@@ -213,7 +215,7 @@ mod kernel {
                 at += step;
             }
             carry = carry.combine(batch_total);
-            items = next;
+            loaded = next;
             batch_first += batch_rows;
         }
     }

@@ -112,7 +112,7 @@ mod kernel {
     use crate::block::{AGGREGATE, INCLUSIVE, ScanOp, TileChain, exclusive_scan};
     use crate::device::{block_dim_x, sync_threads, thread_idx_x};
     use crate::scan::tile::{
-        HeadedSum, ScanSum, ScanValue, Shared, load_run, narrow_run, store_run, widen_run,
+        HeadedSum, ScanSum, ScanValue, Shared, load_run, narrow_run, store_run, widen_run, zero,
     };
     use crate::scan::{EXCLUSIVE, LOOK_BACK_WINDOW, WARPS};
 
@@ -154,18 +154,20 @@ mod kernel {
         // ITEMS and n are multiples of PER_VECTOR).
         let vector_start = (VECTOR && first + ITEMS as u64 <= n)
             .then(|| if reverse { n - first - ITEMS as u64 } else { first });
-        let mut items = [T::Sum::identity(); ITEMS];
-        if let Some(start) = vector_start {
+        let mut items = match vector_start {
             // SAFETY: the run lies inside x and is 16-byte aligned.
-            items = widen_run::<T, ITEMS, REVERSE_ORDER>(&unsafe { load_run::<T, ITEMS>(x, start) });
-        } else {
-            for (k, item) in items.iter_mut().enumerate() {
-                if first + (k as u64) < n {
-                    // SAFETY: the position is below n.
-                    *item = unsafe { *x.add(physical(first + k as u64) as usize) }.widen();
+            Some(start) => widen_run::<T, ITEMS, REVERSE_ORDER>(&unsafe { load_run::<T, ITEMS>(x, start) }),
+            None => {
+                let mut loaded = [zero::<T>(); ITEMS];
+                for (k, item) in loaded.iter_mut().enumerate() {
+                    if first + (k as u64) < n {
+                        // SAFETY: the position is below n.
+                        *item = unsafe { *x.add(physical(first + k as u64) as usize) };
+                    }
                 }
+                loaded.map(|item| item.widen_apart())
             }
-        }
+        };
 
         // Heads: logical positions that start a row. The first head among this thread's
         // items, then one every `scan` items (one 64-bit division per thread; 32-bit

@@ -94,7 +94,7 @@ mod kernel {
     use super::*;
     use crate::block::ScanOp;
     use crate::device::thread_idx_x;
-    use crate::scan::tile::{ScanValue, Shared};
+    use crate::scan::tile::{ScanValue, Shared, zero};
     use crate::scan::{EXCLUSIVE, REVERSE};
 
     /// Scans `ROWS` rows of `BLOCK_THREADS` columns per tile; tile ids run over the
@@ -128,13 +128,14 @@ mod kernel {
         let address = |r: u64| base + if reverse { scan - 1 - r } else { r } * inner;
         let first_row = chunk * ROWS as u64;
 
-        let mut items = [T::Sum::identity(); ROWS];
-        for (k, item) in items.iter_mut().enumerate() {
+        let mut loaded = [zero::<T>(); ROWS];
+        for (k, item) in loaded.iter_mut().enumerate() {
             if valid && first_row + (k as u64) < scan {
                 // SAFETY: column < outer * inner and row < scan.
-                *item = unsafe { *x.add(address(first_row + k as u64) as usize) }.widen();
+                *item = unsafe { *x.add(address(first_row + k as u64) as usize) };
             }
         }
+        let items = loaded.map(|item| item.widen_apart());
         let mut total = T::Sum::identity();
         for &item in &items {
             total = total.combine(item);
