@@ -5,6 +5,7 @@
 
 mod async_copy;
 mod float16;
+mod least;
 mod math;
 mod memory;
 mod mma;
@@ -20,6 +21,7 @@ mod widen;
 
 pub use async_copy::{STAGE_BARRIER_BYTES, StagedCopy};
 pub use float16::Float16;
+pub use least::Least;
 pub use math::{exp2_approx, fma_f32, fma_f64, reciprocal_approx};
 pub use memory::{
     Coherent, atomic_add_u32, fence_gpu, load_acquire_u32, load_global_nc_v2, load_global_nc_v4,

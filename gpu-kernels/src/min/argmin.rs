@@ -1,12 +1,12 @@
 //! The running minimum every min kernel keeps, with the index of its first occurrence,
 //! and the element trait of the min kernels.
 
-use crate::device::{Float16, Lane, Shuffle, VectorElement};
+use crate::device::{Float16, Lane, Least, Shuffle};
 use crate::warp;
 use half::{bf16, f16};
 
 /// An element type the min kernels reduce.
-pub trait MinValue: Copy + Shuffle + VectorElement {
+pub trait MinValue: Least + Shuffle {
     /// The element as the kernels compare it, exactly: 16-bit floats widen to f32.
     type Key: Copy + PartialOrd;
     fn key(self) -> Self::Key;
@@ -74,26 +74,34 @@ impl<T: MinValue, const INDEX: bool> ArgMin<T, INDEX> {
         }
     }
 
-    /// Takes element `index`, which comes after every element seen so far.
+    /// Whether no element was seen.
     #[inline(always)]
-    pub fn push(&mut self, value: T, index: u64) {
-        let empty = self.index == u64::MAX;
+    pub fn is_empty(&self) -> bool {
+        self.index == u64::MAX
+    }
+
+    /// Takes element `index`, which comes after every element seen so far; returns
+    /// whether it became the minimum.
+    #[inline(always)]
+    pub fn push(&mut self, value: T, index: u64) -> bool {
+        let empty = self.is_empty();
         let (new, held) = (value.key(), self.value.key());
-        let wins = new < held || (is_nan(new) && !is_nan(held));
-        if empty || wins {
+        let wins = empty || new < held || (is_nan(new) && !is_nan(held));
+        if wins {
             self.value = value;
             self.index = index;
         }
+        wins
     }
 
     /// Combines with a state over other elements, in any order: NaN first, then the
     /// smaller value, then (with indices) the smaller index.
     #[inline(always)]
     pub fn merge(self, other: Self) -> Self {
-        if other.index == u64::MAX {
+        if other.is_empty() {
             return self;
         }
-        if self.index == u64::MAX {
+        if self.is_empty() {
             return other;
         }
         let (a, b) = (self.value.key(), other.value.key());

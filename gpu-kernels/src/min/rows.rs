@@ -138,6 +138,11 @@ mod kernel {
     /// loaded before the vectors, so that their latency overlaps the vectors' instead of
     /// adding to it; the head then joins through `merge`, which takes any order.
     ///
+    /// The vectors go by runs of `UNROLL`: of each run only its least element is kept
+    /// (packed `min.NaN`, two 16-bit elements per instruction), with the run's first
+    /// vector. For `min`, the first run holding the least of all is kept in registers and
+    /// searched element by element at the end.
+    ///
     /// # Safety
     /// The elements lie inside `x`, which is 16-byte aligned.
     #[inline(always)]
@@ -167,26 +172,43 @@ mod kernel {
         let (head_first, tail_first) = (flat_begin + lane, tail + lane);
         let head_value = (head_first < aligned).then(|| element(head_first));
         let tail_value = (tail_first < flat_end).then(|| element(tail_first));
-        let push_vector = |state: &mut ArgMin<T, INDEX>, v: u64, words: [u32; 4]| {
-            let first = aligned + v * per_vector - row_start;
-            for i in 0..T::PER_VECTOR {
-                state.push(T::from_words(words, i), first + i as u64);
+        // The least element of the runs so far, the first vector of its first run, and
+        // (for `min`) that run's vectors. A run past the last vector repeats its first.
+        let mut runs = ArgMin::<T, INDEX>::empty(state.value);
+        let mut best = [[0u32; 4]; UNROLL];
+        let mut take_run = |held: [[u32; 4]; UNROLL], v: u64| {
+            let least = held[1..]
+                .iter()
+                .fold(held[0], |least, words| T::least_of_vectors(least, *words));
+            if runs.push(T::least_in_vector(least), v) && INDEX {
+                best = held;
             }
         };
         let mut v = lane;
         while v + (UNROLL as u64 - 1) * lanes < vectors {
-            let mut held = [[0u32; 4]; UNROLL];
-            for (u, words) in held.iter_mut().enumerate() {
-                *words = vector(v + u as u64 * lanes);
-            }
-            for (u, words) in held.iter().enumerate() {
-                push_vector(state, v + u as u64 * lanes, *words);
-            }
+            take_run(core::array::from_fn(|u| vector(v + u as u64 * lanes)), v);
             v += UNROLL as u64 * lanes;
         }
-        while v < vectors {
-            push_vector(state, v, vector(v));
-            v += lanes;
+        if v < vectors {
+            let first = vector(v);
+            let held = core::array::from_fn(|u| {
+                let w = v + u as u64 * lanes;
+                if u > 0 && w < vectors { vector(w) } else { first }
+            });
+            take_run(held, v);
+        }
+        if !INDEX {
+            *state = runs;
+        } else if !runs.is_empty() {
+            for (u, words) in best.iter().enumerate() {
+                let v = runs.index + u as u64 * lanes;
+                if v < vectors {
+                    let first = aligned + v * per_vector - row_start;
+                    for i in 0..T::PER_VECTOR {
+                        state.push(T::from_words(*words, i), first + i as u64);
+                    }
+                }
+            }
         }
         // Head and tail hold fewer than PER_VECTOR elements each, but a group may be
         // narrower: then a lane takes more than one.

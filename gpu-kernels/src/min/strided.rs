@@ -2,7 +2,7 @@
 //! along `inner` by `STRIDED_TY` slices of the reduced axis, merged through shared
 //! memory.
 
-use super::{BLOCK_THREADS, MinOutputs, MinProblem};
+use super::{BLOCK_THREADS, BLOCKS_PER_SM, MinOutputs, MinProblem};
 use crate::launch::{DevicePtr, DevicePtrMut, Kernel, Launch, LaunchGeometry, kernel_args};
 
 /// Lanes of a strided block along `inner`.
@@ -50,24 +50,24 @@ kernel_args! {
         pub vector: u32,
     }
     impl StridedKernel for f32 {
-        const MIN_STRIDED = "min_strided_f32" => kernel::strided_rows::<f32, true, { super::VECTOR_BYTES / 4 }>;
-        const AMIN_STRIDED = "amin_strided_f32" => kernel::strided_rows::<f32, false, { super::VECTOR_BYTES / 4 }>;
+        const MIN_STRIDED = "min_strided_f32" => kernel::strided_rows::<f32, true, { super::VECTOR_BYTES / 4 }>, bounds(BLOCK_THREADS, BLOCKS_PER_SM);
+        const AMIN_STRIDED = "amin_strided_f32" => kernel::strided_rows::<f32, false, { super::VECTOR_BYTES / 4 }>, bounds(BLOCK_THREADS, BLOCKS_PER_SM);
     }
     impl StridedKernel for f64 {
-        const MIN_STRIDED = "min_strided_f64" => kernel::strided_rows::<f64, true, { super::VECTOR_BYTES / 8 }>;
-        const AMIN_STRIDED = "amin_strided_f64" => kernel::strided_rows::<f64, false, { super::VECTOR_BYTES / 8 }>;
+        const MIN_STRIDED = "min_strided_f64" => kernel::strided_rows::<f64, true, { super::VECTOR_BYTES / 8 }>, bounds(BLOCK_THREADS, BLOCKS_PER_SM);
+        const AMIN_STRIDED = "amin_strided_f64" => kernel::strided_rows::<f64, false, { super::VECTOR_BYTES / 8 }>, bounds(BLOCK_THREADS, BLOCKS_PER_SM);
     }
     impl StridedKernel for i32 {
-        const MIN_STRIDED = "min_strided_i32" => kernel::strided_rows::<i32, true, { super::VECTOR_BYTES / 4 }>;
-        const AMIN_STRIDED = "amin_strided_i32" => kernel::strided_rows::<i32, false, { super::VECTOR_BYTES / 4 }>;
+        const MIN_STRIDED = "min_strided_i32" => kernel::strided_rows::<i32, true, { super::VECTOR_BYTES / 4 }>, bounds(BLOCK_THREADS, BLOCKS_PER_SM);
+        const AMIN_STRIDED = "amin_strided_i32" => kernel::strided_rows::<i32, false, { super::VECTOR_BYTES / 4 }>, bounds(BLOCK_THREADS, BLOCKS_PER_SM);
     }
     impl StridedKernel for half::bf16 {
-        const MIN_STRIDED = "min_strided_bf16" => kernel::strided_rows::<half::bf16, true, 4>;
-        const AMIN_STRIDED = "amin_strided_bf16" => kernel::strided_rows::<half::bf16, false, 4>;
+        const MIN_STRIDED = "min_strided_bf16" => kernel::strided_rows::<half::bf16, true, 4>, bounds(BLOCK_THREADS, BLOCKS_PER_SM);
+        const AMIN_STRIDED = "amin_strided_bf16" => kernel::strided_rows::<half::bf16, false, 4>, bounds(BLOCK_THREADS, BLOCKS_PER_SM);
     }
     impl StridedKernel for half::f16 {
-        const MIN_STRIDED = "min_strided_f16" => kernel::strided_rows::<half::f16, true, 4>;
-        const AMIN_STRIDED = "amin_strided_f16" => kernel::strided_rows::<half::f16, false, 4>;
+        const MIN_STRIDED = "min_strided_f16" => kernel::strided_rows::<half::f16, true, 4>, bounds(BLOCK_THREADS, BLOCKS_PER_SM);
+        const AMIN_STRIDED = "amin_strided_f16" => kernel::strided_rows::<half::f16, false, 4>, bounds(BLOCK_THREADS, BLOCKS_PER_SM);
     }
     entry points in ENTRY_POINTS;
 }
@@ -140,8 +140,8 @@ mod kernel {
     /// takes `COLUMNS` consecutive columns ([`lane_columns`]: one 128- or 64-bit load
     /// per row when `ALIGNED`, else one load per column, so that a warp still reads whole
     /// sectors when rows are not aligned); each of the `STRIDED_TY` slices takes
-    /// every `STRIDED_TY`-th row of its chunk, then the lanes merge the slices through
-    /// shared memory (one barrier).
+    /// every `STRIDED_TY`-th row of its chunk, by runs of `STRIDED_ROWS` rows, then the
+    /// lanes merge the slices through shared memory (one barrier).
     ///
     /// Block (x, y): x = outer index * tiles_per_outer + tile, y = chunk of the reduced
     /// axis. Output column `m = outer * inner + column`; with `split > 1` the partial
@@ -211,28 +211,57 @@ mod kernel {
                 }
                 out
             };
-            let push = |states: &mut [ArgMin<T, INDEX>; COLUMNS], row: &[T; COLUMNS], r: u64| {
-                for (i, (s, &value)) in states.iter_mut().zip(row).enumerate() {
-                    if (i as u64) < valid {
-                        s.push(value, r);
+            // Per column, the least element of the runs of rows so far, the first row of
+            // its first run, and (for `min`) the column's elements in that run. A run past
+            // the last row repeats its first.
+            let mut runs = states;
+            let mut best = [[fill; STRIDED_ROWS]; COLUMNS];
+            let take_run = |runs: &mut [ArgMin<T, INDEX>; COLUMNS],
+                            best: &mut [[T; STRIDED_ROWS]; COLUMNS],
+                            held: [[T; COLUMNS]; STRIDED_ROWS],
+                            r: u64| {
+                for (i, (run, best)) in runs.iter_mut().zip(best).enumerate() {
+                    let least = held[1..]
+                        .iter()
+                        .fold(held[0][i], |least, row| least.least(row[i]));
+                    if (i as u64) < valid && run.push(least, r) && INDEX {
+                        *best = core::array::from_fn(|u| held[u][i]);
                     }
                 }
             };
             let step = STRIDED_TY as u64;
             let mut r = begin + ty as u64;
             while r + (STRIDED_ROWS as u64 - 1) * step < end {
-                let mut held = [[fill; COLUMNS]; STRIDED_ROWS];
-                for (u, h) in held.iter_mut().enumerate() {
-                    *h = load(r + u as u64 * step);
-                }
-                for (u, h) in held.iter().enumerate() {
-                    push(&mut states, h, r + u as u64 * step);
-                }
+                take_run(
+                    &mut runs,
+                    &mut best,
+                    core::array::from_fn(|u| load(r + u as u64 * step)),
+                    r,
+                );
                 r += STRIDED_ROWS as u64 * step;
             }
-            while r < end {
-                push(&mut states, &load(r), r);
-                r += step;
+            if r < end {
+                let first = load(r);
+                let held = core::array::from_fn(|u| {
+                    let row = r + u as u64 * step;
+                    if u > 0 && row < end { load(row) } else { first }
+                });
+                take_run(&mut runs, &mut best, held, r);
+            }
+            if !INDEX {
+                states = runs;
+            } else {
+                // Indexed, not zipped: three zipped arrays stayed in local memory.
+                for i in 0..COLUMNS {
+                    if !runs[i].is_empty() {
+                        for (u, &value) in best[i].iter().enumerate() {
+                            let row = runs[i].index + u as u64 * step;
+                            if row < end {
+                                states[i].push(value, row);
+                            }
+                        }
+                    }
+                }
             }
         }
 
