@@ -35,9 +35,6 @@ use strided::{STRIDED_TX, StridedKernel, StridedPlan, lane_columns};
 
 /// Threads per block of every min kernel.
 pub const BLOCK_THREADS: u32 = 256;
-/// Blocks of the strided kernel that fit on one SM at once (64 registers a thread): with
-/// three, rows of 16-bit columns loaded one by one kept too few loads in flight.
-pub const BLOCKS_PER_SM: u32 = 4;
 /// Bytes of one vector load.
 pub const VECTOR_BYTES: usize = 16;
 /// A split never makes a work item shorter than this many elements of the reduced axis.

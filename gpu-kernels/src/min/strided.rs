@@ -2,7 +2,7 @@
 //! along `inner` by `STRIDED_TY` slices of the reduced axis, merged through shared
 //! memory.
 
-use super::{BLOCK_THREADS, BLOCKS_PER_SM, MinOutputs, MinProblem};
+use super::{BLOCK_THREADS, MinOutputs, MinProblem};
 use crate::launch::{DevicePtr, DevicePtrMut, Kernel, Launch, LaunchGeometry, kernel_args};
 
 /// Lanes of a strided block along `inner`.
@@ -11,6 +11,9 @@ pub const STRIDED_TX: u32 = 32;
 pub const STRIDED_TY: u32 = BLOCK_THREADS / STRIDED_TX;
 /// Rows each strided thread loads before it uses the first.
 pub const STRIDED_ROWS: usize = 4;
+/// Strided blocks that fit on one SM at once (64 registers a thread): with three, rows
+/// of 16-bit columns loaded one by one kept too few loads in flight.
+pub const STRIDED_BLOCKS_PER_SM: u32 = 4;
 /// Dynamic shared memory of a strided block: a value (at most 8 bytes) and an index per
 /// slice and column, for the most columns per lane (4).
 pub const STRIDED_SHARED_BYTES: u32 = STRIDED_TY * STRIDED_TX * 4 * 16;
@@ -50,24 +53,24 @@ kernel_args! {
         pub vector: u32,
     }
     impl StridedKernel for f32 {
-        const MIN_STRIDED = "min_strided_f32" => kernel::strided_rows::<f32, true, { super::VECTOR_BYTES / 4 }>, bounds(BLOCK_THREADS, BLOCKS_PER_SM);
-        const AMIN_STRIDED = "amin_strided_f32" => kernel::strided_rows::<f32, false, { super::VECTOR_BYTES / 4 }>, bounds(BLOCK_THREADS, BLOCKS_PER_SM);
+        const MIN_STRIDED = "min_strided_f32" => kernel::strided_rows::<f32, true, { super::VECTOR_BYTES / 4 }>, bounds(BLOCK_THREADS, STRIDED_BLOCKS_PER_SM);
+        const AMIN_STRIDED = "amin_strided_f32" => kernel::strided_rows::<f32, false, { super::VECTOR_BYTES / 4 }>, bounds(BLOCK_THREADS, STRIDED_BLOCKS_PER_SM);
     }
     impl StridedKernel for f64 {
-        const MIN_STRIDED = "min_strided_f64" => kernel::strided_rows::<f64, true, { super::VECTOR_BYTES / 8 }>, bounds(BLOCK_THREADS, BLOCKS_PER_SM);
-        const AMIN_STRIDED = "amin_strided_f64" => kernel::strided_rows::<f64, false, { super::VECTOR_BYTES / 8 }>, bounds(BLOCK_THREADS, BLOCKS_PER_SM);
+        const MIN_STRIDED = "min_strided_f64" => kernel::strided_rows::<f64, true, { super::VECTOR_BYTES / 8 }>, bounds(BLOCK_THREADS, STRIDED_BLOCKS_PER_SM);
+        const AMIN_STRIDED = "amin_strided_f64" => kernel::strided_rows::<f64, false, { super::VECTOR_BYTES / 8 }>, bounds(BLOCK_THREADS, STRIDED_BLOCKS_PER_SM);
     }
     impl StridedKernel for i32 {
-        const MIN_STRIDED = "min_strided_i32" => kernel::strided_rows::<i32, true, { super::VECTOR_BYTES / 4 }>, bounds(BLOCK_THREADS, BLOCKS_PER_SM);
-        const AMIN_STRIDED = "amin_strided_i32" => kernel::strided_rows::<i32, false, { super::VECTOR_BYTES / 4 }>, bounds(BLOCK_THREADS, BLOCKS_PER_SM);
+        const MIN_STRIDED = "min_strided_i32" => kernel::strided_rows::<i32, true, { super::VECTOR_BYTES / 4 }>, bounds(BLOCK_THREADS, STRIDED_BLOCKS_PER_SM);
+        const AMIN_STRIDED = "amin_strided_i32" => kernel::strided_rows::<i32, false, { super::VECTOR_BYTES / 4 }>, bounds(BLOCK_THREADS, STRIDED_BLOCKS_PER_SM);
     }
     impl StridedKernel for half::bf16 {
-        const MIN_STRIDED = "min_strided_bf16" => kernel::strided_rows::<half::bf16, true, 4>, bounds(BLOCK_THREADS, BLOCKS_PER_SM);
-        const AMIN_STRIDED = "amin_strided_bf16" => kernel::strided_rows::<half::bf16, false, 4>, bounds(BLOCK_THREADS, BLOCKS_PER_SM);
+        const MIN_STRIDED = "min_strided_bf16" => kernel::strided_rows::<half::bf16, true, 4>, bounds(BLOCK_THREADS, STRIDED_BLOCKS_PER_SM);
+        const AMIN_STRIDED = "amin_strided_bf16" => kernel::strided_rows::<half::bf16, false, 4>, bounds(BLOCK_THREADS, STRIDED_BLOCKS_PER_SM);
     }
     impl StridedKernel for half::f16 {
-        const MIN_STRIDED = "min_strided_f16" => kernel::strided_rows::<half::f16, true, 4>, bounds(BLOCK_THREADS, BLOCKS_PER_SM);
-        const AMIN_STRIDED = "amin_strided_f16" => kernel::strided_rows::<half::f16, false, 4>, bounds(BLOCK_THREADS, BLOCKS_PER_SM);
+        const MIN_STRIDED = "min_strided_f16" => kernel::strided_rows::<half::f16, true, 4>, bounds(BLOCK_THREADS, STRIDED_BLOCKS_PER_SM);
+        const AMIN_STRIDED = "amin_strided_f16" => kernel::strided_rows::<half::f16, false, 4>, bounds(BLOCK_THREADS, STRIDED_BLOCKS_PER_SM);
     }
     entry points in ENTRY_POINTS;
 }
