@@ -10,7 +10,7 @@ TOOLCHAIN_NAME=debian-1.96                       # must match rust-toolchain.tom
 RUST_SRC=/usr/src/rustc-1.96.0
 NVCC_WHEEL_VERSION=13.0.88                       # ptxas comes from this wheel
 APT_PACKAGES=(rustc-web cargo-web rust-web-src rust-web-clippy rustfmt-web llvm-22
-              python3 python3-pip ca-certificates gcc libc6-dev)
+              python3 python3-pip python3-venv ca-certificates gcc libc6-dev)
 
 say() { printf '[setup] %s\n' "$*"; }
 
@@ -124,4 +124,24 @@ else
 fi
 ln -sfn "$lib" "$TOOLS/cuda/lib64/libcuda.so"
 say "libcuda for linking: $lib (found CUDA install: ${cuda_root:-none})"
+
+# --- 8. Python: maturin (builds the wheel) and the wheels the Python tests install ------
+MATURIN_VERSION=1.16.0
+if [ -x "$TOOLS/python/bin/maturin" ] && "$TOOLS/python/bin/maturin" --version | grep -q "$MATURIN_VERSION"; then
+  say "maturin: present"
+else
+  python3 -m venv --clear "$TOOLS/python"
+  "$TOOLS/python/bin/pip" install -q "maturin==$MATURIN_VERSION"
+  say "maturin $MATURIN_VERSION installed in .tools/python"
+fi
+stamp="$TOOLS/wheels/.downloaded-$(sha256sum "$ROOT/python/requirements-test.txt" | cut -c1-16)"
+if [ -f "$stamp" ]; then
+  say "test wheels: present"
+else
+  say "downloading the Python tests' wheels (PyTorch and its CUDA libraries, about 3 GB)"
+  rm -rf "$TOOLS/wheels"
+  python3 -m pip download -q -d "$TOOLS/wheels" -r "$ROOT/python/requirements-test.txt"
+  touch "$stamp"
+  say "test wheels in .tools/wheels"
+fi
 say "done"

@@ -12,8 +12,8 @@ mod layers;
 use std::error::Error;
 use std::time::Instant;
 
-use host::Gpu;
-use ndarray::{ArrayD, IxDyn};
+use host::{Gpu, ScanKind};
+use ndarray::{Array1, ArrayD, IxDyn};
 use rayon::prelude::*;
 use serde_json::{Value, json};
 
@@ -695,6 +695,23 @@ fn conv_rows(gpu: &Gpu, reps: usize) -> Result<Vec<Row>> {
     Ok(rows)
 }
 
+/// Host time per call of a scan too small to keep the GPU busy: the API's own cost.
+fn cumsum_call_us(gpu: &Gpu) -> Result<f64> {
+    let x = gpu.upload(&Array1::<f32>::ones(32))?;
+    let mut y = gpu.alloc::<f32>(&[32])?;
+    let mut call = || gpu.cumsum_into(&x, &mut y, 0, ScanKind::Exclusive, false);
+    for _ in 0..200 {
+        call()?;
+    }
+    gpu.synchronize()?;
+    let (calls, started) = (3000, Instant::now());
+    for _ in 0..calls {
+        call()?;
+    }
+    gpu.synchronize()?;
+    Ok(started.elapsed().as_secs_f64() * 1e6 / calls as f64)
+}
+
 fn main() -> Result {
     let opts = parse_args()?;
     let gpu = Gpu::new()?;
@@ -719,6 +736,10 @@ fn main() -> Result {
     let started = Instant::now();
     rows.extend(copy_rows(&gpu, opts.reps)?);
     eprintln!("copy: {:.1} s", started.elapsed().as_secs_f64());
+    println!(
+        "per call, 32 floats: Rust API cumsum_into {:.2} us (host time, what a Python call adds to)",
+        cumsum_call_us(&gpu)?
+    );
     if wanted("scan") {
         let started = Instant::now();
         rows.extend(scan_rows::<f32>(&gpu, opts.reps)?);

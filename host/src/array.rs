@@ -3,6 +3,10 @@
 use cust::memory::{DeviceBuffer, DeviceCopy};
 use gpu_kernels::launch::{DevicePtr, DevicePtrMut};
 
+use crate::driver::{self, Memory};
+use crate::error::{Error, Result};
+use crate::gpu::{Gpu, element_count};
+
 /// Element types the kernels handle.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum DType {
@@ -62,29 +66,69 @@ macro_rules! element_of_half {
 
 element_of_half!(half::bf16 => BF16, half::f16 => F16);
 
-/// A dense, row-major array in device memory: its buffer, dtype and shape.
+/// The alignment the kernels' vector and bulk accesses need of an array's start.
+pub const ARRAY_ALIGNMENT: usize = 16;
+
+/// A dense, row-major array in device memory: its memory, dtype and shape.
 ///
-/// Made by [`Gpu::upload`](crate::Gpu::upload) or [`Gpu::alloc`](crate::Gpu::alloc);
-/// the buffer starts 256-byte aligned, as every kernel's vector access needs.
+/// Made by [`Gpu::upload`](crate::Gpu::upload) or [`Gpu::alloc`](crate::Gpu::alloc),
+/// which allocate (256-byte aligned), or by [`DeviceArray::from_raw_parts`] over memory
+/// that another library owns.
 pub struct DeviceArray<T: Element> {
-    pub(crate) buffer: DeviceBuffer<T::Bits>,
+    pub(crate) memory: Memory<T::Bits>,
     shape: Vec<usize>,
 }
 
 impl<T: Element> DeviceArray<T> {
     pub(crate) fn new(buffer: DeviceBuffer<T::Bits>, shape: Vec<usize>) -> Self {
         debug_assert_eq!(buffer.len(), shape.iter().product::<usize>());
-        Self { buffer, shape }
+        Self {
+            memory: Memory::Owned(buffer),
+            shape,
+        }
+    }
+
+    /// An array over device memory that another owner keeps (a PyTorch tensor's, say),
+    /// without a copy: `shape`'s elements, row-major, from `address`. Checks that the
+    /// address is aligned to [`ARRAY_ALIGNMENT`] and that the first and last bytes are
+    /// memory of `gpu`'s device. Dropping the array leaves the memory to its owner.
+    ///
+    /// # Safety
+    /// The memory holds `shape`'s elements and stays allocated while the array lives and
+    /// until the work queued with it on `gpu`'s stream is done; nothing else writes it
+    /// (or, if the array is written, reads it) unordered with that work.
+    pub unsafe fn from_raw_parts(gpu: &Gpu, address: u64, shape: &[usize]) -> Result<Self> {
+        let len = element_count::<T::Bits>(shape)?;
+        if !(address as usize).is_multiple_of(ARRAY_ALIGNMENT) {
+            return Err(Error::InvalidParameter {
+                parameter: "device address",
+                detail: format!("{address:#x} is not {ARRAY_ALIGNMENT}-byte aligned"),
+            });
+        }
+        if len > 0 {
+            gpu.bind()?;
+            driver::check_device_range(address, len * size_of::<T::Bits>(), gpu.info().ordinal)?;
+        }
+        Ok(Self {
+            memory: Memory::Borrowed { address, len },
+            shape: shape.to_vec(),
+        })
     }
 
     /// The elements' device address, for a kernel that reads them.
     pub(crate) fn ptr(&self) -> DevicePtr<T> {
-        DevicePtr::from_address(self.buffer.as_device_ptr().as_raw())
+        DevicePtr::from_address(self.memory.address())
     }
 
     /// The elements' device address, for a kernel that writes them.
     pub(crate) fn ptr_mut(&mut self) -> DevicePtrMut<T> {
-        DevicePtrMut::from_address(self.buffer.as_device_ptr().as_raw())
+        DevicePtrMut::from_address(self.memory.address())
+    }
+
+    /// The device address of the first element, for handing the array to another
+    /// library (it stays owned by this array).
+    pub fn address(&self) -> u64 {
+        self.memory.address()
     }
 
     /// The extent of each axis, outermost first.
@@ -99,7 +143,7 @@ impl<T: Element> DeviceArray<T> {
 
     /// The number of elements.
     pub fn len(&self) -> usize {
-        self.buffer.len()
+        self.memory.len()
     }
 
     /// Whether the array holds no element.
@@ -108,16 +152,16 @@ impl<T: Element> DeviceArray<T> {
     }
 
     /// The same elements under another row-major shape with as many elements.
-    pub fn reshape(self, shape: &[usize]) -> crate::Result<Self> {
+    pub fn reshape(self, shape: &[usize]) -> Result<Self> {
         if shape.iter().try_fold(1usize, |n, &d| n.checked_mul(d)) != Some(self.len()) {
-            return Err(crate::Error::ShapeMismatch {
+            return Err(Error::ShapeMismatch {
                 what: "reshaped array (element count)",
                 expected: self.shape.clone(),
                 actual: shape.to_vec(),
             });
         }
         Ok(Self {
-            buffer: self.buffer,
+            memory: self.memory,
             shape: shape.to_vec(),
         })
     }

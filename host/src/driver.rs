@@ -5,12 +5,12 @@
 use std::collections::HashMap;
 use std::ffi::CStr;
 use std::ffi::c_void;
+use std::marker::PhantomData;
 use std::mem::ManuallyDrop;
 use std::os::raw::c_char;
 
-use cust::memory::DeviceBuffer;
+use cust::memory::{DeviceBuffer, DeviceCopy};
 use cust::module::Module;
-use cust::stream::Stream;
 use cust::sys as cu;
 use gpu_kernels::launch::{DevicePtrMut, EntryPoint, KernelArgs, Launch, LaunchGeometry};
 use gpu_kernels::tensor_map::{TensorMap, TensorMapMode, TensorMapSpec};
@@ -88,7 +88,7 @@ pub(crate) fn device_attribute(
 }
 
 /// Device memory for `len` elements, contents unspecified.
-pub(crate) fn alloc<T: cust::memory::DeviceCopy>(len: usize, shape: &[usize]) -> Result<DeviceBuffer<T>> {
+pub(crate) fn alloc<T: DeviceCopy>(len: usize, shape: &[usize]) -> Result<DeviceBuffer<T>> {
     // SAFETY: the contents of the buffer are left unspecified, which is sound for the
     // plain-old-data Element types; every reader is a kernel or a copy that the caller
     // orders after a write, and a fresh buffer has no other owner.
@@ -156,11 +156,11 @@ impl MemoryPool {
 
     /// [`alloc`] in stream order from the pool: usable by the work queued on `stream`
     /// after it, given back with `drop_async` on the same stream.
-    pub(crate) fn alloc<T: cust::memory::DeviceCopy>(
+    pub(crate) fn alloc<T: DeviceCopy>(
         &self,
         len: usize,
         shape: &[usize],
-        stream: &Stream,
+        stream: StreamHandle,
     ) -> Result<DeviceBuffer<T>> {
         let bytes = len * size_of::<T>();
         if bytes == 0 {
@@ -168,7 +168,7 @@ impl MemoryPool {
         }
         let mut address = 0;
         // SAFETY: writes one address; the pool and the stream are valid handles.
-        let status = unsafe { cu::cuMemAllocFromPoolAsync(&mut address, bytes, self.0, stream.as_inner()) };
+        let status = unsafe { cu::cuMemAllocFromPoolAsync(&mut address, bytes, self.0, stream.0) };
         if status == cu::CUresult::CUDA_ERROR_OUT_OF_MEMORY {
             return Err(Error::OutOfMemory {
                 bytes,
@@ -182,10 +182,8 @@ impl MemoryPool {
     }
 
     /// Returns the pool's unused memory to the device, once `stream`'s work is done.
-    pub(crate) fn trim(&self, stream: &Stream) -> Result<()> {
-        stream
-            .synchronize()
-            .map_err(|e| cust_error("cuStreamSynchronize", e))?;
+    pub(crate) fn trim(&self, stream: StreamHandle) -> Result<()> {
+        stream.synchronize()?;
         // SAFETY: a valid pool; memory still in use is kept.
         check("cuMemPoolTrimTo", unsafe { cu::cuMemPoolTrimTo(self.0, 0) })
     }
@@ -200,18 +198,17 @@ impl Drop for MemoryPool {
 }
 
 /// Sets every byte of `array` to `byte`, in stream order.
-pub(crate) fn memset_bytes<T: Element>(array: &mut DeviceArray<T>, byte: u8, stream: &Stream) -> Result<()> {
+pub(crate) fn memset_bytes<T: Element>(
+    array: &mut DeviceArray<T>,
+    byte: u8,
+    stream: StreamHandle,
+) -> Result<()> {
     if array.is_empty() {
         return Ok(());
     }
-    // SAFETY: the range is exactly the array's own live allocation.
+    // SAFETY: the range is exactly the array's own live memory.
     check("cuMemsetD8Async", unsafe {
-        cu::cuMemsetD8Async(
-            array.buffer.as_device_ptr().as_raw(),
-            byte,
-            array.bytes(),
-            stream.as_inner(),
-        )
+        cu::cuMemsetD8Async(array.memory.address(), byte, array.bytes(), stream.0)
     })
 }
 
@@ -219,22 +216,178 @@ pub(crate) fn memset_bytes<T: Element>(array: &mut DeviceArray<T>, byte: u8, str
 pub(crate) fn memcpy_device<T: Element>(
     src: &DeviceArray<T>,
     dst: &mut DeviceArray<T>,
-    stream: &Stream,
+    stream: StreamHandle,
 ) -> Result<()> {
     debug_assert_eq!(src.shape(), dst.shape());
     if src.is_empty() {
         return Ok(());
     }
-    // SAFETY: both ranges are whole live allocations of equal size, distinct because
-    // `dst` is borrowed mutably.
+    // SAFETY: both ranges are the whole live memory of an array, of equal size.
     check("cuMemcpyDtoDAsync", unsafe {
-        cu::cuMemcpyDtoDAsync_v2(
-            dst.buffer.as_device_ptr().as_raw(),
-            src.buffer.as_device_ptr().as_raw(),
-            src.bytes(),
-            stream.as_inner(),
-        )
+        cu::cuMemcpyDtoDAsync_v2(dst.memory.address(), src.memory.address(), src.bytes(), stream.0)
     })
+}
+
+/// Copies `host` into `array` (as many elements), once the work queued before is done.
+pub(crate) fn copy_from_host<T: Element>(host: &[T::Bits], array: &mut DeviceArray<T>) -> Result<()> {
+    assert_eq!(host.len(), array.len(), "copy_from_host: lengths differ");
+    if host.is_empty() {
+        return Ok(());
+    }
+    // SAFETY: the source is `array.bytes()` bytes of the slice, the destination the
+    // array's whole live memory; the copy is synchronous, so the slice outlives it.
+    check("cuMemcpyHtoD", unsafe {
+        cu::cuMemcpyHtoD_v2(array.memory.address(), host.as_ptr().cast(), array.bytes())
+    })
+}
+
+/// Copies `array` into `host` (as many elements), once the work queued before is done.
+pub(crate) fn copy_to_host<T: Element>(array: &DeviceArray<T>, host: &mut [T::Bits]) -> Result<()> {
+    assert_eq!(host.len(), array.len(), "copy_to_host: lengths differ");
+    if host.is_empty() {
+        return Ok(());
+    }
+    // SAFETY: the destination is `array.bytes()` bytes of the slice, the source the
+    // array's whole live memory; the copy is synchronous.
+    check("cuMemcpyDtoH", unsafe {
+        cu::cuMemcpyDtoH_v2(host.as_mut_ptr().cast(), array.memory.address(), array.bytes())
+    })
+}
+
+/// The device memory behind an array: an allocation of its own, or memory it borrows
+/// from an owner that outlives it (another library's tensor).
+pub(crate) enum Memory<B: DeviceCopy> {
+    Owned(DeviceBuffer<B>),
+    Borrowed { address: cu::CUdeviceptr, len: usize },
+}
+
+impl<B: DeviceCopy> Memory<B> {
+    pub(crate) fn address(&self) -> cu::CUdeviceptr {
+        match self {
+            Self::Owned(buffer) => buffer.as_device_ptr().as_raw(),
+            Self::Borrowed { address, .. } => *address,
+        }
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        match self {
+            Self::Owned(buffer) => buffer.len(),
+            Self::Borrowed { len, .. } => *len,
+        }
+    }
+}
+
+/// Checks that `bytes` bytes at `address` (at least one) are device memory of device
+/// `ordinal`: the first and the last byte are asked of the driver.
+pub(crate) fn check_device_range(address: cu::CUdeviceptr, bytes: usize, ordinal: u32) -> Result<()> {
+    let last = address.checked_add(bytes as u64 - 1);
+    for at in [Some(address), last] {
+        let fail = |detail: String| Error::InvalidParameter {
+            parameter: "device address",
+            detail,
+        };
+        let at = at.ok_or_else(|| fail(format!("{bytes} bytes at {address:#x} pass the address space")))?;
+        let (mut memory_type, mut device) = (0u32, -1i32);
+        let mut attributes = [
+            cu::CUpointer_attribute::CU_POINTER_ATTRIBUTE_MEMORY_TYPE,
+            cu::CUpointer_attribute::CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
+        ];
+        let mut values: [*mut c_void; 2] = [
+            (&mut memory_type as *mut u32).cast(),
+            (&mut device as *mut i32).cast(),
+        ];
+        // SAFETY: writes one 32-bit value per attribute, each of that size, to the two
+        // locals; for an address the driver does not know it writes zeros.
+        let status =
+            unsafe { cu::cuPointerGetAttributes(2, attributes.as_mut_ptr(), values.as_mut_ptr(), at) };
+        let is_device = memory_type == cu::CUmemorytype::CU_MEMORYTYPE_DEVICE as u32;
+        if status != cu::CUresult::CUDA_SUCCESS || !is_device || device != ordinal as i32 {
+            return Err(fail(format!(
+                "{at:#x} (of {bytes} bytes at {address:#x}) is not memory of CUDA device {ordinal}"
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// A CUDA stream as the driver names it: the handle's own, or one that another library
+/// owns (null is the legacy default stream).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct StreamHandle(pub(crate) cu::CUstream);
+
+// SAFETY: a driver handle, usable from any thread on which its context is current (Gpu
+// makes it current before every call).
+unsafe impl Send for StreamHandle {}
+
+impl StreamHandle {
+    /// Waits for the work queued on the stream; reports errors raised inside kernels.
+    pub(crate) fn synchronize(self) -> Result<()> {
+        // SAFETY: a live stream (its owner's promise, for a borrowed one).
+        check("cuStreamSynchronize", unsafe { cu::cuStreamSynchronize(self.0) })
+    }
+
+    /// The context the stream belongs to (the current one, for the legacy stream).
+    pub(crate) fn context(self) -> Result<cu::CUcontext> {
+        let mut context = std::ptr::null_mut();
+        // SAFETY: writes one handle; the stream is live (its owner's promise).
+        check("cuStreamGetCtx", unsafe {
+            cu::cuStreamGetCtx(self.0, &mut context)
+        })?;
+        Ok(context)
+    }
+
+    /// Makes the work queued on this stream from now on wait for the work queued on
+    /// `before` so far, through `event`, without blocking the host.
+    pub(crate) fn wait_for(self, before: StreamHandle, event: &Event) -> Result<()> {
+        event.record(before)?;
+        // SAFETY: a live event and stream; the wait takes the event's state now, so
+        // recording it again later does not change what this stream waits for.
+        check("cuStreamWaitEvent", unsafe {
+            cu::cuStreamWaitEvent(self.0, event.0, 0)
+        })
+    }
+}
+
+/// A CUDA event of the current context.
+pub(crate) struct Event(cu::CUevent);
+
+// SAFETY: a driver handle, usable from any thread on which its context is current.
+unsafe impl Send for Event {}
+
+impl Event {
+    pub(crate) fn new(flags: cu::CUevent_flags) -> Result<Self> {
+        let mut event = std::ptr::null_mut();
+        // SAFETY: writes one handle.
+        check("cuEventCreate", unsafe {
+            cu::cuEventCreate(&mut event, flags as u32)
+        })?;
+        Ok(Self(event))
+    }
+
+    /// Marks the point of `stream` after the work queued so far.
+    pub(crate) fn record(&self, stream: StreamHandle) -> Result<()> {
+        // SAFETY: a live event and stream.
+        check("cuEventRecord", unsafe { cu::cuEventRecord(self.0, stream.0) })
+    }
+
+    /// Milliseconds from `start` to this event, once this one has happened.
+    pub(crate) fn elapsed_ms_since(&self, start: &Event) -> Result<f32> {
+        // SAFETY: a live event.
+        check("cuEventSynchronize", unsafe { cu::cuEventSynchronize(self.0) })?;
+        let mut ms = 0.0;
+        // SAFETY: two live events of the context, both recorded; writes one float.
+        check("cuEventElapsedTime", unsafe {
+            cu::cuEventElapsedTime(&mut ms, start.0, self.0)
+        })?;
+        Ok(ms)
+    }
+}
+
+impl Drop for Event {
+    fn drop(&mut self) {
+        // SAFETY: a live event, destroyed once; the driver finishes pending work on it.
+        let _ = unsafe { cu::cuEventDestroy_v2(self.0) };
+    }
 }
 
 /// The driver's tensor-map encoders (CUDA 12 and up), looked up at run time so that
@@ -479,7 +632,7 @@ impl Kernels {
     ///   from the scratch buffer laid out for the launch, and every operation checks
     ///   its arrays' shapes against the problem in the arguments before it builds the
     ///   launch.
-    pub(crate) fn launch<A: KernelArgs>(&self, stream: &Stream, launch: &Launch<A>) -> Result<()> {
+    pub(crate) fn launch<A: KernelArgs>(&self, stream: StreamHandle, launch: &Launch<A>) -> Result<()> {
         let name = launch.kernel().name();
         let geometry = launch.geometry();
         validate(name, &geometry, &self.limits)?;
@@ -514,7 +667,7 @@ impl Kernels {
                     1,
                     1,
                     geometry.shared_bytes,
-                    stream.as_inner(),
+                    stream.0,
                     parameters.as_mut_ptr(),
                     std::ptr::null_mut(),
                 )
@@ -571,11 +724,9 @@ pub(crate) struct Scratch {
 impl Scratch {
     /// Makes the buffer at least `bytes` long, zeroes its first `zeroed` bytes in
     /// stream order, and returns its start.
-    pub fn reserve(&mut self, bytes: usize, zeroed: usize, stream: &Stream) -> Result<DevicePtrMut<u8>> {
+    pub fn reserve(&mut self, bytes: usize, zeroed: usize, stream: StreamHandle) -> Result<DevicePtrMut<u8>> {
         if self.buffer.as_ref().is_none_or(|b| b.len() < bytes) {
-            stream
-                .synchronize()
-                .map_err(|e| cust_error("cuStreamSynchronize", e))?;
+            stream.synchronize()?;
             self.buffer = None;
             self.buffer = Some(alloc_bytes(bytes.max(1 << 20))?);
         }
@@ -585,7 +736,7 @@ impl Scratch {
             assert!(zeroed <= bytes, "zeroing past the reserved bytes");
             // SAFETY: the range lies inside the live scratch allocation (reserved above).
             check("cuMemsetD8Async", unsafe {
-                cu::cuMemsetD8Async(start, 0, zeroed, stream.as_inner())
+                cu::cuMemsetD8Async(start, 0, zeroed, stream.0)
             })?;
         }
         Ok(DevicePtrMut::from_address(start))
@@ -601,15 +752,18 @@ fn alloc_bytes(bytes: usize) -> Result<DeviceBuffer<u8>> {
 pub(crate) struct Temporary<'g, T: Element> {
     array: ManuallyDrop<DeviceArray<T>>,
     /// The stream that frees it, `None` for a plain allocation.
-    stream: Option<&'g Stream>,
+    stream: Option<StreamHandle>,
+    /// The pool it came from, which must outlive it.
+    _pool: PhantomData<&'g MemoryPool>,
 }
 
 impl<'g, T: Element> Temporary<'g, T> {
-    /// An array from a pool, freed in stream order on `stream`.
-    pub(crate) fn pooled(array: DeviceArray<T>, stream: &'g Stream) -> Self {
+    /// An array from `_pool`, freed in stream order on `stream`.
+    pub(crate) fn pooled(array: DeviceArray<T>, _pool: &'g MemoryPool, stream: StreamHandle) -> Self {
         Self {
             array: ManuallyDrop::new(array),
             stream: Some(stream),
+            _pool: PhantomData,
         }
     }
 
@@ -618,6 +772,7 @@ impl<'g, T: Element> Temporary<'g, T> {
         Self {
             array: ManuallyDrop::new(array),
             stream: None,
+            _pool: PhantomData,
         }
     }
 }
@@ -639,11 +794,14 @@ impl<T: Element> Drop for Temporary<'_, T> {
     fn drop(&mut self) {
         // SAFETY: the array is taken once, here, and never touched again.
         let array = unsafe { ManuallyDrop::take(&mut self.array) };
-        if let Some(stream) = self.stream {
-            // The work queued before on the stream still reads it; the pool reuses it
-            // only for work queued after. A failure here is a context error, which the
-            // next call on the stream reports.
-            let _ = array.buffer.drop_async(stream);
+        if let (Some(stream), Memory::Owned(buffer)) = (self.stream, array.memory) {
+            let address = buffer.as_device_ptr().as_raw();
+            std::mem::forget(buffer);
+            // SAFETY: the pool's allocation, freed once, here. The work queued before on
+            // the stream still reads it; the pool reuses it only for work queued after.
+            // A failure here is a context error, which the next call on the stream
+            // reports.
+            let _ = unsafe { cu::cuMemFreeAsync(address, stream.0) };
         }
     }
 }

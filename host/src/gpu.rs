@@ -1,12 +1,12 @@
 //! One CUDA device: its context, the kernels loaded once, and the stream every
 //! operation is ordered on.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
+use std::ffi::c_void;
 
 use cust::context::{Context, CurrentContext};
 use cust::device::Device;
-use cust::event::{Event, EventFlags};
-use cust::memory::{CopyDestination, DeviceCopy};
+use cust::memory::DeviceCopy;
 use cust::module::Module;
 use cust::stream::{Stream, StreamFlags};
 use cust::sys::CUdevice_attribute as Attr;
@@ -18,7 +18,8 @@ use ndarray::{ArrayBase, ArrayD, Data, Dimension, IxDyn};
 
 use crate::array::{DeviceArray, Element};
 use crate::driver::{
-    self, Kernels, LaunchLimits, MemoryPool, Scratch, Temporary, TensorMapEncoders, cust_error,
+    self, Event, Kernels, LaunchLimits, MemoryPool, Scratch, StreamHandle, Temporary, TensorMapEncoders,
+    cust_error,
 };
 use crate::error::{Error, Result};
 use crate::image::{self, ImageFormat};
@@ -47,7 +48,9 @@ pub struct DeviceInfo {
 /// A CUDA device ready to run the kernels.
 ///
 /// Operations are queued on the handle's stream and run in order; downloads wait for
-/// them. A `Gpu` may move between threads (it makes its context current on every call)
+/// them. The stream is the handle's own, or another library's ([`Gpu::with_stream`]).
+/// The context is the device's primary context, which CUDA's runtime and PyTorch use
+/// too. A `Gpu` may move between threads (it makes its context current on every call)
 /// but is not shared between threads at once: wrap it in a `Mutex` for that.
 pub struct Gpu {
     kernels: Kernels,
@@ -58,7 +61,11 @@ pub struct Gpu {
     scratch: RefCell<Scratch>,
     /// The pool of the stream-ordered temporaries, where the device has one.
     pool: Option<MemoryPool>,
-    stream: Stream,
+    /// The stream operations are queued on: `own_stream`, or a borrowed one.
+    stream: Cell<StreamHandle>,
+    own_stream: Stream,
+    /// Orders the handle's own stream and a borrowed one.
+    handoff: Event,
     info: DeviceInfo,
     context: Context,
 }
@@ -160,7 +167,9 @@ impl Gpu {
             encoders: TensorMapEncoders::find(),
             scratch: RefCell::default(),
             pool: MemoryPool::create(&device, ordinal)?,
-            stream,
+            stream: Cell::new(StreamHandle(stream.as_inner())),
+            own_stream: stream,
+            handoff: Event::new(cust::sys::CUevent_flags::CU_EVENT_DISABLE_TIMING)?,
             info,
             context,
         })
@@ -205,8 +214,52 @@ impl Gpu {
         CurrentContext::set_current(&self.context).map_err(|e| cust_error("cuCtxSetCurrent", e))
     }
 
-    pub(crate) fn stream(&self) -> &Stream {
-        &self.stream
+    pub(crate) fn stream(&self) -> StreamHandle {
+        self.stream.get()
+    }
+
+    /// Runs `f` with the handle's work queued on `stream`, a stream of another library
+    /// (PyTorch's current stream, say) in this device's primary context, so that it is
+    /// ordered with that library's work; null is the legacy default stream. The handle's
+    /// scratch memory is reused in stream order across streams: the work `f` queues
+    /// comes after the work queued before on the handle's own stream, and the work
+    /// queued later on the own stream comes after it.
+    ///
+    /// # Safety
+    /// `stream` is null or a stream of this device's primary context that stays live
+    /// until `f` returns.
+    pub unsafe fn with_stream<R>(
+        &self,
+        stream: *mut c_void,
+        f: impl FnOnce(&Self) -> Result<R>,
+    ) -> Result<R> {
+        let (own, borrowed) = (self.own_stream(), StreamHandle(stream.cast()));
+        if self.stream() != own {
+            return Err(Error::InvalidParameter {
+                parameter: "stream",
+                detail: "the handle already runs on a borrowed stream".into(),
+            });
+        }
+        self.bind()?;
+        if borrowed.context()? != self.context.as_raw() {
+            return Err(Error::InvalidParameter {
+                parameter: "stream",
+                detail: format!(
+                    "it belongs to another context than CUDA device {}'s primary context",
+                    self.info.ordinal
+                ),
+            });
+        }
+        borrowed.wait_for(own, &self.handoff)?;
+        self.stream.set(borrowed);
+        let result = f(self);
+        self.stream.set(own);
+        own.wait_for(borrowed, &self.handoff)?;
+        result
+    }
+
+    fn own_stream(&self) -> StreamHandle {
+        StreamHandle(self.own_stream.as_inner())
     }
 
     /// The shared scratch buffer, laid out as `layout` asks (its leading bytes zeroed in
@@ -224,14 +277,14 @@ impl Gpu {
         };
         let bytes = usize::try_from(layout.bytes).map_err(|_| too_large())?;
         let zeroed = usize::try_from(layout.zeroed).map_err(|_| too_large())?;
-        let start = scratch.reserve(bytes, zeroed, &self.stream)?;
+        let start = scratch.reserve(bytes, zeroed, self.stream())?;
         Ok((scratch, start))
     }
 
     /// Queues a launch that a kernel's plan built.
     pub(crate) fn launch<A: KernelArgs>(&self, launch: &Launch<A>) -> Result<()> {
         self.bind()?;
-        self.kernels.launch(&self.stream, launch)
+        self.kernels.launch(self.stream(), launch)
     }
 
     /// Allocates an array of the given shape; its contents are unspecified until written.
@@ -251,10 +304,11 @@ impl Gpu {
         };
         self.bind()?;
         let len = element_count::<T::Bits>(shape)?;
-        let buffer = self.trimming_pool_if_short(|| pool.alloc(len, shape, &self.stream))?;
+        let buffer = self.trimming_pool_if_short(|| pool.alloc(len, shape, self.stream()))?;
         Ok(Temporary::pooled(
             DeviceArray::new(buffer, shape.to_vec()),
-            &self.stream,
+            pool,
+            self.stream(),
         ))
     }
 
@@ -263,7 +317,7 @@ impl Gpu {
     fn trimming_pool_if_short<B>(&self, alloc: impl Fn() -> Result<B>) -> Result<B> {
         match (alloc(), &self.pool) {
             (Err(Error::OutOfMemory { .. }), Some(pool)) => {
-                pool.trim(&self.stream)?;
+                pool.trim(self.stream())?;
                 alloc()
             }
             (result, _) => result,
@@ -279,13 +333,8 @@ impl Gpu {
         if !array.is_empty() {
             let standard = host.as_standard_layout();
             let slice = standard.as_slice().expect("standard layout is contiguous");
-            self.stream
-                .synchronize()
-                .map_err(|e| cust_error("cuStreamSynchronize", e))?;
-            array
-                .buffer
-                .copy_from(T::as_bits(slice))
-                .map_err(|e| cust_error("cuMemcpyHtoD", e))?;
+            self.stream().synchronize()?;
+            driver::copy_from_host(T::as_bits(slice), &mut array)?;
         }
         Ok(array)
     }
@@ -294,12 +343,7 @@ impl Gpu {
     pub fn download<T: Element>(&self, array: &DeviceArray<T>) -> Result<ArrayD<T>> {
         self.synchronize()?;
         let mut bits = vec![T::Bits::default(); array.len()];
-        if !bits.is_empty() {
-            array
-                .buffer
-                .copy_to(&mut bits[..])
-                .map_err(|e| cust_error("cuMemcpyDtoH", e))?;
-        }
+        driver::copy_to_host(array, &mut bits)?;
         Ok(ArrayD::from_shape_vec(IxDyn(array.shape()), T::from_bits(bits))
             .expect("length matches the shape"))
     }
@@ -308,43 +352,35 @@ impl Gpu {
     /// that elements a kernel fails to write are caught.
     pub fn poison<T: Element>(&self, array: &mut DeviceArray<T>) -> Result<()> {
         self.bind()?;
-        driver::memset_bytes(array, 0xFF, &self.stream)
+        driver::memset_bytes(array, 0xFF, self.stream())
     }
 
     /// Sets every element of the array to zero bits, in stream order.
     pub(crate) fn fill_zero<T: Element>(&self, array: &mut DeviceArray<T>) -> Result<()> {
         self.bind()?;
-        driver::memset_bytes(array, 0, &self.stream)
+        driver::memset_bytes(array, 0, self.stream())
     }
 
     /// Waits for all queued work; reports errors raised inside kernels.
     pub fn synchronize(&self) -> Result<()> {
         self.bind()?;
-        self.stream
-            .synchronize()
-            .map_err(|e| cust_error("cuStreamSynchronize", e))
+        self.stream().synchronize()
     }
 
     /// Device time in milliseconds of the work `f` queues, measured with CUDA events.
     pub fn time_ms(&self, f: impl FnOnce(&Self) -> Result<()>) -> Result<f32> {
         self.bind()?;
-        let event = || Event::new(EventFlags::DEFAULT).map_err(|e| cust_error("cuEventCreate", e));
+        let event = || Event::new(cust::sys::CUevent_flags::CU_EVENT_DEFAULT);
         let (start, stop) = (event()?, event()?);
-        start
-            .record(&self.stream)
-            .map_err(|e| cust_error("cuEventRecord", e))?;
+        start.record(self.stream())?;
         f(self)?;
-        stop.record(&self.stream)
-            .map_err(|e| cust_error("cuEventRecord", e))?;
-        stop.synchronize()
-            .map_err(|e| cust_error("cuEventSynchronize", e))?;
-        stop.elapsed_time_f32(&start)
-            .map_err(|e| cust_error("cuEventElapsedTime", e))
+        stop.record(self.stream())?;
+        stop.elapsed_ms_since(&start)
     }
 }
 
 /// The element count of `shape`, or `TooLarge` when it or its byte size overflows.
-fn element_count<T: DeviceCopy>(shape: &[usize]) -> Result<usize> {
+pub(crate) fn element_count<T: DeviceCopy>(shape: &[usize]) -> Result<usize> {
     shape
         .iter()
         .try_fold(1usize, |n, &d| n.checked_mul(d))

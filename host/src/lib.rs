@@ -35,7 +35,7 @@ pub mod primitives;
 pub mod reference;
 mod scan;
 
-pub use array::{DType, DeviceArray, Element};
+pub use array::{ARRAY_ALIGNMENT, DType, DeviceArray, Element};
 pub use conv::{
     Activation, Conv2dParams, ConvGradientArrays, ConvGradients, ConvLayout, ConvPrecision, conv2d_problem,
 };

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# Runs on a GPU machine that has no Rust toolchain: `run.sh [all|tests|bench]`.
-# tests: every GPU test binary; bench: PyTorch's baseline, then the benchmark beside it.
+# Runs on a GPU machine that has no Rust toolchain: `run.sh [all|tests|bench|python]`.
+# tests: every GPU test binary; bench: PyTorch's baseline, then the benchmark beside it;
+# python: installs the wheel into this PyTorch environment (offline), runs its tests and
+# its benchmark (the seed models against the ModelNews).
 # Logs and JSON go to $OUT (default ./results); ONLY=scan,conv limits the benchmark to
 # those families. Exits non-zero if anything failed.
 set -uo pipefail
@@ -30,6 +32,14 @@ if [ "$mode" = all ] || [ "$mode" = bench ]; then
   if [ -n "${ONLY:-}" ]; then only=(--only "$ONLY"); fi
   python3 torch_baseline.py "${only[@]}" --json "$out/torch.json" || status=1
   bin/bench "${only[@]}" --baseline "$out/torch.json" --json "$out/bench.json" | tee "$out/bench.txt"
+  [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+fi
+if [ "$mode" = all ] || [ "$mode" = python ]; then
+  python3 -m pip install --quiet --no-index --force-reinstall --no-deps python/gpu_kernels-*.whl || status=1
+  export SEED_MODELS=$PWD/python/seed_models.py
+  (cd "$out" && python3 -m pytest -q -rs -p no:cacheprovider "$OLDPWD/python/tests") 2>&1 | tee "$out/pytest.log"
+  [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+  python3 python/bench.py --json "$out/python-bench.json" | tee "$out/python-bench.txt"
   [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
 fi
 exit $status

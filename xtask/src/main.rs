@@ -23,6 +23,13 @@ tasks:
       bundle, then run every GPU test under compute-sanitizer (needs a GPU here)
   bench
       bundle, then run PyTorch's baseline and the benchmark (needs a GPU here)
+  wheel
+      build the Python package (PyTorch operators, kernels embedded) into
+      target/wheels/ with maturin (setup.sh installs it in .tools/python)
+  test-python
+      wheel, then install it with PyTorch in a fresh virtual environment
+      (target/python-venv, offline from setup.sh's .tools/wheels) and run pytest;
+      the GPU tests say SKIPPED without a GPU
 ";
 
 /// The bundle must fit what travels to a GPU machine.
@@ -36,6 +43,8 @@ fn main() {
         Some("bundle") => bundle().map(drop),
         Some("sanitize") => bundle().and_then(|dir| run_script(&dir.join("sanitize.sh"), &[])),
         Some("bench") => bundle().and_then(|dir| run_script(&dir.join("run.sh"), &["bench"])),
+        Some("wheel") => wheel().map(drop),
+        Some("test-python") => wheel().and_then(|wheel| test_python(&wheel)),
         _ => {
             print!("{HELP}");
             return;
@@ -116,7 +125,18 @@ fn bundle() -> Result<PathBuf> {
         fs::remove_dir_all(&dir)?;
     }
     fs::create_dir_all(dir.join("bin"))?;
-    build_ptx(&["--out".into(), dir.join("ptx").display().to_string()])?;
+    // The executables embed every image; the bundle keeps the newest cubin alone, for
+    // cuobjdump, so that it fits what travels.
+    let artifacts = build_ptx(&["--out".into(), dir.join("ptx").display().to_string()])?;
+    let newest_cubin = artifacts
+        .last()
+        .map(|a| a.cubin.file_name().map(|n| n.to_owned()));
+    for entry in fs::read_dir(dir.join("ptx"))? {
+        let path = entry?.path();
+        if newest_cubin != Some(path.file_name().map(|n| n.to_owned())) {
+            fs::remove_file(&path)?;
+        }
+    }
 
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let output = Command::new(cargo)
@@ -166,6 +186,7 @@ fn bundle() -> Result<PathBuf> {
         root.join("bench/torch_baseline.py"),
         dir.join("torch_baseline.py"),
     )?;
+    bundle_python(&root, &dir.join("python"))?;
 
     let size = dir_size(&dir)?;
     println!(
@@ -180,6 +201,114 @@ fn bundle() -> Result<PathBuf> {
         return Err(format!("the bundle is over {} MiB", BUNDLE_LIMIT_BYTES >> 20).into());
     }
     Ok(dir)
+}
+
+/// The wheel, the Python tests, examples and benchmark, and the seed models (from
+/// ../shared, where it is beside the repository) into `dir`.
+fn bundle_python(root: &Path, dir: &Path) -> Result {
+    let wheel = wheel()?;
+    fs::create_dir_all(dir)?;
+    fs::copy(&wheel, dir.join(wheel.file_name().expect("a wheel file")))?;
+    for folder in ["tests", "examples"] {
+        fs::create_dir_all(dir.join(folder))?;
+        for entry in fs::read_dir(root.join("python").join(folder))? {
+            let path = entry?.path();
+            if path.extension().is_some_and(|e| e == "py") {
+                fs::copy(&path, dir.join(folder).join(path.file_name().expect("a file")))?;
+            }
+        }
+    }
+    fs::copy(root.join("python/bench.py"), dir.join("bench.py"))?;
+    let seed_models = root.join("../shared/seed_models.py");
+    if seed_models.exists() {
+        fs::copy(seed_models, dir.join("seed_models.py"))?;
+    }
+    Ok(())
+}
+
+/// The project's Python tools (setup.sh makes them): `.tools/python/bin/<tool>`.
+fn python_tool(root: &Path, tool: &str) -> Result<PathBuf> {
+    let path = root.join(".tools/python/bin").join(tool);
+    if !path.exists() {
+        return Err(format!("{} is missing: run ./setup.sh", path.display()).into());
+    }
+    Ok(path)
+}
+
+/// Builds the Python package's wheel with maturin: its path.
+fn wheel() -> Result<PathBuf> {
+    let root = workspace_root();
+    let out = root.join("target/wheels");
+    if out.exists() {
+        fs::remove_dir_all(&out)?;
+    }
+    let status = Command::new(python_tool(&root, "maturin")?)
+        .current_dir(&root)
+        .args([
+            "build",
+            "--release",
+            "--quiet",
+            "--manifest-path",
+            "python/Cargo.toml",
+            "--out",
+        ])
+        .arg(&out)
+        .status()?;
+    if !status.success() {
+        return Err(format!("maturin build failed ({status})").into());
+    }
+    let wheel = fs::read_dir(&out)?
+        .filter_map(|entry| entry.ok().map(|e| e.path()))
+        .find(|path| path.extension().is_some_and(|e| e == "whl"))
+        .ok_or("maturin built no wheel")?;
+    println!("wheel: {}", wheel.display());
+    Ok(wheel)
+}
+
+/// Installs `wheel` and PyTorch in a fresh virtual environment, offline from the
+/// wheels setup.sh downloaded, and runs the Python tests.
+fn test_python(wheel: &Path) -> Result {
+    let root = workspace_root();
+    let venv = root.join("target/python-venv");
+    let run = |program: &Path, args: &[&str]| -> Result {
+        let status = Command::new(program).current_dir(&root).args(args).status()?;
+        if !status.success() {
+            return Err(format!("{} {} failed ({status})", program.display(), args.join(" ")).into());
+        }
+        Ok(())
+    };
+    run(
+        Path::new("python3"),
+        &["-m", "venv", "--clear", &venv.display().to_string()],
+    )?;
+    let python = venv.join("bin/python");
+    let wheels = root.join(".tools/wheels").display().to_string();
+    let requirements = root.join("python/requirements-test.txt").display().to_string();
+    let install = [
+        "-m",
+        "pip",
+        "install",
+        "--quiet",
+        "--no-index",
+        "--find-links",
+        &wheels,
+    ];
+    run(&python, &[&install[..], &["-r", &requirements]].concat())?;
+    run(&python, &[&install[..], &[&wheel.display().to_string()]].concat())?;
+    // The repository root has no `gpu_kernels` folder, so the installed package is
+    // the one imported.
+    run(
+        &python,
+        &[
+            "-m",
+            "pytest",
+            "-q",
+            "-rs",
+            "python/tests",
+            "--rootdir",
+            "python/tests",
+        ],
+    )
 }
 
 fn dir_size(dir: &Path) -> Result<u64> {

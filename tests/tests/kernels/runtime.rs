@@ -1,8 +1,8 @@
 //! The runtime's error paths and transfers. The no-device case runs on every machine;
 //! the rest needs a GPU and says so when skipped.
 
-use host::{Error, Gpu};
-use ndarray::{Array3, ArrayD, IxDyn};
+use host::{DeviceArray, Error, Gpu, ScanKind};
+use ndarray::{Array2, Array3, ArrayD, IxDyn};
 use tests::gpu_or_skip;
 
 #[test]
@@ -105,4 +105,57 @@ fn poison_marks_every_element() {
     let mut y = gpu.upload(&ArrayD::<i64>::from_elem(IxDyn(&[9]), 5)).unwrap();
     gpu.poison(&mut y).unwrap();
     assert!(gpu.download(&y).unwrap().iter().all(|&v| v == -1));
+}
+
+#[test]
+fn borrowed_memory_and_foreign_streams_run_the_kernels() {
+    let Some(gpu) = gpu_or_skip("borrowed_memory_and_foreign_streams_run_the_kernels") else {
+        return;
+    };
+    let owner = gpu
+        .upload(&Array2::from_shape_fn((4, 6), |(i, j)| (i * 6 + j) as f32))
+        .unwrap();
+    let mut out = gpu.alloc::<f32>(&[4, 6]).unwrap();
+    // SAFETY: both arrays outlive the views, and the work on them is synchronized
+    // before they are dropped.
+    let (x, mut y) = unsafe {
+        (
+            DeviceArray::<f32>::from_raw_parts(&gpu, owner.address(), &[4, 6]).unwrap(),
+            DeviceArray::<f32>::from_raw_parts(&gpu, out.address(), &[4, 6]).unwrap(),
+        )
+    };
+    // On the legacy default stream (null), then on the handle's own again.
+    // SAFETY: the legacy stream lives as long as the context.
+    unsafe {
+        gpu.with_stream(std::ptr::null_mut(), |gpu| {
+            gpu.cumsum_into(&x, &mut y, 1, ScanKind::Inclusive, false)
+        })
+    }
+    .unwrap();
+    let expected = Array2::from_shape_fn((4, 6), |(i, j)| (0..=j).map(|k| (i * 6 + k) as f32).sum::<f32>());
+    assert_eq!(gpu.download(&y).unwrap(), expected.into_dyn());
+    assert_eq!(gpu.download(&out).unwrap(), gpu.download(&y).unwrap());
+    gpu.poison(&mut out).unwrap();
+
+    // SAFETY (each): the calls fail before anything is queued.
+    let misaligned = unsafe { DeviceArray::<f32>::from_raw_parts(&gpu, owner.address() + 4, &[2]) };
+    assert!(matches!(
+        misaligned,
+        Err(Error::InvalidParameter {
+            parameter: "device address",
+            ..
+        })
+    ));
+    let host_memory = [0f32; 8];
+    let address = host_memory.as_ptr() as u64 & !15;
+    let not_device = unsafe { DeviceArray::<f32>::from_raw_parts(&gpu, address, &[2]) };
+    assert!(
+        matches!(not_device, Err(Error::InvalidParameter { .. })),
+        "{not_device:?}"
+    );
+    let past_the_end = unsafe { DeviceArray::<f32>::from_raw_parts(&gpu, owner.address(), &[1 << 40]) };
+    assert!(
+        matches!(past_the_end, Err(Error::InvalidParameter { .. })),
+        "{past_the_end:?}"
+    );
 }
