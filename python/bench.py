@@ -1,7 +1,7 @@
 """The four original models, their ModelNews and PyTorch's best built-in op for each, on
 the headline inputs, in one run; then the per-call cost of the Python path.
 
-Times are CUDA-event medians after warm-up. `python bench.py [--json FILE]`; the seed
+Times are CUDA-event medians after warm-up, the candidates of a row timed in turn. `python bench.py [--json FILE]`; the seed
 models come from $SEED_MODELS (default ../../shared/seed_models.py beside the repo).
 """
 
@@ -10,6 +10,7 @@ import json
 import os
 import pathlib
 import runpy
+import statistics
 import time
 from types import SimpleNamespace
 
@@ -36,16 +37,31 @@ def model_new(workload):
     return runpy.run_path(str(HERE / "examples" / f"{workload}.py"))["ModelNew"]
 
 
-def host_us_per_call(fn, calls=3000):
-    """Wall time per call of a call too small to keep the GPU busy: what the host pays."""
+def host_us_per_call(fn, calls=1000, batches=7):
+    """Wall time per call of a call too small to keep the GPU busy: what the host pays.
+    The median over batches, the machine's other load being uneven."""
     for _ in range(200):
         fn()
     torch.cuda.synchronize()
-    start = time.perf_counter()
-    for _ in range(calls):
-        fn()
-    torch.cuda.synchronize()
-    return (time.perf_counter() - start) / calls * 1e6
+    per_batch = []
+    for _ in range(batches):
+        start = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        torch.cuda.synchronize()
+        per_batch.append((time.perf_counter() - start) / calls * 1e6)
+    return sorted(per_batch)[batches // 2]
+
+
+def conv_binding(model, x):
+    """The ModelNew's forward pass as one call of the binding (the Rust API) into a given
+    output, without the Python operator around it."""
+    params = _rust.ConvParams([1, 1], [0, 0], [1, 1], 1, "nchw", "tf32", "identity")
+    w = model.conv2d.weight.detach()
+    y = torch.empty(params.output_shape(list(x.shape), list(w.shape)), device=x.device)
+    at = lambda t: (t.data_ptr(), list(t.shape))  # noqa: E731
+    stream = torch.cuda.current_stream().cuda_stream
+    return lambda: _rust.conv2d(x.device.index, stream, at(x), at(w), None, None, at(y), params)
 
 
 def main():
@@ -58,6 +74,27 @@ def main():
     def row(workload, what, ms, baseline_ms):
         rows.append({"workload": workload, "what": what, "ms": ms, "original_over_this": baseline_ms / ms})
         print(f"{workload:8} {what:34} {ms:9.3f} ms   original/this {baseline_ms / ms:5.2f}x", flush=True)
+
+    def compare(workload, candidates, reps=15):
+        """Times the candidates in turn, round by round, so that clock drift falls on all
+        alike; each row is a median, against the first candidate (the original)."""
+        times = {name: [] for name in candidates}
+        for fn in candidates.values():
+            median_ms(fn, 1)  # warm-up
+        for _ in range(reps):
+            for name, fn in candidates.items():
+                times[name].append(median_ms(fn, 1))
+        medians = {name: statistics.median(t) for name, t in times.items()}
+        base = next(iter(medians.values()))
+        for name, ms in medians.items():
+            row(workload, name, ms, base)
+
+    def cudnn(benchmark, tf32, fn):
+        def run():
+            with torch.backends.cudnn.flags(enabled=True, benchmark=benchmark, deterministic=False, allow_tf32=tf32):
+                return fn()
+
+        return run
 
     with torch.no_grad():
         for workload, builtin in [
@@ -74,26 +111,21 @@ def main():
             if workload == "conv":
                 new.load_state_dict(original.state_dict())
             inputs = seed.get_inputs(workload)
-            base = median_ms(lambda: original(*inputs))
-            row(workload, "original model", base, base)
-            row(workload, "ModelNew", median_ms(lambda: new(*inputs)), base)
+            candidates = {"original model": lambda: original(*inputs), "ModelNew": lambda: new(*inputs)}
             if builtin is not None:
-                row(workload, "built-in op", median_ms(lambda: builtin(*inputs)), base)
+                candidates["built-in op"] = lambda: builtin(*inputs)
             else:
-                torch.backends.cudnn.benchmark = True
-                row(workload, "built-in op (cudnn.benchmark)", median_ms(lambda: original(*inputs)), base)
-                torch.backends.cudnn.allow_tf32 = False
-                row(workload, "original model, TF32 off", median_ms(lambda: original(*inputs)), base)
-                torch.backends.cudnn.allow_tf32 = True
-                torch.backends.cudnn.benchmark = False
-            del inputs, original, new
+                candidates["built-in op (cudnn.benchmark)"] = cudnn(True, True, candidates["original model"])
+                candidates["original model, TF32 off"] = cudnn(False, False, candidates["original model"])
+                candidates["the binding alone, output given"] = conv_binding(new, *inputs)
+            compare(workload, candidates)
+            del inputs, original, new, candidates
             torch.cuda.empty_cache()
+        (x,) = seed.get_inputs("min")
         for dim in (0, 2):
-            (x,) = seed.get_inputs("min")
             original, new = seed.WORKLOADS["min"][0](dim), model_new("min")(dim)
-            base = median_ms(lambda: original(x))
-            row(f"min d{dim}", "original model", base, base)
-            row(f"min d{dim}", "ModelNew", median_ms(lambda: new(x)), base)
+            compare(f"min d{dim}", {"original model": lambda: original(x), "ModelNew": lambda: new(x)})
+        del x
 
     # Training step of the convolution: forward and backward.
     torch.manual_seed(0)
@@ -107,9 +139,7 @@ def main():
     def step(model):
         model(x).sum().backward()
 
-    base = median_ms(lambda: step(original), reps=7)
-    row("conv fwd+bwd", "original model", base, base)
-    row("conv fwd+bwd", "ModelNew", median_ms(lambda: step(new), reps=7), base)
+    compare("conv fwd+bwd", {"original model": lambda: step(original), "ModelNew": lambda: step(new)}, reps=7)
     del x, original, new
     torch.cuda.empty_cache()
 

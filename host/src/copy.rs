@@ -28,7 +28,7 @@ impl Gpu {
     pub fn copy_with_driver<T: Element>(&self, src: &DeviceArray<T>, dst: &mut DeviceArray<T>) -> Result<()> {
         check_same_shape(src, dst)?;
         self.bind()?;
-        driver::memcpy_device(src, dst, self.stream())
+        driver::memcpy_device(src, dst, self.stream()?)
     }
 }
 

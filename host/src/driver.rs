@@ -278,36 +278,46 @@ impl<B: DeviceCopy> Memory<B> {
 }
 
 /// Checks that `bytes` bytes at `address` (at least one) are device memory of device
-/// `ordinal`: the first and the last byte are asked of the driver.
+/// `ordinal`: inside the allocation the driver reports for the first byte, or else (an
+/// array over several mapped allocations) with the last byte on the device too.
 pub(crate) fn check_device_range(address: cu::CUdeviceptr, bytes: usize, ordinal: u32) -> Result<()> {
-    let last = address.checked_add(bytes as u64 - 1);
-    for at in [Some(address), last] {
-        let fail = |detail: String| Error::InvalidParameter {
-            parameter: "device address",
-            detail,
-        };
-        let at = at.ok_or_else(|| fail(format!("{bytes} bytes at {address:#x} pass the address space")))?;
-        let (mut memory_type, mut device) = (0u32, -1i32);
-        let mut attributes = [
-            cu::CUpointer_attribute::CU_POINTER_ATTRIBUTE_MEMORY_TYPE,
-            cu::CUpointer_attribute::CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
-        ];
-        let mut values: [*mut c_void; 2] = [
-            (&mut memory_type as *mut u32).cast(),
-            (&mut device as *mut i32).cast(),
-        ];
-        // SAFETY: writes one 32-bit value per attribute, each of that size, to the two
-        // locals; for an address the driver does not know it writes zeros.
-        let status =
-            unsafe { cu::cuPointerGetAttributes(2, attributes.as_mut_ptr(), values.as_mut_ptr(), at) };
-        let is_device = memory_type == cu::CUmemorytype::CU_MEMORYTYPE_DEVICE as u32;
-        if status != cu::CUresult::CUDA_SUCCESS || !is_device || device != ordinal as i32 {
-            return Err(fail(format!(
-                "{at:#x} (of {bytes} bytes at {address:#x}) is not memory of CUDA device {ordinal}"
-            )));
-        }
+    let fail = |at: u64| Error::InvalidParameter {
+        parameter: "device address",
+        detail: format!("{at:#x} (of {bytes} bytes at {address:#x}) is not memory of CUDA device {ordinal}"),
+    };
+    let end = address.checked_add(bytes as u64).ok_or_else(|| fail(u64::MAX))?;
+    let first = pointer_range(address, ordinal).ok_or_else(|| fail(address))?;
+    if end <= first.end || pointer_range(end - 1, ordinal).is_some() {
+        Ok(())
+    } else {
+        Err(fail(end - 1))
     }
-    Ok(())
+}
+
+/// The allocation holding `address`, when it is device memory of device `ordinal`.
+fn pointer_range(address: cu::CUdeviceptr, ordinal: u32) -> Option<std::ops::Range<u64>> {
+    let (mut memory_type, mut device, mut start, mut size) = (0u32, -1i32, 0u64, 0usize);
+    let mut attributes = [
+        cu::CUpointer_attribute::CU_POINTER_ATTRIBUTE_MEMORY_TYPE,
+        cu::CUpointer_attribute::CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
+        cu::CUpointer_attribute::CU_POINTER_ATTRIBUTE_RANGE_START_ADDR,
+        cu::CUpointer_attribute::CU_POINTER_ATTRIBUTE_RANGE_SIZE,
+    ];
+    let mut values: [*mut c_void; 4] = [
+        (&mut memory_type as *mut u32).cast(),
+        (&mut device as *mut i32).cast(),
+        (&mut start as *mut u64).cast(),
+        (&mut size as *mut usize).cast(),
+    ];
+    // SAFETY: writes one value per attribute, each of its type (a 32-bit enum, an int,
+    // a device pointer, a size_t), to the locals; for an address the driver does not
+    // know it writes zeros.
+    let status =
+        unsafe { cu::cuPointerGetAttributes(4, attributes.as_mut_ptr(), values.as_mut_ptr(), address) };
+    let on_device = status == cu::CUresult::CUDA_SUCCESS
+        && memory_type == cu::CUmemorytype::CU_MEMORYTYPE_DEVICE as u32
+        && device == ordinal as i32;
+    on_device.then(|| start..start.saturating_add(size as u64))
 }
 
 /// A CUDA stream as the driver names it: the handle's own, or one that another library
@@ -336,10 +346,9 @@ impl StreamHandle {
         Ok(context)
     }
 
-    /// Makes the work queued on this stream from now on wait for the work queued on
-    /// `before` so far, through `event`, without blocking the host.
-    pub(crate) fn wait_for(self, before: StreamHandle, event: &Event) -> Result<()> {
-        event.record(before)?;
+    /// Makes the work queued on this stream from now on wait for the work before the
+    /// point `event` last recorded (none, if it never was), without blocking the host.
+    pub(crate) fn wait(self, event: &Event) -> Result<()> {
         // SAFETY: a live event and stream; the wait takes the event's state now, so
         // recording it again later does not change what this stream waits for.
         check("cuStreamWaitEvent", unsafe {

@@ -66,6 +66,12 @@ pub struct Gpu {
     own_stream: Stream,
     /// Orders the handle's own stream and a borrowed one.
     handoff: Event,
+    /// Whether the own stream queued work since the handoff was last recorded.
+    own_since_handoff: Cell<bool>,
+    /// Whether the own stream has yet to wait for the handoff a borrowed stream recorded.
+    own_behind: Cell<bool>,
+    /// The last borrowed stream, found to be of the handle's context.
+    checked_stream: Cell<StreamHandle>,
     info: DeviceInfo,
     context: Context,
 }
@@ -161,15 +167,19 @@ impl Gpu {
             capability.0,
             capability.1
         );
+        let own = StreamHandle(stream.as_inner());
         Ok(Self {
             kernels,
             warpgroup_mma: chosen.arch == WARPGROUP_MMA_ARCH,
             encoders: TensorMapEncoders::find(),
             scratch: RefCell::default(),
             pool: MemoryPool::create(&device, ordinal)?,
-            stream: Cell::new(StreamHandle(stream.as_inner())),
+            stream: Cell::new(own),
             own_stream: stream,
             handoff: Event::new(cust::sys::CUevent_flags::CU_EVENT_DISABLE_TIMING)?,
+            own_since_handoff: Cell::new(false),
+            own_behind: Cell::new(false),
+            checked_stream: Cell::new(own),
             info,
             context,
         })
@@ -214,8 +224,17 @@ impl Gpu {
         CurrentContext::set_current(&self.context).map_err(|e| cust_error("cuCtxSetCurrent", e))
     }
 
-    pub(crate) fn stream(&self) -> StreamHandle {
-        self.stream.get()
+    /// The stream to queue work on now. The own stream first waits for the work that a
+    /// borrowed stream queued last, as the scratch memory is reused in stream order.
+    pub(crate) fn stream(&self) -> Result<StreamHandle> {
+        let current = self.stream.get();
+        if current == self.own_stream() {
+            if self.own_behind.replace(false) {
+                current.wait(&self.handoff)?;
+            }
+            self.own_since_handoff.set(true);
+        }
+        Ok(current)
     }
 
     /// Runs `f` with the handle's work queued on `stream`, a stream of another library
@@ -234,14 +253,16 @@ impl Gpu {
         f: impl FnOnce(&Self) -> Result<R>,
     ) -> Result<R> {
         let (own, borrowed) = (self.own_stream(), StreamHandle(stream.cast()));
-        if self.stream() != own {
+        if self.stream.get() != own {
             return Err(Error::InvalidParameter {
                 parameter: "stream",
                 detail: "the handle already runs on a borrowed stream".into(),
             });
         }
         self.bind()?;
-        if borrowed.context()? != self.context.as_raw() {
+        // A stream seen before was checked then (the handle of a destroyed stream is
+        // the caller's promise not to pass).
+        if borrowed != self.checked_stream.get() && borrowed.context()? != self.context.as_raw() {
             return Err(Error::InvalidParameter {
                 parameter: "stream",
                 detail: format!(
@@ -250,11 +271,20 @@ impl Gpu {
                 ),
             });
         }
-        borrowed.wait_for(own, &self.handoff)?;
+        self.checked_stream.set(borrowed);
+        // After the own stream's work, and the last borrowed stream's (the handoff's
+        // record either way)...
+        if self.own_since_handoff.replace(false) {
+            self.handoff.record(own)?;
+        }
+        borrowed.wait(&self.handoff)?;
         self.stream.set(borrowed);
         let result = f(self);
         self.stream.set(own);
-        own.wait_for(borrowed, &self.handoff)?;
+        // ...and before what comes next on any stream: the own stream waits at its next
+        // use (`stream`), the next borrowed one at its start.
+        self.handoff.record(borrowed)?;
+        self.own_behind.set(true);
         result
     }
 
@@ -277,14 +307,14 @@ impl Gpu {
         };
         let bytes = usize::try_from(layout.bytes).map_err(|_| too_large())?;
         let zeroed = usize::try_from(layout.zeroed).map_err(|_| too_large())?;
-        let start = scratch.reserve(bytes, zeroed, self.stream())?;
+        let start = scratch.reserve(bytes, zeroed, self.stream()?)?;
         Ok((scratch, start))
     }
 
     /// Queues a launch that a kernel's plan built.
     pub(crate) fn launch<A: KernelArgs>(&self, launch: &Launch<A>) -> Result<()> {
         self.bind()?;
-        self.kernels.launch(self.stream(), launch)
+        self.kernels.launch(self.stream()?, launch)
     }
 
     /// Allocates an array of the given shape; its contents are unspecified until written.
@@ -304,11 +334,11 @@ impl Gpu {
         };
         self.bind()?;
         let len = element_count::<T::Bits>(shape)?;
-        let buffer = self.trimming_pool_if_short(|| pool.alloc(len, shape, self.stream()))?;
+        let buffer = self.trimming_pool_if_short(|| pool.alloc(len, shape, self.stream()?))?;
         Ok(Temporary::pooled(
             DeviceArray::new(buffer, shape.to_vec()),
             pool,
-            self.stream(),
+            self.stream()?,
         ))
     }
 
@@ -317,7 +347,7 @@ impl Gpu {
     fn trimming_pool_if_short<B>(&self, alloc: impl Fn() -> Result<B>) -> Result<B> {
         match (alloc(), &self.pool) {
             (Err(Error::OutOfMemory { .. }), Some(pool)) => {
-                pool.trim(self.stream())?;
+                pool.trim(self.stream()?)?;
                 alloc()
             }
             (result, _) => result,
@@ -333,7 +363,7 @@ impl Gpu {
         if !array.is_empty() {
             let standard = host.as_standard_layout();
             let slice = standard.as_slice().expect("standard layout is contiguous");
-            self.stream().synchronize()?;
+            self.stream()?.synchronize()?;
             driver::copy_from_host(T::as_bits(slice), &mut array)?;
         }
         Ok(array)
@@ -352,19 +382,19 @@ impl Gpu {
     /// that elements a kernel fails to write are caught.
     pub fn poison<T: Element>(&self, array: &mut DeviceArray<T>) -> Result<()> {
         self.bind()?;
-        driver::memset_bytes(array, 0xFF, self.stream())
+        driver::memset_bytes(array, 0xFF, self.stream()?)
     }
 
     /// Sets every element of the array to zero bits, in stream order.
     pub(crate) fn fill_zero<T: Element>(&self, array: &mut DeviceArray<T>) -> Result<()> {
         self.bind()?;
-        driver::memset_bytes(array, 0, self.stream())
+        driver::memset_bytes(array, 0, self.stream()?)
     }
 
     /// Waits for all queued work; reports errors raised inside kernels.
     pub fn synchronize(&self) -> Result<()> {
         self.bind()?;
-        self.stream().synchronize()
+        self.stream()?.synchronize()
     }
 
     /// Device time in milliseconds of the work `f` queues, measured with CUDA events.
@@ -372,9 +402,9 @@ impl Gpu {
         self.bind()?;
         let event = || Event::new(cust::sys::CUevent_flags::CU_EVENT_DEFAULT);
         let (start, stop) = (event()?, event()?);
-        start.record(self.stream())?;
+        start.record(self.stream()?)?;
         f(self)?;
-        stop.record(self.stream())?;
+        stop.record(self.stream()?)?;
         stop.elapsed_ms_since(&start)
     }
 }

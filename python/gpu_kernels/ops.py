@@ -42,7 +42,7 @@ def _check(op: str, name: str, tensor: torch.Tensor, dtypes: frozenset) -> None:
     """Raises a clear error unless `tensor` is a CUDA tensor of one of `dtypes`."""
     if not isinstance(tensor, torch.Tensor):
         raise TypeError(f"{op}: {name} must be a torch.Tensor, got {type(tensor).__name__}")
-    if tensor.device.type != "cuda":
+    if not tensor.is_cuda:
         raise ValueError(f"{op}: {name} must be a CUDA tensor, got a tensor on {tensor.device}")
     if tensor.dtype not in dtypes:
         names = ", ".join(sorted(str(d).replace("torch.", "") for d in dtypes))
@@ -74,16 +74,18 @@ def _dim(op: str, dim: int, rank: int) -> int:
     return dim % rank
 
 
-def _at(tensor: torch.Tensor) -> Tuple[int, list]:
+def _at(tensor: torch.Tensor) -> Tuple[int, torch.Size]:
     """A dense tensor as the Rust side takes it: its address and shape."""
-    return tensor.data_ptr(), list(tensor.shape)
+    return tensor.data_ptr(), tensor.shape
 
 
 def _launch_args(tensor: torch.Tensor) -> Tuple[int, int]:
-    device = tensor.device.index
+    device = tensor.get_device()
     return device, _current_stream(device)
 
 
+# Tensors that PyTorch's dispatcher treats as plain ones (a Parameter is one).
+_PLAIN_TYPES = (torch.Tensor, torch.nn.Parameter)
 _dispatch_modes = getattr(torch._C, "_len_torch_dispatch_mode", lambda: 0)
 _function_mode = getattr(torch._C, "_is_torch_function_mode_enabled", lambda: False)
 
@@ -97,7 +99,7 @@ def _plain(*args) -> bool:
     grad = torch.is_grad_enabled()
     for arg in args:
         if isinstance(arg, torch.Tensor) and (
-            type(arg) is not torch.Tensor or not arg.is_cuda or (grad and arg.requires_grad)
+            type(arg) not in _PLAIN_TYPES or not arg.is_cuda or (grad and arg.requires_grad)
         ):
             return False
     return True
