@@ -1,7 +1,8 @@
 """The four original models, their ModelNews and PyTorch's best built-in op for each, on
 the headline inputs, in one run; then the per-call cost of the Python path.
 
-Times are CUDA-event medians after warm-up, the candidates of a row timed in turn. `python bench.py [--json FILE]`; the seed
+Times are CUDA-event medians of 30 rounds after warm-up, the candidates of a row timed
+in turn, 5 calls back to back each per round. `python bench.py [--json FILE]`; the seed
 models come from $SEED_MODELS (default ../../shared/seed_models.py beside the repo).
 """
 
@@ -23,18 +24,21 @@ HERE = pathlib.Path(__file__).resolve().parent
 SEED_MODELS = pathlib.Path(os.environ.get("SEED_MODELS", HERE.parents[1] / "shared" / "seed_models.py"))
 
 
-# The CUDA-event median of the Rust benchmark's PyTorch baseline, beside this file in
-# the bundle and in bench/ in the repository.
-BASELINE = next(p for p in (HERE.parent / "torch_baseline.py", HERE.parent / "bench" / "torch_baseline.py") if p.exists())
-_median_ms = runpy.run_path(str(BASELINE))["median_ms"]
-
-
-def median_ms(fn, reps=15):
-    return _median_ms(fn, reps)
-
-
 def model_new(workload):
     return runpy.run_path(str(HERE / "examples" / f"{workload}.py"))["ModelNew"]
+
+
+def event_ms(fn, calls=5):
+    """Milliseconds per call of `fn`, called `calls` times back to back between two
+    CUDA events, as a model queues its work: a lone call would also count the host's
+    time before its first kernel starts."""
+    start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(calls):
+        fn()
+    stop.record()
+    stop.synchronize()
+    return start.elapsed_time(stop) / calls
 
 
 def host_us_per_call(fn, calls=1000, batches=7):
@@ -75,15 +79,17 @@ def main():
         rows.append({"workload": workload, "what": what, "ms": ms, "original_over_this": baseline_ms / ms})
         print(f"{workload:8} {what:34} {ms:9.3f} ms   original/this {baseline_ms / ms:5.2f}x", flush=True)
 
-    def compare(workload, candidates, reps=15):
-        """Times the candidates in turn, round by round, so that clock drift falls on all
-        alike; each row is a median, against the first candidate (the original)."""
-        times = {name: [] for name in candidates}
+    def compare(workload, candidates, reps=30):
+        """Times the candidates in turn, round by round after a warm-up, so that clock
+        drift falls on all alike; each row is a median, against the first candidate
+        (the original)."""
         for fn in candidates.values():
-            median_ms(fn, 1)  # warm-up
+            for _ in range(3):  # warm-up
+                fn()
+        times = {name: [] for name in candidates}
         for _ in range(reps):
             for name, fn in candidates.items():
-                times[name].append(median_ms(fn, 1))
+                times[name].append(event_ms(fn))
         medians = {name: statistics.median(t) for name, t in times.items()}
         base = next(iter(medians.values()))
         for name, ms in medians.items():
@@ -139,7 +145,7 @@ def main():
     def step(model):
         model(x).sum().backward()
 
-    compare("conv fwd+bwd", {"original model": lambda: step(original), "ModelNew": lambda: step(new)}, reps=7)
+    compare("conv fwd+bwd", {"original model": lambda: step(original), "ModelNew": lambda: step(new)}, reps=10)
     del x, original, new
     torch.cuda.empty_cache()
 
