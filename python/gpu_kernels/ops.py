@@ -86,6 +86,7 @@ def _launch_args(tensor: torch.Tensor) -> Tuple[int, int]:
 
 # Tensors that PyTorch's dispatcher treats as plain ones (a Parameter is one).
 _PLAIN_TYPES = (torch.Tensor, torch.nn.Parameter)
+_is_compiling = torch.compiler.is_compiling
 _dispatch_modes = getattr(torch._C, "_len_torch_dispatch_mode", lambda: 0)
 _function_mode = getattr(torch._C, "_is_torch_function_mode_enabled", lambda: False)
 
@@ -94,13 +95,13 @@ def _plain(*args) -> bool:
     """Whether a call can skip PyTorch's dispatcher (tens of microseconds): eager, on
     plain CUDA tensors, with no gradient to record and no mode or tracer watching.
     Otherwise the call goes through the registered operator."""
-    if torch.compiler.is_compiling() or _dispatch_modes() or _function_mode():
+    if _is_compiling() or _dispatch_modes() or _function_mode():
         return False
-    grad = torch.is_grad_enabled()
     for arg in args:
-        if isinstance(arg, torch.Tensor) and (
-            type(arg) not in _PLAIN_TYPES or not arg.is_cuda or (grad and arg.requires_grad)
-        ):
+        if arg.__class__ in _PLAIN_TYPES:
+            if not arg.is_cuda or (arg.requires_grad and torch.is_grad_enabled()):
+                return False
+        elif isinstance(arg, torch.Tensor):  # a subclass: fake, functional, ...
             return False
     return True
 
