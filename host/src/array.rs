@@ -90,13 +90,15 @@ impl<T: Element> DeviceArray<T> {
 
     /// An array over device memory that another owner keeps (a PyTorch tensor's, say),
     /// without a copy: `shape`'s elements, row-major, from `address`. Checks that the
-    /// address is aligned to [`ARRAY_ALIGNMENT`] and that the first and last bytes are
-    /// memory of `gpu`'s device. Dropping the array leaves the memory to its owner.
+    /// address is aligned to [`ARRAY_ALIGNMENT`] and that the range is memory of `gpu`'s
+    /// device (one allocation, or first and last bytes on it). Dropping the array
+    /// leaves the memory to its owner.
     ///
     /// # Safety
     /// The memory holds `shape`'s elements and stays allocated while the array lives and
     /// until the work queued with it on `gpu`'s stream is done; nothing else writes it
-    /// (or, if the array is written, reads it) unordered with that work.
+    /// (or, if the array is written, reads it) unordered with that work, and an array
+    /// written by an operation overlaps none of that operation's other arrays.
     pub unsafe fn from_raw_parts(gpu: &Gpu, address: u64, shape: &[usize]) -> Result<Self> {
         let len = element_count::<T::Bits>(shape)?;
         if !(address as usize).is_multiple_of(ARRAY_ALIGNMENT) {

@@ -155,7 +155,7 @@ impl MemoryPool {
     }
 
     /// [`alloc`] in stream order from the pool: usable by the work queued on `stream`
-    /// after it, given back with `drop_async` on the same stream.
+    /// after it, given back with `cuMemFreeAsync` (by [`Temporary`]) on the same stream.
     pub(crate) fn alloc<T: DeviceCopy>(
         &self,
         len: usize,

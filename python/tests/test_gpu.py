@@ -166,6 +166,7 @@ def test_work_is_ordered_on_torchs_current_stream():
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):
+        torch.cuda._sleep(100_000_000)  # about 50 ms: work on another stream would overtake
         y = x * 2  # queued on the side stream; ours must come after it
         got = gpu_kernels.cumsum(y, 1)
         expected = torch.cumsum(y, 1)
