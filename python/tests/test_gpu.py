@@ -163,15 +163,16 @@ def test_opcheck_passes_for_every_operator():
 
 def test_work_is_ordered_on_torchs_current_stream():
     x = small_integers((4096, 1024), torch.float32, -2, 2)
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        torch.cuda._sleep(100_000_000)  # about 50 ms: work on another stream would overtake
-        y = x * 2  # queued on the side stream; ours must come after it
-        got = gpu_kernels.cumsum(y, 1)
-        expected = torch.cumsum(y, 1)
-    torch.cuda.current_stream().wait_stream(side)
-    assert torch.equal(got, expected)
+    for _ in range(3):  # fresh streams each time: the first call on one is not enough
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            torch.cuda._sleep(100_000_000)  # about 50 ms: work on another stream would overtake
+            y = x * 2  # queued on the side stream; ours must come after it
+            got = gpu_kernels.cumsum(y, 1)
+            expected = torch.cumsum(y, 1)
+        torch.cuda.current_stream().wait_stream(side)
+        assert torch.equal(got, expected)
 
 
 def test_non_contiguous_and_misaligned_inputs_are_handled():
