@@ -1,4 +1,4 @@
-//! `bench [--only scan,matvec,min,conv,layers] [--reps N] [--baseline torch.json] [--json OUT]`
+//! `bench [--only scan,matvec,min,conv,layers,group] [--reps N] [--baseline torch.json] [--json OUT]`
 //!
 //! Runs each workload on its headline shape (../shared/WORKLOADS.md), checks the result,
 //! times it with CUDA events (warm-up, then the median of `--reps` runs) and prints one
@@ -7,6 +7,7 @@
 //! The `layers` family (layers.rs) adds a table of convolution layers in four modes.
 
 mod conv_reference;
+mod group;
 mod layers;
 
 use std::error::Error;
@@ -771,6 +772,20 @@ fn main() -> Result {
         let started = Instant::now();
         rows.extend(conv_rows(&gpu, opts.reps)?);
         eprintln!("conv: {:.1} s", started.elapsed().as_secs_f64());
+    }
+    // Asked for by name only: it needs the whole machine and minutes of uploads.
+    if opts
+        .only
+        .as_ref()
+        .is_some_and(|only| only.iter().any(|o| o == "group"))
+    {
+        let table = group::group_table(opts.reps, opts.baseline.as_ref())?;
+        if let Some(path) = &opts.json {
+            std::fs::write(
+                format!("{path}.group.json"),
+                serde_json::to_string_pretty(&table)?,
+            )?;
+        }
     }
     // Printed in a table of their own, after the main one.
     let mut layer_rows = Vec::new();

@@ -241,6 +241,71 @@ pub(crate) fn copy_from_host<T: Element>(host: &[T::Bits], array: &mut DeviceArr
     })
 }
 
+/// Copies `host` into `array` in stream order on `stream`: the driver stages pageable
+/// memory before it returns, so `host` may go at once.
+pub(crate) fn copy_from_host_async<T: Element>(
+    host: &[T::Bits],
+    array: &mut DeviceArray<T>,
+    stream: StreamHandle,
+) -> Result<()> {
+    assert_eq!(host.len(), array.len(), "copy_from_host_async: lengths differ");
+    if host.is_empty() {
+        return Ok(());
+    }
+    // SAFETY: the source is `array.bytes()` bytes of the slice, which the driver has
+    // read (staged) when a copy from pageable memory returns; the destination is the
+    // array's whole live memory.
+    check("cuMemcpyHtoDAsync", unsafe {
+        cu::cuMemcpyHtoDAsync_v2(
+            array.memory.address(),
+            host.as_ptr().cast(),
+            array.bytes(),
+            stream.0,
+        )
+    })
+}
+
+/// `rows` rows of `row_bytes` bytes from `src` (rows `src_pitch` bytes apart) to `dst`
+/// (rows `dst_pitch` apart), device to device, in stream order on `stream`.
+///
+/// # Safety
+/// Both ranges are live device memory of the stream's context until the copy is done.
+pub(crate) unsafe fn copy_rows_async(
+    (src, src_pitch): (u64, usize),
+    (dst, dst_pitch): (u64, usize),
+    row_bytes: usize,
+    rows: usize,
+    stream: StreamHandle,
+) -> Result<()> {
+    if row_bytes == 0 || rows == 0 {
+        return Ok(());
+    }
+    // One row needs no pitch; the driver bounds pitches (2 GiB).
+    let pitch = |p: usize| if rows == 1 { row_bytes } else { p };
+    let copy = cu::CUDA_MEMCPY2D {
+        srcXInBytes: 0,
+        srcY: 0,
+        srcMemoryType: cu::CUmemorytype::CU_MEMORYTYPE_DEVICE,
+        srcHost: std::ptr::null(),
+        srcDevice: src,
+        srcArray: std::ptr::null_mut(),
+        srcPitch: pitch(src_pitch),
+        dstXInBytes: 0,
+        dstY: 0,
+        dstMemoryType: cu::CUmemorytype::CU_MEMORYTYPE_DEVICE,
+        dstHost: std::ptr::null_mut(),
+        dstDevice: dst,
+        dstArray: std::ptr::null_mut(),
+        dstPitch: pitch(dst_pitch),
+        WidthInBytes: row_bytes,
+        Height: rows,
+    };
+    // SAFETY: the descriptor names two device ranges the caller keeps live.
+    check("cuMemcpy2DAsync", unsafe {
+        cu::cuMemcpy2DAsync_v2(&copy, stream.0)
+    })
+}
+
 /// Copies `array` into `host` (as many elements), once the work queued before is done.
 pub(crate) fn copy_to_host<T: Element>(array: &DeviceArray<T>, host: &mut [T::Bits]) -> Result<()> {
     assert_eq!(host.len(), array.len(), "copy_to_host: lengths differ");

@@ -69,6 +69,16 @@ pub enum Error {
     #[error("launch of `{kernel}` exceeds the device's limits: {detail}")]
     LaunchLimits { kernel: &'static str, detail: String },
 
+    #[error("NCCL is not available: {detail}; install NCCL 2 or point NCCL_LIBRARY at libnccl.so.2")]
+    NcclUnavailable { detail: String },
+
+    #[error("NCCL call {call} failed ({code}): {message}")]
+    Nccl {
+        call: &'static str,
+        code: i32,
+        message: String,
+    },
+
     #[error("CUDA driver call {call} failed: {name} ({code}): {message}")]
     Driver {
         call: &'static str,

@@ -82,6 +82,12 @@ impl Gpu {
         Self::with_device(0)
     }
 
+    /// The number of CUDA devices the driver reports.
+    pub fn device_count() -> Result<u32> {
+        driver::init()?;
+        driver::device_count()
+    }
+
     /// The device with the given ordinal.
     pub fn with_device(ordinal: u32) -> Result<Self> {
         Self::open(ordinal, true)
@@ -340,6 +346,14 @@ impl Gpu {
             pool,
             self.stream()?,
         ))
+    }
+
+    /// A [`Gpu::temporary`] holding a copy of `host`, written in stream order: for the
+    /// small operands (offsets, weights) an operation makes on the host.
+    pub(crate) fn temporary_from<T: Element>(&self, host: &[T]) -> Result<Temporary<'_, T>> {
+        let mut array = self.temporary(&[host.len()])?;
+        driver::copy_from_host_async(T::as_bits(host), &mut array, self.stream()?)?;
+        Ok(array)
     }
 
     /// `alloc()`, tried again once the pool has given its unused memory back when the

@@ -4,7 +4,7 @@
 use std::io::Write;
 use std::sync::{Mutex, MutexGuard, OnceLock};
 
-use host::{Error, Gpu};
+use host::{Error, Gpu, GpuGroup};
 use proptest::test_runner::{Config, TestRunner};
 
 /// The first device, shared by the tests of one binary; `None`, with a notice on
@@ -21,11 +21,26 @@ pub fn portable_gpu_or_skip(test: &str) -> Option<MutexGuard<'static, Gpu>> {
     shared(&GPU, || Gpu::with_portable_kernels(0), test)
 }
 
-fn shared(
-    handle: &'static OnceLock<Result<Mutex<Gpu>, String>>,
-    open: impl FnOnce() -> Result<Gpu, Error>,
+/// Every device of the machine as one group (NCCL), shared by the tests of one binary;
+/// `None`, with a notice on stderr, when the machine has no usable CUDA device. A
+/// device without NCCL fails the test.
+pub fn group_or_skip(test: &str) -> Option<MutexGuard<'static, GpuGroup>> {
+    static GROUP: OnceLock<Result<Mutex<GpuGroup>, String>> = OnceLock::new();
+    shared(&GROUP, GpuGroup::all, test)
+}
+
+/// Three ranks on the first device, exchanging by device copies: the group's logic at
+/// more than one rank on any machine with a GPU.
+pub fn three_rank_group_or_skip(test: &str) -> Option<MutexGuard<'static, GpuGroup>> {
+    static GROUP: OnceLock<Result<Mutex<GpuGroup>, String>> = OnceLock::new();
+    shared(&GROUP, || GpuGroup::on_one_device(0, 3), test)
+}
+
+fn shared<H>(
+    handle: &'static OnceLock<Result<Mutex<H>, String>>,
+    open: impl FnOnce() -> Result<H, Error>,
     test: &str,
-) -> Option<MutexGuard<'static, Gpu>> {
+) -> Option<MutexGuard<'static, H>> {
     let opened = handle.get_or_init(|| match open() {
         Ok(gpu) => Ok(Mutex::new(gpu)),
         Err(e @ Error::NoDevice { .. }) => Err(e.to_string()),

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# Runs on a GPU machine that has no Rust toolchain: `run.sh [all|tests|bench|python]`.
+# Runs on a GPU machine that has no Rust toolchain: `run.sh [all|tests|bench|python|group]`.
 # tests: every GPU test binary; bench: PyTorch's baseline, then the benchmark beside it;
 # python: installs the wheel into this PyTorch environment (offline), runs its tests and
-# its benchmark (the seed models against the ModelNews).
+# its benchmark (the seed models against the ModelNews); group (not in all):
+# torch.distributed over every GPU, then the device group's benchmark beside it.
 # Logs and JSON go to $OUT (default ./results); ONLY=scan,conv limits the benchmark to
 # those families. Exits non-zero if anything failed.
 set -uo pipefail
@@ -40,6 +41,15 @@ if [ "$mode" = all ] || [ "$mode" = python ]; then
   (cd "$out" && python3 -m pytest -q -rs -p no:cacheprovider "$OLDPWD/python/tests") 2>&1 | tee "$out/pytest.log"
   [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
   python3 python/bench.py --json "$out/python-bench.json" | tee "$out/python-bench.txt"
+  [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+fi
+if [ "$mode" = group ]; then
+  gpus=$(nvidia-smi --list-gpus | wc -l)
+  python3 -m torch.distributed.run --standalone --nproc_per_node="$gpus" torch_distributed.py \
+    --json "$out/torch-distributed.json" 2>&1 | tee "$out/torch-distributed.txt"
+  [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+  bin/bench --only group --reps "${REPS:-20}" --baseline "$out/torch-distributed.json" --json "$out/bench" \
+    | tee "$out/bench-group.txt"
   [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
 fi
 exit $status

@@ -182,10 +182,9 @@ fn bundle() -> Result<PathBuf> {
     for script in ["run.sh", "sanitize.sh"] {
         fs::copy(scripts.join(script), dir.join(script))?;
     }
-    fs::copy(
-        root.join("bench/torch_baseline.py"),
-        dir.join("torch_baseline.py"),
-    )?;
+    for script in ["torch_baseline.py", "torch_distributed.py"] {
+        fs::copy(root.join("bench").join(script), dir.join(script))?;
+    }
     bundle_python(&root, &dir.join("python"))?;
 
     let size = dir_size(&dir)?;

@@ -1,19 +1,26 @@
 //! The combine kernel of a split min reduction: each output's `split` partials merged
-//! in order.
+//! in order. The partials lie `[output][split]` (one device's split) or `[split][output]`
+//! (the shards of a device group, gathered rank after rank, their indices local to each
+//! shard until the shard's offset is added).
 
 use super::{BLOCK_THREADS, MinOutputs};
 use crate::launch::{DevicePtr, DevicePtrMut, Kernel, Launch, LaunchGeometry, kernel_args};
 
 kernel_args! {
-    /// The combine kernel's arguments: `[output][split]` partial values and indices
-    /// (the indices unused for `amin`), merged into `outputs` values and indices.
+    /// The combine kernel's arguments: the partial values and indices (the indices
+    /// unused for `amin`) of output `m`, split `s` at slot `m * output_stride + s *
+    /// split_stride`, merged into `outputs` values and indices; `index_offsets` (null:
+    /// none) holds what each split adds to its indices.
     pub struct CombineArgs<T> {
         pub partial_values: DevicePtr<T>,
         pub partial_indices: DevicePtr<i64>,
+        pub index_offsets: DevicePtr<i64>,
         pub values: DevicePtrMut<T>,
         pub indices: DevicePtrMut<i64>,
         pub outputs: u64,
         pub split: u64,
+        pub output_stride: u64,
+        pub split_stride: u64,
     }
     impl CombineKernel for f32 {
         const MIN_COMBINE = "min_combine_f32" => kernel::combine::<f32, true>;
@@ -44,11 +51,35 @@ pub trait CombineKernel: Sized {
     const AMIN_COMBINE: Kernel<CombineArgs<Self>>;
 }
 
-/// The launch merging `split` partials per output into `outputs`, one thread each.
+/// The launch merging `split` partials per output, `[output][split]`, into `to`, one
+/// thread per output.
 pub fn launch<T: CombineKernel>(
     outputs: u64,
     split: u64,
     partials: MinOutputs<T>,
+    to: MinOutputs<T>,
+) -> Launch<CombineArgs<T>> {
+    launch_strided(outputs, split, (split, 1), partials, DevicePtr::NULL, to)
+}
+
+/// The launch merging the partials of `shards` shards, `[shard][output]`, their indices
+/// offset by `index_offsets[shard]`, into `to`, one thread per output.
+pub fn launch_shards<T: CombineKernel>(
+    outputs: u64,
+    shards: u64,
+    partials: MinOutputs<T>,
+    index_offsets: DevicePtr<i64>,
+    to: MinOutputs<T>,
+) -> Launch<CombineArgs<T>> {
+    launch_strided(outputs, shards, (1, outputs), partials, index_offsets, to)
+}
+
+fn launch_strided<T: CombineKernel>(
+    outputs: u64,
+    split: u64,
+    (output_stride, split_stride): (u64, u64),
+    partials: MinOutputs<T>,
+    index_offsets: DevicePtr<i64>,
     to: MinOutputs<T>,
 ) -> Launch<CombineArgs<T>> {
     let kernel = if to.with_index() {
@@ -59,10 +90,13 @@ pub fn launch<T: CombineKernel>(
     let args = CombineArgs {
         partial_values: partials.values.as_const(),
         partial_indices: partials.indices.as_const(),
+        index_offsets,
         values: to.values,
         indices: to.indices,
         outputs,
         split,
+        output_stride,
+        split_stride,
     };
     Launch::new(kernel, LaunchGeometry::per_item(outputs, BLOCK_THREADS), args)
 }
@@ -77,10 +111,18 @@ mod kernel {
     ///
     /// # Safety
     /// The partials hold `outputs * split` slots (`partial_indices` too when `INDEX`),
-    /// the outputs `outputs`.
+    /// laid out one to one by the strides; `index_offsets` is null or holds `split`
+    /// offsets; the outputs hold `outputs`.
     #[inline(always)]
     pub unsafe fn combine<T: MinValue, const INDEX: bool>(args: CombineArgs<T>) {
-        let CombineArgs { outputs, split, .. } = args;
+        let CombineArgs {
+            outputs,
+            split,
+            output_stride,
+            split_stride,
+            index_offsets,
+            ..
+        } = args;
         let (partial_values, partial_indices) = (args.partial_values.as_ptr(), args.partial_indices.as_ptr());
         let (values, indices) = (args.values.as_mut_ptr(), args.indices.as_mut_ptr());
         let m = block_idx_x() as u64 * block_dim_x() as u64 + thread_idx_x() as u64;
@@ -88,13 +130,19 @@ mod kernel {
             return;
         }
         let read = |s: u64| {
-            let slot = (m * split + s) as usize;
-            // SAFETY: slot < outputs * split.
+            let slot = (m * output_stride + s * split_stride) as usize;
+            // SAFETY: the strides lay the `outputs * split` slots out one to one, and
+            // `index_offsets`, when not null, holds `split` offsets.
             unsafe {
+                let offset = if index_offsets.is_null() {
+                    0
+                } else {
+                    *index_offsets.as_ptr().add(s as usize)
+                };
                 ArgMin::<T, INDEX> {
                     value: *partial_values.add(slot),
                     index: if INDEX {
-                        *partial_indices.add(slot) as u64
+                        (*partial_indices.add(slot) + offset) as u64
                     } else {
                         s
                     },

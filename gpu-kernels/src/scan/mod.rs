@@ -31,6 +31,7 @@
 //! Reversal maps logical position `q` to `len - 1 - q` (flat for contiguous, per
 //! column for columns and strided).
 
+pub mod carry;
 pub mod columns;
 pub mod contiguous;
 pub mod rows;
@@ -138,7 +139,10 @@ pub const fn layout_variant<K: Copy>(kernels: [K; 4], vector: bool, reverse: boo
 /// An element type of the scans: every scan entry point exists for it.
 /// Sums are kept in [`Sum<T>`](crate::element::Sum): f32 for the 16-bit floats, each
 /// output rounded once.
-pub trait ScanType: RowsKernel + ContiguousKernel + SegmentsKernel + ColumnsKernel + StridedKernel {}
+pub trait ScanType:
+    RowsKernel + ContiguousKernel + SegmentsKernel + ColumnsKernel + StridedKernel + carry::CarryKernel
+{
+}
 
 impl ScanType for f32 {}
 impl ScanType for f64 {}
@@ -149,6 +153,7 @@ impl ScanType for half::f16 {}
 
 /// Every scan entry point.
 pub const ENTRY_POINTS: &[&[EntryPoint]] = &[
+    carry::ENTRY_POINTS,
     rows::ENTRY_POINTS,
     columns::ENTRY_POINTS,
     contiguous::ENTRY_POINTS,

@@ -4,6 +4,7 @@
 
 mod conv;
 mod copy;
+mod group;
 mod matvec;
 mod min;
 mod primitives;
