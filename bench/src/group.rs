@@ -8,7 +8,7 @@
 
 use std::time::Instant;
 
-use host::{Conv2dParams, ConvGradients, ConvPrecision, GpuGroup, ScanKind};
+use host::{Conv2dParams, ConvGradients, ConvPrecision, GpuGroup, ScanKind, even_lengths, scan_lengths};
 use ndarray::{ArrayD, IxDyn};
 use rayon::prelude::*;
 use serde_json::{Value, json};
@@ -84,21 +84,38 @@ fn time_group(group: &GpuGroup, reps: usize) -> Result<Vec<(&'static str, &'stat
         ));
     }
     {
-        let x = group.upload_split(&data(&[65536, 32768], 5), 0)?;
-        let mut y = group.alloc_like::<f32, _>(&x)?;
-        let mut scan = |axis| {
-            wall_ms(group, reps, || {
-                group.cumsum_into(&x, &mut y, axis, ScanKind::Inclusive, false)
-            })
-        };
-        rows.push(("scan_d1", "cumsum dim 1, 65536 x 32768 split on dim 0", scan(1)?));
-        rows.push(("scan_d0", "cumsum dim 0 (the split one)", scan(0)?));
+        // Along the split axis, the split that balances the carries (`scan_lengths`).
+        let host = data(&[65536, 32768], 5);
+        let cases = [
+            (
+                "scan_d1",
+                "cumsum dim 1, 65536 x 32768 split evenly on dim 0",
+                1,
+                even_lengths(65536, group.len()),
+            ),
+            (
+                "scan_d0",
+                "cumsum dim 0 (the split one, split 2:1:...)",
+                0,
+                scan_lengths(65536, group.len()),
+            ),
+        ];
+        for (key, what, axis, lengths) in cases {
+            let x = group.upload_split_lengths(&host, 0, &lengths)?;
+            let mut y = group.alloc_like::<f32, _>(&x)?;
+            let scan = || group.cumsum_into(&x, &mut y, axis, ScanKind::Inclusive, false);
+            rows.push((key, what, wall_ms(group, reps, scan)?));
+        }
     }
     {
-        let x = group.upload_split(&data(&[1 << 30], 6), 0)?;
+        let x = group.upload_split_lengths(&data(&[1 << 30], 6), 0, &scan_lengths(1 << 30, group.len()))?;
         let mut y = group.alloc_like::<f32, _>(&x)?;
         let scan = || group.cumsum_into(&x, &mut y, 0, ScanKind::Inclusive, false);
-        rows.push(("scan_1d", "cumsum of 2^30, split", wall_ms(group, reps, scan)?));
+        rows.push((
+            "scan_1d",
+            "cumsum of 2^30, split 2:1:...",
+            wall_ms(group, reps, scan)?,
+        ));
     }
     {
         let params = Conv2dParams {

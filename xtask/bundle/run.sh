@@ -2,8 +2,8 @@
 # Runs on a GPU machine that has no Rust toolchain: `run.sh [all|tests|bench|python|group]`.
 # tests: every GPU test binary; bench: PyTorch's baseline, then the benchmark beside it;
 # python: installs the wheel into this PyTorch environment (offline), runs its tests and
-# its benchmark (the seed models against the ModelNews); group (not in all):
-# torch.distributed over every GPU, then the device group's benchmark beside it.
+# its benchmark (the seed models against the ModelNews); group (not in all): the
+# device group's tests, torch.distributed over every GPU, then the group's benchmark.
 # Logs and JSON go to $OUT (default ./results); ONLY=scan,conv limits the benchmark to
 # those families. Exits non-zero if anything failed.
 set -uo pipefail
@@ -44,6 +44,8 @@ if [ "$mode" = all ] || [ "$mode" = python ]; then
   [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
 fi
 if [ "$mode" = group ]; then
+  bin/test-kernels group:: --test-threads=1 > "$out/group-tests.log" 2>&1 || status=1
+  grep -E "test result|SKIPPED|panicked" "$out/group-tests.log"
   gpus=$(nvidia-smi --list-gpus | wc -l)
   python3 -m torch.distributed.run --standalone --nproc_per_node="$gpus" torch_distributed.py \
     --json "$out/torch-distributed.json" 2>&1 | tee "$out/torch-distributed.txt"
