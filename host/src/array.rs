@@ -168,6 +168,16 @@ impl<T: Element> DeviceArray<T> {
         })
     }
 
+    /// Views the same elements under `shape` (as many elements), in place.
+    pub(crate) fn set_shape(&mut self, shape: &[usize]) {
+        assert_eq!(
+            shape.iter().product::<usize>(),
+            self.len(),
+            "set_shape keeps the element count"
+        );
+        self.shape = shape.to_vec();
+    }
+
     /// The element type.
     pub fn dtype(&self) -> DType {
         T::DTYPE

@@ -1,9 +1,9 @@
 //! Data-parallel convolution: the batch split over the group, the filters replicated.
 
-use super::{GpuGroup, ShardedArray, invalid};
+use super::{GpuGroup, ShardedArray, Sharding, invalid};
 use crate::array::DeviceArray;
 use crate::conv::{Conv2dParams, ConvGradientArrays, ConvGradients, conv2d_problem};
-use crate::error::Result;
+use crate::error::{Error, Result};
 
 impl GpuGroup {
     /// `conv2d(x, w) + bias` (as [`Gpu::conv2d`](crate::Gpu::conv2d)) for x split along
@@ -68,6 +68,38 @@ impl GpuGroup {
         params: &Conv2dParams,
         which: ConvGradients,
     ) -> Result<ConvGradientArrays<ShardedArray<f32>>> {
+        self.check_parts(x)?;
+        conv2d_problem(x.shape(), w.shape(), params)?;
+        let replicated = |shape: &[usize]| -> Result<ShardedArray<f32>> {
+            Ok(ShardedArray::new(
+                shape,
+                Sharding::Replicated,
+                self.alloc_replicated(shape)?,
+            ))
+        };
+        let mut input = which.input.then(|| self.alloc_like(x)).transpose()?;
+        let mut weight = which.weight.then(|| replicated(w.shape())).transpose()?;
+        let mut bias = which.bias.then(|| replicated(&w.shape()[..1])).transpose()?;
+        self.conv2d_backward_into(
+            x,
+            w,
+            grad_y,
+            params,
+            (input.as_mut(), weight.as_mut(), bias.as_mut()),
+        )?;
+        Ok((input, weight, bias))
+    }
+
+    /// [`GpuGroup::conv2d_backward`] into existing gradients: the input's split as x,
+    /// the weight's and the bias's replicated; each one present is computed.
+    pub fn conv2d_backward_into(
+        &self,
+        x: &ShardedArray<f32>,
+        w: &ShardedArray<f32>,
+        grad_y: &ShardedArray<f32>,
+        params: &Conv2dParams,
+        (mut input, weight, bias): ConvGradientArrays<&mut ShardedArray<f32>>,
+    ) -> Result<()> {
         let lengths = self.axis0_lengths(x, "conv2d_backward x")?;
         if self.axis0_lengths(grad_y, "conv2d_backward grad_y")? != lengths {
             return Err(invalid(
@@ -80,21 +112,57 @@ impl GpuGroup {
         }
         self.check_replicated(w, "conv2d_backward w")?;
         conv2d_problem(x.shape(), w.shape(), params)?;
-        let local = (0..self.len())
-            .map(|r| self.gpus[r].conv2d_backward(&x.parts[r], &w.parts[r], &grad_y.parts[r], params, which))
-            .collect::<Result<Vec<_>>>()?;
-        let (mut inputs, mut weights, mut biases) = (Vec::new(), Vec::new(), Vec::new());
-        for (input, weight, bias) in local {
-            inputs.extend(input);
-            weights.extend(weight);
-            biases.extend(bias);
+        if let Some(input) = &input {
+            self.check_alike(x, input, "conv2d_backward input gradient")?;
         }
-        let summed = |partials: Vec<DeviceArray<f32>>| {
-            (!partials.is_empty())
-                .then(|| self.sum_in_rank_order(&partials.iter().collect::<Vec<_>>()))
-                .transpose()
-        };
-        let input = (!inputs.is_empty()).then(|| ShardedArray::new(x.shape(), x.sharding.clone(), inputs));
-        Ok((input, summed(weights)?, summed(biases)?))
+        for (gradient, shape, what) in [
+            (&weight, w.shape(), "conv2d_backward weight gradient"),
+            (&bias, &w.shape()[..1], "conv2d_backward bias gradient"),
+        ] {
+            if let Some(gradient) = gradient {
+                self.check_replicated(gradient, what)?;
+                if gradient.shape() != shape {
+                    return Err(Error::ShapeMismatch {
+                        what,
+                        expected: shape.to_vec(),
+                        actual: gradient.shape().to_vec(),
+                    });
+                }
+            }
+        }
+        // Each rank's gradients of its part of the batch; the weight's and the bias's
+        // are partial sums, in temporaries, added over the ranks below.
+        let (mut weights, mut biases) = (Vec::new(), Vec::new());
+        for r in 0..self.len() {
+            let gpu = &self.gpus[r];
+            let mut weight_partial = weight
+                .is_some()
+                .then(|| gpu.temporary::<f32>(w.shape()))
+                .transpose()?;
+            let mut bias_partial = bias
+                .is_some()
+                .then(|| gpu.temporary::<f32>(&w.shape()[..1]))
+                .transpose()?;
+            gpu.conv2d_backward_into(
+                &x.parts[r],
+                &w.parts[r],
+                &grad_y.parts[r],
+                params,
+                (
+                    input.as_deref_mut().map(|i| &mut i.parts[r]),
+                    weight_partial.as_deref_mut(),
+                    bias_partial.as_deref_mut(),
+                ),
+            )?;
+            weights.extend(weight_partial);
+            biases.extend(bias_partial);
+        }
+        for (partials, gradient) in [(weights, weight), (biases, bias)] {
+            if let Some(gradient) = gradient {
+                let partials: Vec<&DeviceArray<f32>> = partials.iter().map(|p| &**p).collect();
+                self.sum_in_rank_order_into(&partials, &mut gradient.parts)?;
+            }
+        }
+        Ok(())
     }
 }

@@ -82,7 +82,22 @@ impl GpuGroup {
     where
         T: GemvElement + Summed<Sum = T>,
     {
-        let (ranks, shape, n) = (self.len(), partials[0].shape(), partials[0].len());
+        let shape = partials[0].shape();
+        let mut sums = self.alloc_replicated(shape)?;
+        self.sum_in_rank_order_into(partials, &mut sums)?;
+        Ok(ShardedArray::new(shape, Sharding::Replicated, sums))
+    }
+
+    /// [`GpuGroup::sum_in_rank_order`] into `sums`, one per rank, of the partials' shape.
+    pub(super) fn sum_in_rank_order_into<T>(
+        &self,
+        partials: &[&DeviceArray<T>],
+        sums: &mut [DeviceArray<T>],
+    ) -> Result<()>
+    where
+        T: GemvElement + Summed<Sum = T>,
+    {
+        let (ranks, shape, n) = (self.len(), partials[0].shape().to_vec(), partials[0].len());
         let ones = vec![T::Sum::ONE; ranks];
         let mut stacks = self
             .gpus
@@ -91,21 +106,16 @@ impl GpuGroup {
             .collect::<Result<Vec<_>>>()?;
         let mut receives: Vec<&mut DeviceArray<T>> = stacks.iter_mut().map(|s| &mut **s).collect();
         self.all_gather(partials, &mut receives)?;
-        let mut sums = Vec::with_capacity(ranks);
-        for (gpu, stack) in self.gpus.iter().zip(&stacks) {
-            let mut sum = gpu.alloc(&[n])?;
-            // The partials are the rows of `stack`: their column sums, in row order.
-            gpu.gemv(
-                T::Sum::ONE,
-                Op::T,
-                stack,
-                &*gpu.temporary_from(&ones)?,
-                T::Sum::ZERO,
-                &mut sum,
-            )?;
-            sums.push(sum.reshape(shape)?);
+        for ((gpu, stack), sum) in self.gpus.iter().zip(&stacks).zip(sums) {
+            // The partials are the rows of `stack`: their column sums, in row order,
+            // into the sum seen as a vector.
+            sum.set_shape(&[n]);
+            let ones = gpu.temporary_from(&ones)?;
+            let summed = gpu.gemv(T::Sum::ONE, Op::T, stack, &ones, T::Sum::ZERO, sum);
+            sum.set_shape(&shape);
+            summed?;
         }
-        Ok(ShardedArray::new(shape, Sharding::Replicated, sums))
+        Ok(())
     }
 }
 

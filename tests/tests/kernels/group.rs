@@ -412,6 +412,32 @@ fn invalid_group_inputs_are_errors() {
         group.cumsum_into(&x2, &mut y2, 0, ScanKind::Inclusive, false),
         Err(Error::InvalidParameter { .. })
     ));
+    let conv_x = group.upload_split(&random_f32(&[3, 2, 5, 5], 4), 0).unwrap();
+    let conv_w = group.upload_replicated(&random_f32(&[4, 2, 3, 3], 5)).unwrap();
+    let conv_dy = group.upload_split(&random_f32(&[3, 4, 3, 3], 6), 0).unwrap();
+    let mut wrong_dw = group.upload_replicated(&random_f32(&[4, 2, 3, 1], 7)).unwrap();
+    let params = Conv2dParams::default();
+    assert!(matches!(
+        group.conv2d_backward_into(
+            &conv_x,
+            &conv_w,
+            &conv_dy,
+            &params,
+            (None, Some(&mut wrong_dw), None)
+        ),
+        Err(Error::ShapeMismatch { .. })
+    ));
+    let mut split_dw = group.upload_split(&random_f32(&[4, 2, 3, 3], 8), 0).unwrap();
+    assert!(matches!(
+        group.conv2d_backward_into(
+            &conv_x,
+            &conv_w,
+            &conv_dy,
+            &params,
+            (None, Some(&mut split_dw), None)
+        ),
+        Err(Error::InvalidParameter { .. })
+    ));
     assert!(matches!(GpuGroup::new(&[]), Err(Error::InvalidParameter { .. })));
     assert!(matches!(
         GpuGroup::new(&[0, 0]),
