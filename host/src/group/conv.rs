@@ -1,6 +1,6 @@
 //! Data-parallel convolution: the batch split over the group, the filters replicated.
 
-use super::{GpuGroup, ShardedArray, Sharding, invalid};
+use super::{GpuGroup, ShardedArray, Sharding};
 use crate::array::DeviceArray;
 use crate::conv::{Conv2dParams, ConvGradientArrays, ConvGradients, conv2d_problem};
 use crate::error::{Error, Result};
@@ -39,12 +39,7 @@ impl GpuGroup {
         y: &mut ShardedArray<f32>,
     ) -> Result<()> {
         let lengths = self.axis0_lengths(x, "conv2d x")?;
-        if self.axis0_lengths(y, "conv2d y")? != lengths {
-            return Err(invalid(
-                "conv2d y",
-                format!("it must be split as x, {:?}", x.sharding),
-            ));
-        }
+        self.axis0_alike(&lengths, y, "conv2d y")?;
         self.check_replicated(w, "conv2d w")?;
         if let Some(bias) = bias {
             self.check_replicated(bias, "conv2d bias")?;
@@ -101,15 +96,7 @@ impl GpuGroup {
         (mut input, weight, bias): ConvGradientArrays<&mut ShardedArray<f32>>,
     ) -> Result<()> {
         let lengths = self.axis0_lengths(x, "conv2d_backward x")?;
-        if self.axis0_lengths(grad_y, "conv2d_backward grad_y")? != lengths {
-            return Err(invalid(
-                "conv2d_backward grad_y",
-                format!(
-                    "it is split as {:?}, x as {:?}: split them alike",
-                    grad_y.sharding, x.sharding
-                ),
-            ));
-        }
+        self.axis0_alike(&lengths, grad_y, "conv2d_backward grad_y")?;
         self.check_replicated(w, "conv2d_backward w")?;
         conv2d_problem(x.shape(), w.shape(), params)?;
         if let Some(input) = &input {

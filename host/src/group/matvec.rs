@@ -2,7 +2,7 @@
 
 use gpu_kernels::element::Summed;
 
-use super::{GpuGroup, ShardedArray, Sharding, invalid};
+use super::{GpuGroup, ShardedArray, Sharding};
 use crate::array::DeviceArray;
 use crate::error::Result;
 use crate::matvec::{GemvElement, Op, gemv_problem};
@@ -53,15 +53,7 @@ impl GpuGroup {
         T: GemvElement + Summed<Sum = T>,
     {
         let lengths = self.axis0_lengths(a, "matvec_t A")?;
-        if self.axis0_lengths(x, "matvec_t x")? != lengths {
-            return Err(invalid(
-                "matvec_t x",
-                format!(
-                    "it is split as {:?}, A as {:?}: split them alike",
-                    x.sharding, a.sharding
-                ),
-            ));
-        }
+        self.axis0_alike(&lengths, x, "matvec_t x")?;
         let (_, y_shape) = gemv_problem(a.shape(), x.shape(), Op::T)?;
         let partials = self
             .gpus

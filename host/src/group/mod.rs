@@ -330,6 +330,26 @@ impl GpuGroup {
         }
     }
 
+    /// Checks that `array` is split along axis 0 in `lengths`, as the operand it goes
+    /// with row for row.
+    fn axis0_alike<T: Element>(
+        &self,
+        lengths: &[usize],
+        array: &ShardedArray<T>,
+        what: &'static str,
+    ) -> Result<()> {
+        if self.axis0_lengths(array, what)? != lengths {
+            return Err(invalid(
+                what,
+                format!(
+                    "it is split as {:?}; it must be split along axis 0 in {lengths:?}",
+                    array.sharding
+                ),
+            ));
+        }
+        Ok(())
+    }
+
     /// A split of `shape` along `axis` in `lengths`, checked.
     fn check_split(&self, shape: &[usize], axis: usize, lengths: &[usize]) -> Result<Sharding> {
         let len = *shape.get(axis).ok_or(Error::InvalidAxis {

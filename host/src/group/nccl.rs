@@ -108,8 +108,18 @@ impl Nccl {
 
 /// The NCCL version as (major, minor, patch).
 pub(crate) fn version() -> Result<(u32, u32, u32)> {
-    let code = nccl()?.version as u32;
-    Ok((code / 10_000, code / 100 % 100, code % 100))
+    Ok(decode_version(nccl()?.version))
+}
+
+/// NCCL's version code: `major * 10000 + minor * 100 + patch` since 2.9, `major * 1000
+/// + minor * 100 + patch` before.
+fn decode_version(code: c_int) -> (u32, u32, u32) {
+    let code = code.max(0) as u32;
+    if code >= 10_000 {
+        (code / 10_000, code / 100 % 100, code % 100)
+    } else {
+        (code / 1000, code / 100 % 10, code % 100)
+    }
 }
 
 /// One communicator per device of a group, rank `i` on the group's `i`-th device.
@@ -228,5 +238,15 @@ impl Drop for Communicators {
                 log::warn!("{e}");
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn version_codes_of_both_forms_decode() {
+        assert_eq!(super::decode_version(22803), (2, 28, 3));
+        assert_eq!(super::decode_version(2804), (2, 8, 4));
+        assert_eq!(super::decode_version(0), (0, 0, 0));
     }
 }

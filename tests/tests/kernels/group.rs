@@ -13,6 +13,7 @@ use host::{
 use ndarray::{ArrayD, IxDyn};
 use proptest::prelude::*;
 use proptest::sample::select;
+use std::sync::MutexGuard;
 use tests::{gpu_or_skip, group_or_skip, random_words, runner, three_rank_group_or_skip};
 
 fn extent() -> impl Strategy<Value = usize> {
@@ -51,6 +52,12 @@ fn lengths(len: usize, ranks: usize, seed: u64) -> Vec<usize> {
             l
         })
         .collect()
+}
+
+/// The group of every device (NCCL) and the three ranks on the first device: each test
+/// runs on both.
+fn groups_or_skip(test: &str) -> Option<(MutexGuard<'static, GpuGroup>, MutexGuard<'static, GpuGroup>)> {
+    Some((group_or_skip(test)?, three_rank_group_or_skip(test)?))
 }
 
 /// `x` split along `axis` when the axis has a slice for every rank, else replicated.
@@ -107,9 +114,8 @@ fn assert_replicated<T: host::Element>(
 
 #[test]
 fn group_matvec_matches_one_device() {
-    let (Some(nccl), Some(three), Some(gpu)) = (
-        group_or_skip("group_matvec_matches_one_device"),
-        three_rank_group_or_skip("group_matvec_matches_one_device"),
+    let (Some((nccl, three)), Some(gpu)) = (
+        groups_or_skip("group_matvec_matches_one_device"),
         gpu_or_skip("group_matvec_matches_one_device"),
     ) else {
         return;
@@ -157,9 +163,8 @@ fn min_values(shape: &[usize], seed: u64, nan: bool) -> ArrayD<f32> {
 
 #[test]
 fn group_min_matches_one_device_exactly() {
-    let (Some(nccl), Some(three), Some(gpu)) = (
-        group_or_skip("group_min_matches_one_device_exactly"),
-        three_rank_group_or_skip("group_min_matches_one_device_exactly"),
+    let (Some((nccl, three)), Some(gpu)) = (
+        groups_or_skip("group_min_matches_one_device_exactly"),
         gpu_or_skip("group_min_matches_one_device_exactly"),
     ) else {
         return;
@@ -242,9 +247,8 @@ fn scan_case() -> impl Strategy<Value = (Vec<usize>, usize, usize, bool, bool, u
 
 #[test]
 fn group_cumsum_matches_one_device_exactly() {
-    let (Some(nccl), Some(three), Some(gpu)) = (
-        group_or_skip("group_cumsum_matches_one_device_exactly"),
-        three_rank_group_or_skip("group_cumsum_matches_one_device_exactly"),
+    let (Some((nccl, three)), Some(gpu)) = (
+        groups_or_skip("group_cumsum_matches_one_device_exactly"),
         gpu_or_skip("group_cumsum_matches_one_device_exactly"),
     ) else {
         return;
@@ -268,9 +272,8 @@ fn group_cumsum_matches_one_device_exactly() {
 
 #[test]
 fn group_conv2d_matches_one_device_exactly() {
-    let (Some(nccl), Some(three), Some(gpu)) = (
-        group_or_skip("group_conv2d_matches_one_device_exactly"),
-        three_rank_group_or_skip("group_conv2d_matches_one_device_exactly"),
+    let (Some((nccl, three)), Some(gpu)) = (
+        groups_or_skip("group_conv2d_matches_one_device_exactly"),
         gpu_or_skip("group_conv2d_matches_one_device_exactly"),
     ) else {
         return;
@@ -340,10 +343,7 @@ fn group_conv2d_matches_one_device_exactly() {
 
 #[test]
 fn group_results_are_the_same_on_every_run() {
-    let (Some(nccl), Some(three)) = (
-        group_or_skip("group_results_are_the_same_on_every_run"),
-        three_rank_group_or_skip("group_results_are_the_same_on_every_run"),
-    ) else {
+    let Some((nccl, three)) = groups_or_skip("group_results_are_the_same_on_every_run") else {
         return;
     };
     // Values whose sums round: the order of the sums shows.
