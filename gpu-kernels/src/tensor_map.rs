@@ -29,8 +29,20 @@ pub enum TensorMapMode {
     },
 }
 
-/// A tensor of `f32` as a tensor map describes it, for shared-memory tiles with rows of
-/// 128 bytes under the 128-byte swizzle.
+/// How the rows of a box are laid out in shared memory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TensorMapSwizzle {
+    /// As they lie, one after the other. The box's first element along the innermost
+    /// dimension must then lie at a 16-byte multiple of the tensor's rows.
+    None,
+    /// Rows of 128 bytes, 16-byte chunk `c` of row `r` at chunk `c ^ (r % 8)`: the
+    /// layout `wgmma` reads operands in, free of bank conflicts.
+    Bytes128,
+}
+
+/// A tensor of `f32` as a tensor map describes it, and how its boxes land in shared
+/// memory. Bulk tensor copies fault unless a box starts at a 16-byte multiple along
+/// the innermost dimension (seen on the H100, whatever the swizzle).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct TensorMapSpec {
     /// Device address of the first element, 16-byte aligned.
@@ -44,6 +56,7 @@ pub struct TensorMapSpec {
     /// im2col mode).
     pub element_strides: [u32; 5],
     pub mode: TensorMapMode,
+    pub swizzle: TensorMapSwizzle,
 }
 
 /// Two tensor maps in device memory.

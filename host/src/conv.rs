@@ -350,9 +350,9 @@ impl Gpu {
             ConvAlgorithm::TensorCore(plan) => {
                 self.tensor_core_forward(problem, plan, x, Weights::AsGiven(w), epilogue, y)
             }
-            ConvAlgorithm::TensorCoreWeightGrad(plan) => Err(invalid(
+            ConvAlgorithm::TensorCoreWeightGrad(_) | ConvAlgorithm::WarpgroupWeightGrad(_) => Err(invalid(
                 "algorithm",
-                format!("{plan:?} is a weight-gradient plan, not a forward one"),
+                format!("{algorithm:?} is a weight-gradient plan, not a forward one"),
             )),
         }
     }
@@ -583,7 +583,8 @@ impl Gpu {
             },
             ConvAlgorithm::ImplicitGemm(_)
             | ConvAlgorithm::Winograd(_)
-            | ConvAlgorithm::TensorCoreWeightGrad(_) => {
+            | ConvAlgorithm::TensorCoreWeightGrad(_)
+            | ConvAlgorithm::WarpgroupWeightGrad(_) => {
                 return Ok(Some(dx));
             }
         }
@@ -591,8 +592,8 @@ impl Gpu {
     }
 
     /// The weight gradient where its plan reads a layout of its own: the depthwise
-    /// kernel (the tensors'), the tensor cores (NHWC); `dw` back when the plan is
-    /// another.
+    /// kernel (the tensors'), the tensor cores (NCHW on `wgmma`, else NHWC); `dw` back
+    /// when the plan is another.
     fn weight_grad_in_layout<'a, 'g>(
         &'g self,
         problem: &ConvProblem,
@@ -607,6 +608,18 @@ impl Gpu {
                 let (_scratch, partials) = self.scratch(plan.weight_grad_scratch(problem))?;
                 let (products, sum) =
                     plan.weight_grad(problem, x.ptr(), grad_y.given.ptr(), partials, dw.ptr_mut());
+                self.launch(&products)?;
+                if let Some(sum) = sum {
+                    self.launch(&sum)?;
+                }
+            }
+            ConvAlgorithm::WarpgroupWeightGrad(plan) => {
+                // NCHW, the tensors' layout: the plan takes no other.
+                let grad_y = grad_y.in_layout(self, ConvLayout::Nchw)?;
+                let (_scratch, scratch) = self.scratch(plan.scratch(problem))?;
+                let specs = plan.tensor_maps(problem, x.ptr(), grad_y.ptr());
+                let maps = self.write_tensor_maps(&specs, plan.maps_at(problem, scratch))?;
+                let (products, sum) = plan.launches(problem, maps, scratch, dw.ptr_mut());
                 self.launch(&products)?;
                 if let Some(sum) = sum {
                     self.launch(&sum)?;

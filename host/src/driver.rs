@@ -13,7 +13,7 @@ use cust::memory::{DeviceBuffer, DeviceCopy};
 use cust::module::Module;
 use cust::sys as cu;
 use gpu_kernels::launch::{DevicePtrMut, EntryPoint, KernelArgs, Launch, LaunchGeometry};
-use gpu_kernels::tensor_map::{TensorMap, TensorMapMode, TensorMapSpec};
+use gpu_kernels::tensor_map::{TensorMap, TensorMapMode, TensorMapSpec, TensorMapSwizzle};
 
 use crate::array::{DeviceArray, Element};
 use crate::error::{Error, Result};
@@ -509,6 +509,7 @@ type EncodeIm2col = unsafe extern "C" fn(
 // The driver API's enumerators (cuda.h, CUDA 12).
 const DATA_TYPE_FLOAT32: u32 = 7;
 const INTERLEAVE_NONE: u32 = 0;
+const SWIZZLE_NONE: u32 = 0;
 const SWIZZLE_128B: u32 = 3;
 const L2_PROMOTION_128B: u32 = 2;
 const OOB_FILL_ZERO: u32 = 0;
@@ -534,7 +535,7 @@ impl TensorMapEncoders {
         }
     }
 
-    /// Encodes `spec` (f32, 128-byte swizzle); the driver checks its limits and says
+    /// Encodes `spec` (f32); the driver checks its limits and says
     /// what is wrong.
     pub(crate) fn encode(&self, spec: &TensorMapSpec) -> Result<TensorMap> {
         let mut map = TensorMap([0; 16]);
@@ -545,6 +546,10 @@ impl TensorMapEncoders {
             &spec.element_strides[..rank],
         );
         let address = spec.address as *mut c_void;
+        let swizzle = match spec.swizzle {
+            TensorMapSwizzle::None => SWIZZLE_NONE,
+            TensorMapSwizzle::Bytes128 => SWIZZLE_128B,
+        };
         // SAFETY: the arrays hold `rank` (strides `rank - 1`) entries and outlive the
         // call, which writes the 128 bytes of `map` (64-byte aligned by its type) and
         // reads no device memory.
@@ -560,7 +565,7 @@ impl TensorMapEncoders {
                     box_dims.as_ptr(),
                     steps.as_ptr(),
                     INTERLEAVE_NONE,
-                    SWIZZLE_128B,
+                    swizzle,
                     L2_PROMOTION_128B,
                     OOB_FILL_ZERO,
                 ),
@@ -582,7 +587,7 @@ impl TensorMapEncoders {
                     pixels,
                     steps.as_ptr(),
                     INTERLEAVE_NONE,
-                    SWIZZLE_128B,
+                    swizzle,
                     L2_PROMOTION_128B,
                     OOB_FILL_ZERO,
                 ),

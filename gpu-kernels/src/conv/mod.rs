@@ -47,7 +47,7 @@ pub use direct::DirectPlan;
 pub use epilogue::{Activation, ConvEpilogue};
 pub use gemm::GemmPlan;
 pub use problem::{ConvPass, ConvProblem, ConvShape, ConvShapeError, FastDiv};
-pub use tensor_core::{TensorCorePlan, WeightGradPlan};
+pub use tensor_core::{TensorCorePlan, WarpgroupWeightGradPlan, WeightGradPlan};
 pub use winograd::{WinogradProblem, WinogradSplit};
 
 use crate::launch::{DeviceLimits, EntryPoint};
@@ -69,6 +69,7 @@ pub const ENTRY_POINTS: &[&[EntryPoint]] = &[
     winograd::FINISH_ENTRY_POINTS,
     tensor_core::ENTRY_POINTS,
     tensor_core::weight_grad::ENTRY_POINTS,
+    tensor_core::warpgroup_weight_grad::ENTRY_POINTS,
     transposed::PREPARE_ENTRY_POINTS,
     transposed::UPSAMPLE_ENTRY_POINTS,
     direct::FORWARD_ENTRY_POINTS,
@@ -117,8 +118,10 @@ pub enum ConvAlgorithm {
     ImplicitGemm(GemmPlan),
     Winograd(WinogradProblem),
     TensorCore(TensorCorePlan),
-    /// The weight gradient on the tensor cores (TF32, NHWC).
+    /// The weight gradient on the tensor cores (TF32, NHWC, `mma.sync`).
     TensorCoreWeightGrad(WeightGradPlan),
+    /// The weight gradient on warpgroup MMA (TF32, NCHW, stride 1).
+    WarpgroupWeightGrad(WarpgroupWeightGradPlan),
     Direct(DirectPlan),
 }
 
@@ -146,6 +149,7 @@ impl ConvAlgorithm {
             ConvAlgorithm::ImplicitGemm(_) | ConvAlgorithm::Winograd(_) => ConvLayout::Nchw,
             ConvAlgorithm::TensorCore(plan) => plan.layout(),
             ConvAlgorithm::TensorCoreWeightGrad(_) => ConvLayout::Nhwc,
+            ConvAlgorithm::WarpgroupWeightGrad(_) => ConvLayout::Nchw,
             ConvAlgorithm::Direct(plan) => plan.layout(),
         }
     }
@@ -163,8 +167,9 @@ impl ConvAlgorithm {
 /// channel per group, in every precision and pass, and for the input gradient of few
 /// input channels per group; in TF32, the tensor cores: in the tensors' layout for the
 /// forward pass, and for the input gradient where it is the forward pass of
-/// [`ConvProblem::input_grad_as_forward`] (the plan is that problem's), in NHWC for the
-/// weight gradient; else [`cuda_core_algorithm`]. Call only on problems that fit the index limits, with
+/// [`ConvProblem::input_grad_as_forward`] (the plan is that problem's), for the weight
+/// gradient on `wgmma` over NCHW tensors where it suits the problem, else in NHWC; else
+/// [`cuda_core_algorithm`]. Call only on problems that fit the index limits, with
 /// no empty extent.
 pub fn algorithm(
     problem: &ConvProblem,
@@ -187,7 +192,12 @@ pub fn algorithm(
             ConvPass::Forward => Some(*problem),
             ConvPass::InputGrad => problem.input_grad_as_forward(),
             ConvPass::WeightGrad => {
-                return ConvAlgorithm::TensorCoreWeightGrad(WeightGradPlan::new(problem, multiprocessors));
+                return match WarpgroupWeightGradPlan::of(problem, layout, device) {
+                    Some(plan) => ConvAlgorithm::WarpgroupWeightGrad(plan),
+                    None => {
+                        ConvAlgorithm::TensorCoreWeightGrad(WeightGradPlan::new(problem, multiprocessors))
+                    }
+                };
             }
         };
         if let Some(forward) = forward {

@@ -32,7 +32,7 @@ pub use mma::{
     to_tf32,
 };
 #[cfg(target_feature = "sm_90")]
-pub use pipeline::{PIPELINE_BARRIER_BYTES, StagePipeline, fence_tensor_map};
+pub use pipeline::{PIPELINE_BARRIER_BYTES, StagePipeline, StageSignal, fence_tensor_map};
 pub use shared::{
     SharedCarver, load_shared_f32, load_shared_v4_f32, shared_base, store_shared_f32, store_shared_v2_f32,
     store_shared_v4_f32,

@@ -34,23 +34,10 @@ impl StagePipeline {
             full: barriers,
             empty: barriers + stages * 8,
         };
-        if thread_idx_x() == 0 {
-            for stage in 0..stages {
-                // SAFETY: the caller gives this memory to the mbarriers.
-                unsafe {
-                    asm!(
-                        "mbarrier.init.shared::cta.b64 [{f}], {p};",
-                        "mbarrier.init.shared::cta.b64 [{e}], {c};",
-                        f = in(reg32) pipeline.full + 8 * stage,
-                        e = in(reg32) pipeline.empty + 8 * stage,
-                        p = in(reg32) producers,
-                        c = in(reg32) consumers,
-                        options(nostack),
-                    )
-                };
-            }
-            // SAFETY: makes the initialization visible to the other threads' arrivals.
-            unsafe { asm!("fence.mbarrier_init.release.cluster;", options(nostack)) };
+        // SAFETY: the caller gives this memory to the mbarriers.
+        unsafe {
+            init_barriers(pipeline.full, stages, producers);
+            init_barriers(pipeline.empty, stages, consumers);
         }
         pipeline
     }
@@ -142,15 +129,39 @@ impl StagePipeline {
     /// As [`Self::load_im2col`], with a tiled tensor map.
     #[inline(always)]
     pub unsafe fn load_tile_3d(&self, stage: u32, destination: u32, map: *const u8, coordinates: [i32; 3]) {
+        let [x, y, z] = coordinates;
         // SAFETY: the caller guarantees the map, the destination and the count.
         unsafe {
             asm!(
                 "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes [{d}], [{m}, {{{x}, {y}, {z}}}], [{b}];",
                 d = in(reg32) destination,
                 m = in(reg64) map as u64,
-                x = in(reg32) coordinates[0],
-                y = in(reg32) coordinates[1],
-                z = in(reg32) coordinates[2],
+                x = in(reg32) x,
+                y = in(reg32) y,
+                z = in(reg32) z,
+                b = in(reg32) self.full + 8 * stage,
+                options(nostack),
+            )
+        };
+    }
+
+    /// Producer: [`Self::load_tile_3d`] of a 4-D box.
+    ///
+    /// # Safety
+    /// As [`Self::load_tile_3d`].
+    #[inline(always)]
+    pub unsafe fn load_tile_4d(&self, stage: u32, destination: u32, map: *const u8, coordinates: [i32; 4]) {
+        let [x, y, z, w] = coordinates;
+        // SAFETY: the caller guarantees the map, the destination and the count.
+        unsafe {
+            asm!(
+                "cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes [{d}], [{m}, {{{x}, {y}, {z}, {w}}}], [{b}];",
+                d = in(reg32) destination,
+                m = in(reg64) map as u64,
+                x = in(reg32) x,
+                y = in(reg32) y,
+                z = in(reg32) z,
+                w = in(reg32) w,
                 b = in(reg32) self.full + 8 * stage,
                 options(nostack),
             )
@@ -182,6 +193,82 @@ impl StagePipeline {
             )
         };
     }
+}
+
+/// One mbarrier per stage that completes when `count` threads have arrived: a signal
+/// between the sides of a pipeline beyond its fills and releases (for example, that a
+/// landed stage was changed in place and may be read). Its `f`-th arrival round for a
+/// stage completes phase `f`.
+pub struct StageSignal {
+    barriers: u32,
+}
+
+impl StageSignal {
+    /// Sets up the mbarriers of `stages` stages at the shared-window address
+    /// `barriers`, each completing on `count` arrivals.
+    ///
+    /// # Safety
+    /// As [`StagePipeline::new`], with `stages * 8` bytes at `barriers`.
+    #[inline(always)]
+    pub unsafe fn new(barriers: u32, stages: u32, count: u32) -> Self {
+        // SAFETY: the caller gives this memory to the mbarriers.
+        unsafe { init_barriers(barriers, stages, count) };
+        Self { barriers }
+    }
+
+    /// Arrives on the stage's signal, ordering this thread's earlier memory accesses
+    /// before the waiters' later ones.
+    ///
+    /// # Safety
+    /// The signal was set up and published; each of the `count` threads arrives once
+    /// per round.
+    #[inline(always)]
+    pub unsafe fn arrive(&self, stage: u32) {
+        // SAFETY: an initialized mbarrier.
+        unsafe {
+            asm!(
+                "mbarrier.arrive.shared::cta.b64 _, [{b}];",
+                b = in(reg32) self.barriers + 8 * stage,
+                options(nostack),
+            )
+        };
+    }
+
+    /// Waits until round `round` of the stage's signal has completed.
+    ///
+    /// # Safety
+    /// The signal was set up and published, and round `round - 2` has completed (no
+    /// round is passed unseen).
+    #[inline(always)]
+    pub unsafe fn wait(&self, stage: u32, round: u32) {
+        // SAFETY: an initialized mbarrier.
+        unsafe { wait_parity(self.barriers + 8 * stage, round & 1) };
+    }
+}
+
+/// Thread 0 sets up `stages` mbarriers of `count` arrivals, 8 bytes apart from
+/// `barriers`, and makes that visible to the other threads' arrivals.
+///
+/// # Safety
+/// As [`StagePipeline::new`].
+#[inline(always)]
+unsafe fn init_barriers(barriers: u32, stages: u32, count: u32) {
+    if thread_idx_x() != 0 {
+        return;
+    }
+    for stage in 0..stages {
+        // SAFETY: the caller gives this memory to the mbarriers.
+        unsafe {
+            asm!(
+                "mbarrier.init.shared::cta.b64 [{b}], {n};",
+                b = in(reg32) barriers + 8 * stage,
+                n = in(reg32) count,
+                options(nostack),
+            )
+        };
+    }
+    // SAFETY: makes the initialization visible to the other threads' arrivals.
+    unsafe { asm!("fence.mbarrier_init.release.cluster;", options(nostack)) };
 }
 
 /// Makes a tensor map that the host wrote to global memory visible to this thread's

@@ -362,11 +362,14 @@ fn every_conv_kernel_matches_the_reference_on_fixed_cases() {
         TensorCoreGrad,
         SplitTensorCoreGrad,
         TensorCoreGradScalar,
+        /// The weight gradient on `wgmma` over NCHW tensors, Hopper only:
+        /// `TensorCoreGrad` elsewhere.
+        WarpgroupGrad,
     }
     use Path::{
         Direct, Gemm, SplitGemm, SplitTensorCoreGrad, TensorCore, TensorCoreBulk, TensorCoreBulkFromNchw,
         TensorCoreBulkFromNchwNarrow, TensorCoreBulkNarrow, TensorCoreGrad, TensorCoreGradScalar,
-        TensorCoreScalar, Winograd,
+        TensorCoreScalar, WarpgroupGrad, Winograd,
     };
     let tf32 = |layout| Conv2dParams {
         layout,
@@ -454,6 +457,26 @@ fn every_conv_kernel_matches_the_reference_on_fixed_cases() {
                 false,
             ),
             [TensorCoreBulkNarrow, TensorCoreBulkNarrow, TensorCoreGrad],
+        ),
+        // NCHW in TF32, stride 1: the weight gradient on `wgmma` on Hopper, 68 input
+        // channels (a partial second chunk of 64), 136 output channels (a partial second
+        // tile of 128), a 2x2 window dilated along w (4 taps: 8 column blocks, the last
+        // tile of three one short), output rows of 40 pixels (a partial second k-tile),
+        // windows past every edge.
+        (
+            case(
+                2,
+                [68, 136],
+                [2, 2],
+                [5, 40],
+                Conv2dParams {
+                    padding: [1, 1],
+                    dilation: [1, 2],
+                    ..tf32(ConvLayout::Nchw)
+                },
+                true,
+            ),
+            [TensorCoreBulkFromNchw, TensorCoreBulkFromNchw, WarpgroupGrad],
         ),
         // A weight gradient over 4500 pixels: its sums split over blocks.
         (
@@ -642,6 +665,10 @@ fn every_conv_kernel_matches_the_reference_on_fixed_cases() {
                     }
                     ConvAlgorithm::ImplicitGemm(plan) if plan.split > 1 => SplitGemm,
                     ConvAlgorithm::ImplicitGemm(_) => Gemm,
+                    ConvAlgorithm::WarpgroupWeightGrad(plan) => {
+                        assert!(plan.split > 1, "{c:?} {pass:?}");
+                        WarpgroupGrad
+                    }
                     ConvAlgorithm::TensorCoreWeightGrad(plan) => {
                         match (plan.a_vector & plan.b_vector, plan.split) {
                             (0, _) => TensorCoreGradScalar,
@@ -670,6 +697,7 @@ fn every_conv_kernel_matches_the_reference_on_fixed_cases() {
                     TensorCoreBulkFromNchw | TensorCoreBulkFromNchwNarrow if warpgroup_mma == 0 => {
                         TensorCoreScalar
                     }
+                    WarpgroupGrad if warpgroup_mma == 0 => TensorCoreGrad,
                     other => other,
                 };
                 assert_eq!(path, expected, "{c:?} {pass:?}");
@@ -871,9 +899,12 @@ fn tf32_passes_are_close_and_deterministic() {
         (difference / norm).sqrt()
     };
     let bits = |a: &ArrayD<f32>| a.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
-    for (x_shape, w_shape, padding, layout) in [
-        ([2, 17, 19, 64], [96, 3, 3, 64], [1, 1], ConvLayout::Nhwc),
-        ([3, 5, 33, 31], [40, 5, 1, 1], [0, 0], ConvLayout::Nchw),
+    let hopper = gpu.info().compute_capability == (9, 0);
+    // The last takes the weight gradient on `wgmma` on Hopper.
+    for (x_shape, w_shape, padding, layout, warpgroup_grad) in [
+        ([2, 17, 19, 64], [96, 3, 3, 64], [1, 1], ConvLayout::Nhwc, false),
+        ([3, 5, 33, 31], [40, 5, 1, 1], [0, 0], ConvLayout::Nchw, false),
+        ([2, 64, 9, 36], [48, 64, 3, 3], [1, 1], ConvLayout::Nchw, hopper),
     ] {
         let params = Conv2dParams {
             padding,
@@ -891,12 +922,13 @@ fn tf32_passes_are_close_and_deterministic() {
         let want_dx = reference::conv::conv2d_grad_input(dy4, w4, &x_shape, &params).unwrap();
         let want_dw = reference::conv::conv2d_grad_weight(x4, dy4, &w_shape, &params).unwrap();
         let mut results = Vec::new();
-        for gpu in [&*gpu, &*portable] {
+        for (gpu, warpgroup_grad) in [(&*gpu, warpgroup_grad), (&*portable, false)] {
             for pass in [ConvPass::Forward, ConvPass::InputGrad, ConvPass::WeightGrad] {
                 let plan = gpu.conv2d_algorithm(&x_shape, &w_shape, &params, pass).unwrap();
                 let tensor_cores = match plan {
                     ConvAlgorithm::TensorCore(_) => pass != ConvPass::WeightGrad,
-                    ConvAlgorithm::TensorCoreWeightGrad(_) => pass == ConvPass::WeightGrad,
+                    ConvAlgorithm::TensorCoreWeightGrad(_) => pass == ConvPass::WeightGrad && !warpgroup_grad,
+                    ConvAlgorithm::WarpgroupWeightGrad(_) => pass == ConvPass::WeightGrad && warpgroup_grad,
                     _ => false,
                 };
                 assert!(tensor_cores, "{pass:?}: {plan:?}");

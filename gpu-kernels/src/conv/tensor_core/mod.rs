@@ -15,7 +15,8 @@
 //! changed to NHWC by the host, y staying NCHW. Elsewhere `mma.sync` m16n8k8 TF32 (fragments by `ldmatrix`, rounded to TF32 to
 //! nearest), every thread copying and multiplying, one block per tile. Sums stay FP32,
 //! in a fixed order, so results are the same from run to run. The weight gradient has
-//! its own `mma.sync` kernel (`weight_grad`): its GEMM runs over the output pixels.
+//! kernels of its own, its GEMM running over the output pixels: on `wgmma` over NCHW
+//! tensors (`warpgroup_weight_grad`), and on `mma.sync` over NHWC (`weight_grad`).
 
 #[cfg(target_arch = "nvptx64")]
 mod epilogue;
@@ -27,13 +28,15 @@ mod staged_epilogue;
 mod warp_mma;
 #[cfg(all(target_arch = "nvptx64", target_feature = "sm_90a"))]
 mod warpgroup_mma;
+pub mod warpgroup_weight_grad;
 pub mod weight_grad;
 
+pub use warpgroup_weight_grad::WarpgroupWeightGradPlan;
 pub use weight_grad::WeightGradPlan;
 
 use super::{ConvEpilogue, ConvLayout, ConvProblem};
 use crate::launch::{DeviceLimits, DevicePtr, DevicePtrMut, Launch, LaunchGeometry, kernel_args};
-use crate::tensor_map::{TensorMapMode, TensorMapPair, TensorMapSpec};
+use crate::tensor_map::{TensorMapMode, TensorMapPair, TensorMapSpec, TensorMapSwizzle};
 
 /// Rows of C (output pixels) per block of the `mma.sync` kernels.
 pub const TC_BM: u32 = 128;
@@ -203,6 +206,7 @@ impl TensorCorePlan {
                 channels: TC_BK,
                 pixels: WGMMA_BM,
             },
+            swizzle: TensorMapSwizzle::Bytes128,
         };
         let in_group = p.in_per_group() as u64;
         let filters = TensorMapSpec {
@@ -214,6 +218,7 @@ impl TensorCorePlan {
             mode: TensorMapMode::Tiled {
                 box_dims: [TC_BK, 1, self.tile_n, 0, 0],
             },
+            swizzle: TensorMapSwizzle::Bytes128,
         };
         Some([patches, filters])
     }

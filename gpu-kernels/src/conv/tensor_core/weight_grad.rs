@@ -48,35 +48,15 @@ pub struct WeightGradPlan {
 }
 
 impl WeightGradPlan {
-    /// The plan on `multiprocessors` SMs: the split that fills the SMs' waves best (the
-    /// fewest splits unless more fill them by a 32nd more), each split at least
-    /// `WGRAD_MIN_K_TILES` k-tiles. Call only on problems with a batch.
+    /// The plan on `multiprocessors` SMs, split by [`wave_filling_split`]. Call only on
+    /// problems with a batch.
     pub const fn new(problem: &ConvProblem, multiprocessors: u32) -> Self {
         let p = problem;
         let m_tiles = p.out_per_group().div_ceil(TC_BM);
         let n_tiles = (p.in_per_group() * p.taps()).div_ceil(TC_BN);
         let tiles = m_tiles as u64 * n_tiles as u64 * p.groups as u64;
         let pixel_tiles = (p.batch as u64 * p.out_pixels() as u64).div_ceil(TC_BK as u64);
-        let most = pixel_tiles / WGRAD_MIN_K_TILES as u64;
-        let most = if most > WGRAD_MAX_SPLIT as u64 {
-            WGRAD_MAX_SPLIT as u64
-        } else {
-            most
-        };
-        // The SMs' slots that `blocks` blocks take: whole waves.
-        let sms = multiprocessors as u64;
-        let (mut best, mut best_blocks, mut best_slots) = (1, tiles, tiles.div_ceil(sms) * sms);
-        let mut split = 2;
-        while split <= most {
-            let blocks = tiles * split;
-            let slots = blocks.div_ceil(sms) * sms;
-            // blocks / slots > best_blocks / best_slots + 1 / 32
-            if 32 * blocks * best_slots > (32 * best_blocks + best_slots) * slots {
-                (best, best_blocks, best_slots) = (split, blocks, slots);
-            }
-            split += 1;
-        }
-        let k_tiles = pixel_tiles.div_ceil(best);
+        let k_tiles = pixel_tiles.div_ceil(wave_filling_split(tiles, pixel_tiles, multiprocessors));
         Self {
             m_tiles,
             n_tiles,
@@ -122,6 +102,33 @@ impl WeightGradPlan {
         };
         (Launch::new(CONV_WEIGHT_GRAD_NHWC_TF32, geometry, args), sum)
     }
+}
+
+/// How many parts to split `k_tiles` k-tiles of each of `tiles` tiles into on
+/// `multiprocessors` SMs: the split that fills the SMs' waves best (the fewest splits
+/// unless more fill them by a 32nd more), each part at least `WGRAD_MIN_K_TILES`
+/// k-tiles, at most `WGRAD_MAX_SPLIT` parts.
+pub const fn wave_filling_split(tiles: u64, k_tiles: u64, multiprocessors: u32) -> u64 {
+    let most = k_tiles / WGRAD_MIN_K_TILES as u64;
+    let most = if most > WGRAD_MAX_SPLIT as u64 {
+        WGRAD_MAX_SPLIT as u64
+    } else {
+        most
+    };
+    // The SMs' slots that `blocks` blocks take: whole waves.
+    let sms = multiprocessors as u64;
+    let (mut best, mut best_blocks, mut best_slots) = (1, tiles, tiles.div_ceil(sms) * sms);
+    let mut split = 2;
+    while split <= most {
+        let blocks = tiles * split;
+        let slots = blocks.div_ceil(sms) * sms;
+        // blocks / slots > best_blocks / best_slots + 1 / 32
+        if 32 * blocks * best_slots > (32 * best_blocks + best_slots) * slots {
+            (best, best_blocks, best_slots) = (split, blocks, slots);
+        }
+        split += 1;
+    }
+    best
 }
 
 kernel_args! {

@@ -1,0 +1,625 @@
+//! The weight gradient on warpgroup MMA (`wgmma` TF32, sm_90a) over NCHW tensors, for
+//! stride-1 convolutions. Per output channel and weight it is the GEMM
+//! `dw = dy patches(x)^T` over the pixels, and in NCHW both operands are contiguous
+//! along them, which is the K-major layout `wgmma` reads TF32 in. Bulk tensor copies
+//! (TMA) stage both, zeros outside the tensors, but fault unless a box starts at a
+//! 16-byte multiple along its innermost dimension. So the k-tiles run over x's columns
+//! in aligned runs of `TC_BK`, x's rows (one per window row) land as they lie in the
+//! swizzled layout `wgmma` reads from shared memory, and dy, which a window column
+//! displaces by a few pixels, is copied from its image's plane (rows of any length) in
+//! plain rows 4 floats wider from the aligned pixel before; the consumers read their
+//! fragments from the displaced pixel on, zeros where the output pixel lies outside the
+//! row. A tile is
+//! `WGMMA_WGRAD_ROWS` output channels (64 per consumer warpgroup) by
+//! `WGMMA_WGRAD_BLOCKS` column blocks of one window column, each a window row and
+//! `WGMMA_WGRAD_CHANNELS` input channels. The producer warpgroup copies the stages,
+//! then rounds the staged x to TF32 in place (the tensor cores would drop its low
+//! mantissa bits, which biases the products) and signals the consumers, which multiply
+//! dy from registers (rounded on the way) by x from shared memory. The pixels are split
+//! over blocks into partial gradients that `reduce::split_sum` adds in FP64 in a fixed
+//! order: results are the same from run to run.
+//!
+//! Columns of a k-tile whose output pixel lies outside the output row have no dy
+//! (zeros), so their x values add nothing unless they are infinite or NaN.
+
+use super::weight_grad::wave_filling_split;
+use super::{TC_BK, WGMMA_BARRIER_BYTES, WGMMA_THREADS, tile_bytes};
+use crate::conv::reduce::{self, SplitSumArgs};
+use crate::conv::{ConvLayout, ConvProblem};
+use crate::launch::{
+    DeviceLimits, DevicePtr, DevicePtrMut, Launch, LaunchGeometry, ScratchLayout, kernel_args,
+};
+use crate::tensor_map::{TensorMapMode, TensorMapPair, TensorMapSpec, TensorMapSwizzle};
+
+/// Output channels per tile: 64 for each of the two consumer warpgroups.
+pub const WGMMA_WGRAD_ROWS: u32 = 128;
+/// Input channels of a column block (one window row).
+pub const WGMMA_WGRAD_CHANNELS: u32 = 64;
+/// Column blocks per tile: one m64n192k8 `wgmma` per consumer and 8 pixels.
+pub const WGMMA_WGRAD_BLOCKS: u32 = 3;
+/// Shared-memory stages.
+pub const WGMMA_WGRAD_STAGES: u32 = 4;
+
+/// Floats per staged row of dy: a k-tile and the 4 more that its unaligned start may
+/// take. 36 floats apart, the fragment reads of a warp (rows `g`, columns `t`) fall in
+/// 32 distinct banks.
+const DY_PITCH: u32 = TC_BK + 4;
+/// Bytes of a stage: the column blocks (1024-byte aligned for the swizzle), then dy.
+const BLOCK_BYTES: u32 = tile_bytes(WGMMA_WGRAD_CHANNELS);
+const B_BYTES: u32 = WGMMA_WGRAD_BLOCKS * BLOCK_BYTES;
+const A_BYTES: u32 = WGMMA_WGRAD_ROWS * DY_PITCH * 4;
+const STAGE_BYTES: u32 = B_BYTES + A_BYTES;
+/// Dynamic shared memory: the stages, then per stage the full, empty and rounded
+/// mbarriers.
+const SHARED_BYTES: u32 = WGMMA_WGRAD_STAGES * (STAGE_BYTES + WGMMA_BARRIER_BYTES + 8);
+
+const _: () = assert!(WGMMA_THREADS == 3 * 128 && WGMMA_WGRAD_ROWS == 2 * 64);
+const _: () = assert!(WGMMA_WGRAD_BLOCKS * WGMMA_WGRAD_CHANNELS == 192 && STAGE_BYTES.is_multiple_of(1024));
+
+/// How the `wgmma` weight gradient is launched: one block per tile (column tiles
+/// fastest, then output channels) and split of the k-tiles.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WarpgroupWeightGradPlan {
+    /// Tiles of `WGMMA_WGRAD_ROWS` output channels.
+    pub m_tiles: u32,
+    /// Tiles of column blocks: window columns by `column_tiles`.
+    pub n_tiles: u32,
+    /// Tiles of `WGMMA_WGRAD_BLOCKS` column blocks per window column.
+    pub column_tiles: u32,
+    /// Column blocks of a window column: window rows by chunks of
+    /// `WGMMA_WGRAD_CHANNELS` input channels, chunks fastest.
+    pub column_blocks: u32,
+    pub channel_chunks: u32,
+    /// k-tiles per row of x: `TC_BK` columns each, the last one partial.
+    pub row_tiles: u32,
+    /// k-tiles of the batch: images by output rows by `row_tiles`.
+    pub total_k_tiles: u32,
+    /// Parts of the k-tiles summed separately.
+    pub split: u32,
+    /// k-tiles per split.
+    pub k_tiles: u32,
+}
+
+impl WarpgroupWeightGradPlan {
+    /// The plan of `problem`'s weight gradient over tensors in `layout`, when the
+    /// device has the kernel and the problem suits it: NCHW, one group, stride 1, rows
+    /// of x and planes of dy in 16-byte multiples (the tensor maps' strides), at least half a
+    /// chunk of input channels, three column blocks per window column and half a k-tile
+    /// of row (the tiles mostly full), a batch, and tensors the maps can describe.
+    pub const fn of(problem: &ConvProblem, layout: ConvLayout, device: &DeviceLimits) -> Option<Self> {
+        let p = problem;
+        let suits = device.warpgroup_mma
+            && device.tensor_maps
+            && device.max_shared_bytes_per_block >= SHARED_BYTES
+            && matches!(layout, ConvLayout::Nchw)
+            && p.groups == 1
+            && p.stride_h == 1
+            && p.stride_w == 1
+            && p.width.is_multiple_of(4)
+            && p.out_pixels().is_multiple_of(4)
+            && p.in_channels >= WGMMA_WGRAD_CHANNELS / 2
+            && p.width >= TC_BK / 2
+            && p.batch > 0
+            && fits_a_map(p.in_channels, p.pixels())
+            && fits_a_map(p.out_channels, p.out_pixels());
+        let channel_chunks = p.in_channels.div_ceil(WGMMA_WGRAD_CHANNELS);
+        let column_blocks = p.kernel_h * channel_chunks;
+        let row_tiles = p.width.div_ceil(TC_BK);
+        let total = p.batch as u64 * p.out_h as u64 * row_tiles as u64;
+        if !suits || column_blocks < WGMMA_WGRAD_BLOCKS || total > u32::MAX as u64 {
+            return None;
+        }
+        let m_tiles = p.out_channels.div_ceil(WGMMA_WGRAD_ROWS);
+        let column_tiles = column_blocks.div_ceil(WGMMA_WGRAD_BLOCKS);
+        let n_tiles = p.kernel_w * column_tiles;
+        let split = wave_filling_split(m_tiles as u64 * n_tiles as u64, total, device.multiprocessors);
+        let k_tiles = total.div_ceil(split);
+        Some(Self {
+            m_tiles,
+            n_tiles,
+            column_tiles,
+            column_blocks,
+            channel_chunks,
+            row_tiles,
+            total_k_tiles: total as u32,
+            split: total.div_ceil(k_tiles) as u32,
+            k_tiles: k_tiles as u32,
+        })
+    }
+
+    /// Bytes of the partial gradients at the start of the scratch (when split),
+    /// rounded up to the tensor maps' alignment.
+    const fn partials_bytes(&self, problem: &ConvProblem) -> u64 {
+        let partials = reduce::partials_scratch(self.split, problem.weight_count()).bytes;
+        partials.next_multiple_of(size_of::<TensorMapPair>() as u64)
+    }
+
+    /// The scratch: the partial gradients, then the tensor maps.
+    pub const fn scratch(&self, problem: &ConvProblem) -> ScratchLayout {
+        ScratchLayout {
+            bytes: self.partials_bytes(problem) + size_of::<TensorMapPair>() as u64,
+            zeroed: 0,
+        }
+    }
+
+    /// Where in `scratch` (laid out by [`Self::scratch`]) the tensor maps go.
+    pub fn maps_at(&self, problem: &ConvProblem, scratch: DevicePtrMut<u8>) -> DevicePtrMut<TensorMapPair> {
+        scratch.offset(self.partials_bytes(problem)).cast()
+    }
+
+    /// The tensor maps of dy, as `[pixels][c][n]` (its rows need not be 16-byte
+    /// multiples), in boxes of `DY_PITCH` pixels of `WGMMA_WGRAD_ROWS` output channels
+    /// as they lie; and of x, as `[w][h][c][n]`, in boxes of one row of `TC_BK` pixels of
+    /// `WGMMA_WGRAD_CHANNELS` input channels, swizzled.
+    pub fn tensor_maps(
+        &self,
+        problem: &ConvProblem,
+        x: DevicePtr<f32>,
+        dy: DevicePtr<f32>,
+    ) -> [TensorMapSpec; 2] {
+        let p = problem;
+        let (pixels, width, height) = (p.out_pixels() as u64, p.width as u64, p.height as u64);
+        let dy = TensorMapSpec {
+            address: dy.address(),
+            rank: 3,
+            dims: [pixels, p.out_channels as u64, p.batch as u64, 0, 0],
+            strides: [4 * pixels, 4 * pixels * p.out_channels as u64, 0, 0],
+            element_strides: [1, 1, 1, 0, 0],
+            mode: TensorMapMode::Tiled {
+                box_dims: [DY_PITCH, WGMMA_WGRAD_ROWS, 1, 0, 0],
+            },
+            swizzle: TensorMapSwizzle::None,
+        };
+        let x = TensorMapSpec {
+            address: x.address(),
+            rank: 4,
+            dims: [width, height, p.in_channels as u64, p.batch as u64, 0],
+            strides: [
+                4 * width,
+                4 * width * height,
+                4 * width * height * p.in_channels as u64,
+                0,
+            ],
+            element_strides: [1, 1, 1, 1, 0],
+            mode: TensorMapMode::Tiled {
+                box_dims: [TC_BK, 1, WGMMA_WGRAD_CHANNELS, 1, 0],
+            },
+            swizzle: TensorMapSwizzle::Bytes128,
+        };
+        [dy, x]
+    }
+
+    /// The launches: the products into `dw` (NCHW), or with a split into the partials
+    /// at the start of `scratch`, then their sum into `dw`; `maps` the
+    /// [`Self::tensor_maps`] in device memory.
+    pub fn launches(
+        &self,
+        problem: &ConvProblem,
+        maps: DevicePtr<TensorMapPair>,
+        scratch: DevicePtrMut<u8>,
+        dw: DevicePtrMut<f32>,
+    ) -> (Launch<WarpgroupWeightGradArgs>, Option<Launch<SplitSumArgs>>) {
+        let (out, sum) = reduce::split_outputs(self.split, problem.weight_count(), scratch, dw);
+        let geometry = LaunchGeometry {
+            grid: [
+                self.m_tiles as u64 * self.n_tiles as u64 * self.split as u64,
+                1,
+                1,
+            ],
+            threads: WGMMA_THREADS,
+            shared_bytes: SHARED_BYTES,
+        };
+        let args = WarpgroupWeightGradArgs {
+            out,
+            maps,
+            problem: *problem,
+            plan: *self,
+        };
+        (Launch::new(CONV_WEIGHT_GRAD_NCHW_TF32_WGMMA, geometry, args), sum)
+    }
+}
+
+/// Whether an image of `channels` planes of `pixels` floats is under the 2^40 bytes
+/// that a tensor map's strides may reach.
+const fn fits_a_map(channels: u32, pixels: u32) -> bool {
+    (channels as u64 * pixels as u64 * 4) < 1 << 40
+}
+
+kernel_args! {
+    /// The `wgmma` weight gradient's arguments: the gradient (NCHW), or with
+    /// `plan.split > 1` the partials, `split` such gradients, in `out`; the tensor maps
+    /// of dy and x.
+    pub struct WarpgroupWeightGradArgs {
+        pub out: DevicePtrMut<f32>,
+        pub maps: DevicePtr<TensorMapPair>,
+        pub problem: ConvProblem,
+        pub plan: WarpgroupWeightGradPlan,
+    }
+    /// The TF32 weight gradient over NCHW tensors on `wgmma`.
+    pub const CONV_WEIGHT_GRAD_NCHW_TF32_WGMMA = "conv_weight_grad_nchw_tf32_wgmma" =>
+        kernel::weight_grad, bounds(WGMMA_THREADS, 1), requires("sm_90a");
+    entry points in ENTRY_POINTS;
+}
+
+#[cfg(all(target_arch = "nvptx64", target_feature = "sm_90a"))]
+mod kernel {
+    use super::*;
+    use crate::device::{
+        Shuffle, StagePipeline, StageSignal, WarpgroupAccumulators, block_idx_x, fence_async_shared,
+        fence_tensor_map, lane_id, load_shared_f32, load_shared_v4_f32, shared_base, store_shared_v4_f32,
+        swizzled_k_major_descriptor, sync_threads, thread_idx_x, to_tf32, warpgroup_commit, warpgroup_fence,
+        warpgroup_wait,
+    };
+    use crate::tensor_map::TensorMap;
+
+    /// Threads of a warpgroup.
+    const WARPGROUP: u32 = 128;
+    const STAGES: u32 = WGMMA_WGRAD_STAGES;
+    /// Stages a k-tile's rounding runs behind its copies.
+    const LAG: u32 = STAGES - 1;
+
+    /// The accumulators of a consumer: its 64 output channels by the tile's 192 columns.
+    type Sums = [[f32; 4]; 24];
+
+    /// The stage's column blocks of x (swizzled, `BLOCK_BYTES` each).
+    #[inline(always)]
+    fn stage_x(stage: u32) -> u32 {
+        shared_base() + stage * STAGE_BYTES
+    }
+
+    /// The stage's rows of dy (`DY_PITCH` floats each).
+    #[inline(always)]
+    fn stage_dy(stage: u32) -> u32 {
+        stage_x(stage) + B_BYTES
+    }
+
+    /// The block's share: its tile, its split's k-tiles, and what its window column
+    /// does to dy.
+    struct Work {
+        /// The tile's first output channel, window column and tile of column blocks
+        /// of that column.
+        m0: u32,
+        window_column: u32,
+        column_tile: u32,
+        split: u32,
+        first: u32,
+        count: u32,
+        /// x's column minus the output column of the products: the window column's
+        /// displacement less the padding.
+        displacement: i32,
+    }
+
+    /// Where a k-tile lies: its image, output row and first column of x; stepped
+    /// through a split's k-tiles in order.
+    #[derive(Clone, Copy)]
+    struct KTile {
+        image: u32,
+        row: u32,
+        column: u32,
+    }
+
+    impl KTile {
+        /// K-tile `kt`.
+        #[inline(always)]
+        fn at(problem: &ConvProblem, plan: &WarpgroupWeightGradPlan, kt: u32) -> Self {
+            let (row, row_tile) = (kt / plan.row_tiles, kt % plan.row_tiles);
+            Self {
+                image: row / problem.out_h,
+                row: row % problem.out_h,
+                column: row_tile * TC_BK,
+            }
+        }
+
+        /// The k-tile after this one.
+        #[inline(always)]
+        fn advance(&mut self, problem: &ConvProblem, plan: &WarpgroupWeightGradPlan) {
+            self.column += TC_BK;
+            if self.column == plan.row_tiles * TC_BK {
+                self.column = 0;
+                self.row += 1;
+                if self.row == problem.out_h {
+                    self.row = 0;
+                    self.image += 1;
+                }
+            }
+        }
+
+        /// The pixel of dy (in its image's plane) that the k-tile's first column of x
+        /// multiplies: the window column displaces it by `displacement`. It may lie
+        /// outside the row (those products are zeros).
+        #[inline(always)]
+        fn dy_pixel(&self, problem: &ConvProblem, displacement: i32) -> i32 {
+            (self.row * problem.out_w + self.column) as i32 - displacement
+        }
+    }
+
+    /// The weight gradient of conv for dy (NCHW), or with `plan.split > 1` its
+    /// per-split partials.
+    ///
+    /// # Safety
+    /// `args.maps` holds the plan's tensor maps of the problem's dy and x (NCHW), `out`
+    /// the gradient (NCHW) or `split` of them when split; the launch is the one
+    /// [`WarpgroupWeightGradPlan::launches`] builds from this problem's plan.
+    #[inline(always)]
+    pub unsafe fn weight_grad(args: WarpgroupWeightGradArgs) {
+        let (p, plan) = (&args.problem, &args.plan);
+        let tiles = plan.m_tiles * plan.n_tiles;
+        let (split, tile) = (block_idx_x() / tiles, block_idx_x() % tiles);
+        let n_tile = tile % plan.n_tiles;
+        let window_column = n_tile / plan.column_tiles;
+        let first = split * plan.k_tiles;
+        let work = Work {
+            m0: tile / plan.n_tiles * WGMMA_WGRAD_ROWS,
+            window_column,
+            column_tile: n_tile % plan.column_tiles,
+            split,
+            first,
+            count: plan.k_tiles.min(plan.total_k_tiles - first),
+            displacement: (window_column * p.dilation_w) as i32 - p.pad_w as i32,
+        };
+        let barriers = stage_x(STAGES);
+        // SAFETY: every thread calls them; the mbarriers follow the stages in the
+        // launch's shared memory, and the barrier below publishes them.
+        let (pipeline, rounded) = unsafe {
+            (
+                StagePipeline::new(barriers, STAGES, 1, 2 * WARPGROUP),
+                StageSignal::new(barriers + STAGES * WGMMA_BARRIER_BYTES, STAGES, WARPGROUP),
+            )
+        };
+        // SAFETY: every thread reaches it.
+        unsafe { sync_threads() };
+        // From lane 0, so that ptxas sees the role as warp-uniform (a `wgmma` under a
+        // divergent branch is serialized).
+        let warpgroup = (thread_idx_x() / WARPGROUP).shfl_idx(0);
+        // SAFETY: both sides run the same k-tiles in the same order, so every fill is
+        // rounded and consumed, and every release awaited.
+        unsafe {
+            if warpgroup == 0 {
+                produce(&args, &work, &pipeline, &rounded);
+            } else {
+                consume(&args, &work, &pipeline, &rounded, warpgroup - 1);
+            }
+        }
+    }
+
+    /// The producer warpgroup: its first thread copies each k-tile of dy and the
+    /// tile's column blocks of x into a stage; every thread then rounds its share of a
+    /// landed stage's x, `LAG` k-tiles behind, and signals it. The rounding of a step
+    /// comes before its copy, whose stage waits for the consumers to be past that
+    /// rounded k-tile.
+    ///
+    /// # Safety
+    /// As [`weight_grad`]; the producer warpgroup calls it.
+    #[inline(always)]
+    unsafe fn produce(
+        args: &WarpgroupWeightGradArgs,
+        work: &Work,
+        pipeline: &StagePipeline,
+        rounded: &StageSignal,
+    ) {
+        let (p, plan) = (&args.problem, &args.plan);
+        let lead = thread_idx_x() == 0;
+        let dy_map = args.maps.as_ptr() as *const u8;
+        let x_map = dy_map.wrapping_add(size_of::<TensorMap>());
+        if lead {
+            // SAFETY: the host wrote both maps before the launch.
+            unsafe {
+                fence_tensor_map(dy_map);
+                fence_tensor_map(x_map);
+            }
+        }
+        let mut k_tile = KTile::at(p, plan, work.first);
+        for step in 0..work.count + LAG {
+            if step >= LAG {
+                let landed = step - LAG;
+                let stage = landed % STAGES;
+                // SAFETY: the stage's copies landed once the full barrier is passed;
+                // nothing reads its x until the signal, which the fence orders after
+                // these stores for the tensor cores.
+                unsafe {
+                    pipeline.wait_full(stage, landed / STAGES);
+                    round_to_tf32(stage_x(stage));
+                    fence_async_shared();
+                    rounded.arrive(stage);
+                }
+            }
+            if lead && step < work.count {
+                let (stage, fill) = (step % STAGES, step / STAGES);
+                let (image, column) = (k_tile.image as i32, k_tile.column as i32);
+                // dy from the 16-byte-aligned pixel at or before the first one the
+                // k-tile's products take.
+                let dy_pixel = k_tile.dy_pixel(p, work.displacement) & !3;
+                // SAFETY: the stage is released before the copies start; the full
+                // barrier expects every box's bytes (zero-filled parts included).
+                unsafe {
+                    pipeline.acquire(stage, fill);
+                    pipeline.arrive_expecting(stage, STAGE_BYTES);
+                    pipeline.load_tile_3d(stage, stage_dy(stage), dy_map, [dy_pixel, work.m0 as i32, image]);
+                }
+                for j in 0..WGMMA_WGRAD_BLOCKS {
+                    // Blocks past the window column's copy the last one again; their
+                    // sums are not stored.
+                    let block = (work.column_tile * WGMMA_WGRAD_BLOCKS + j).min(plan.column_blocks - 1);
+                    let (window_row, chunk) = (block / plan.channel_chunks, block % plan.channel_chunks);
+                    let at = [
+                        column,
+                        (k_tile.row + window_row * p.dilation_h) as i32 - p.pad_h as i32,
+                        (chunk * WGMMA_WGRAD_CHANNELS) as i32,
+                        image,
+                    ];
+                    // SAFETY: as above.
+                    unsafe { pipeline.load_tile_4d(stage, stage_x(stage) + j * BLOCK_BYTES, x_map, at) };
+                }
+                k_tile.advance(p, plan);
+            }
+        }
+    }
+
+    /// Rounds the staged x at `tile` to TF32 to nearest in place, each producer thread
+    /// every `WARPGROUP`-th 16-byte chunk.
+    ///
+    /// # Safety
+    /// The producer warpgroup calls it on a landed stage that nothing else accesses.
+    #[inline(always)]
+    unsafe fn round_to_tf32(tile: u32) {
+        for i in 0..B_BYTES / 16 / WARPGROUP {
+            let at = tile + 16 * (i * WARPGROUP + thread_idx_x());
+            // SAFETY: a 16-byte chunk of the stage, which the caller owns.
+            unsafe {
+                let values = load_shared_v4_f32(at);
+                store_shared_v4_f32(at, values.map(|v| f32::from_bits(to_tf32(v))));
+            }
+        }
+    }
+
+    /// How a consumer reads a k-tile's staged dy: its rows start `shift` floats before
+    /// the k-tile's first product, and the products of columns `valid` of the k-tile
+    /// have their output pixel inside the row (the others are zeros).
+    #[derive(Clone, Copy)]
+    struct DyView {
+        shift: u32,
+        valid: (i32, i32),
+    }
+
+    impl DyView {
+        #[inline(always)]
+        fn of(problem: &ConvProblem, displacement: i32, k_tile: &KTile) -> Self {
+            let first = displacement - k_tile.column as i32;
+            Self {
+                shift: (k_tile.dy_pixel(problem, displacement) & 3) as u32,
+                valid: (first, first + problem.out_w as i32),
+            }
+        }
+    }
+
+    /// This thread's A fragment of the `wgmma` over rows `rows ..` (64) and columns
+    /// `8 kk ..` of the k-tile, from the staged dy at `tile`, rounded to TF32 to
+    /// nearest. Lane `4 g + t` of warp `w` holds rows `16 w + g` and `+ 8`, columns `t`
+    /// and `t + 4`.
+    ///
+    /// # Safety
+    /// The tile landed and is visible to this thread.
+    #[inline(always)]
+    unsafe fn a_fragment(tile: u32, rows: u32, kk: u32, view: DyView) -> [u32; 4] {
+        let lane = lane_id();
+        let row = rows + 16 * (thread_idx_x() / 32 % 4) + lane / 4;
+        let column = 8 * kk + lane % 4;
+        let element = |row: u32, column: u32| {
+            let inside = (column as i32) >= view.valid.0 && (column as i32) < view.valid.1;
+            // SAFETY: a float of the landed rows, which are `DY_PITCH` long.
+            let value = unsafe { load_shared_f32(tile + (row * DY_PITCH + view.shift + column) * 4) };
+            if inside { to_tf32(value) } else { 0 }
+        };
+        [
+            element(row, column),
+            element(row + 8, column),
+            element(row, column + 4),
+            element(row + 8, column + 4),
+        ]
+    }
+
+    /// K-tile `kt` of the block's product: `sums += dy x^T` over its pixels for this
+    /// consumer's rows `rows ..` (64), one `wgmma` per 8 pixels, each followed by a
+    /// wait that leaves one in flight; the k-tile before is released once its last
+    /// `wgmma` is done.
+    ///
+    /// # Safety
+    /// The consumer warpgroup calls it together for the k-tiles in order; each
+    /// `wgmma`'s A fragment stays untouched until a wait says it is done.
+    #[inline(always)]
+    unsafe fn multiply_k_tile(
+        sums: &mut Sums,
+        pipeline: &StagePipeline,
+        rounded: &StageSignal,
+        kt: u32,
+        rows: u32,
+        view: DyView,
+    ) {
+        let stage = kt % STAGES;
+        // SAFETY: the caller's contract; the signal says the stage landed and its x
+        // was rounded and fenced for the tensor cores.
+        unsafe {
+            rounded.wait(stage, kt / STAGES);
+            for kk in 0..TC_BK / 8 {
+                let a = a_fragment(stage_dy(stage), rows, kk, view);
+                let b = swizzled_k_major_descriptor(stage_x(stage) + kk * 32);
+                warpgroup_fence();
+                sums.multiply_tf32(a, b);
+                warpgroup_commit();
+                warpgroup_wait::<1>();
+                if kk == 0 && kt > 0 {
+                    pipeline.release((kt - 1) % STAGES);
+                }
+            }
+        }
+    }
+
+    /// A consumer: multiplies its 64 output channels of the tile over the split's
+    /// k-tiles and stores them.
+    ///
+    /// # Safety
+    /// As [`weight_grad`]; consumer warpgroup `consumer` (0 or 1) calls it.
+    #[inline(always)]
+    unsafe fn consume(
+        args: &WarpgroupWeightGradArgs,
+        work: &Work,
+        pipeline: &StagePipeline,
+        rounded: &StageSignal,
+        consumer: u32,
+    ) {
+        let (p, plan) = (&args.problem, &args.plan);
+        let rows = consumer * 64;
+        let mut k_tile = KTile::at(p, plan, work.first);
+        let mut sums: Sums = [[0.0; 4]; 24];
+        sums.pin();
+        // The first k-tile runs before the loop, so that the sums enter it defined by a
+        // `wgmma` as they leave it: else ptxas serializes every `wgmma` of the loop.
+        let view = DyView::of(p, work.displacement, &k_tile);
+        // SAFETY: forwarded; a split has at least one k-tile.
+        unsafe { multiply_k_tile(&mut sums, pipeline, rounded, 0, rows, view) };
+        for kt in 1..work.count {
+            k_tile.advance(p, plan);
+            let view = DyView::of(p, work.displacement, &k_tile);
+            // SAFETY: as above.
+            unsafe { multiply_k_tile(&mut sums, pipeline, rounded, kt, rows, view) };
+        }
+        // SAFETY: the sums are final after the wait, and the last stage read.
+        unsafe {
+            warpgroup_wait::<0>();
+            pipeline.release((work.count - 1) % STAGES);
+            store(args, work, &sums, rows);
+        }
+    }
+
+    /// Stores a consumer's sums: lane `4 g + t` of warp `w` holds rows `16 w + g` and
+    /// `+ 8`, columns `8 j + 2 t` and `+ 1` (`wgmma`'s accumulator layout); column `c`
+    /// of the tile is channel `c % 64` of its column block `c / 64`.
+    ///
+    /// # Safety
+    /// As [`consume`].
+    #[inline(always)]
+    unsafe fn store(args: &WarpgroupWeightGradArgs, work: &Work, sums: &Sums, rows: u32) {
+        let (p, plan) = (&args.problem, &args.plan);
+        let (lane, warp) = (lane_id(), thread_idx_x() / 32 % 4);
+        let (g, t) = (lane / 4, lane % 4);
+        let out = args.out.as_mut_ptr();
+        let base = work.split as u64 * p.weight_count();
+        for (j, tile) in sums.iter().enumerate() {
+            let column = 8 * j as u32 + 2 * t;
+            let block = work.column_tile * WGMMA_WGRAD_BLOCKS + column / WGMMA_WGRAD_CHANNELS;
+            let (window_row, chunk) = (block / plan.channel_chunks, block % plan.channel_chunks);
+            let tap = window_row * p.kernel_w + work.window_column;
+            for (e, &sum) in tile.iter().enumerate() {
+                let m = work.m0 + rows + 16 * warp + g + 8 * (e as u32 / 2);
+                let channel = chunk * WGMMA_WGRAD_CHANNELS + column % WGMMA_WGRAD_CHANNELS + e as u32 % 2;
+                if block < plan.column_blocks && m < p.out_channels && channel < p.in_channels {
+                    let at =
+                        (m as u64 * p.in_channels as u64 + channel as u64) * p.taps() as u64 + tap as u64;
+                    // SAFETY: weight (m, channel, tap) of this split's gradient.
+                    unsafe { *out.add((base + at) as usize) = sum };
+                }
+            }
+        }
+    }
+}
