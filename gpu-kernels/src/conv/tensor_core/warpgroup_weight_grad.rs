@@ -12,12 +12,13 @@
 //! row. A tile is
 //! `WGMMA_WGRAD_ROWS` output channels (64 per consumer warpgroup) by
 //! `WGMMA_WGRAD_BLOCKS` column blocks of one window column, each a window row and
-//! `WGMMA_WGRAD_CHANNELS` input channels. The producer warpgroup copies the stages,
-//! then rounds the staged x to TF32 in place (the tensor cores would drop its low
-//! mantissa bits, which biases the products) and signals the consumers, which multiply
-//! dy from registers (rounded on the way) by x from shared memory. The pixels are split
-//! over blocks into partial gradients that `reduce::split_sum` adds in FP64 in a fixed
-//! order: results are the same from run to run.
+//! `WGMMA_WGRAD_CHANNELS` input channels. One thread of the producer warpgroup copies
+//! the stages; its other warps round the staged x to TF32 in place (the tensor cores
+//! would drop its low mantissa bits, which biases the products) and signal the
+//! consumers, which multiply dy from registers (rounded on the way) by x from shared
+//! memory. The pixels are split over blocks into partial gradients that
+//! `reduce::split_sum` adds in FP64 in a fixed order: results are the same from run to
+//! run.
 //!
 //! Columns of a k-tile whose output pixel lies outside the output row have no dy
 //! (zeros), so their x values add nothing unless they are infinite or NaN.
@@ -256,8 +257,9 @@ mod kernel {
     /// Threads of a warpgroup.
     const WARPGROUP: u32 = 128;
     const STAGES: u32 = WGMMA_WGRAD_STAGES;
-    /// Stages a k-tile's rounding runs behind its copies.
-    const LAG: u32 = STAGES - 1;
+    /// The producer's threads that round the staged x: its warps but the first.
+    const ROUNDERS: u32 = WARPGROUP - 32;
+    const _: () = assert!((B_BYTES / 16).is_multiple_of(ROUNDERS));
 
     /// The accumulators of a consumer: its 64 output channels by the tile's 192 columns.
     type Sums = [[f32; 4]; 24];
@@ -291,38 +293,67 @@ mod kernel {
     }
 
     /// Where a k-tile lies: its image, output row and first column of x; stepped
-    /// through a split's k-tiles in order.
+    /// through a split's k-tiles in order: across a band of `BAND` k-tiles of a row,
+    /// then down the output rows, then the next band. The rows of x a k-tile copies are
+    /// copied again a band later (the other window rows), and the 16 bytes past a row
+    /// of dy at once (the next k-tile's), while L2 holds them: the bands of all blocks
+    /// take a few megabytes.
     #[derive(Clone, Copy)]
     struct KTile {
         image: u32,
         row: u32,
-        column: u32,
+        /// The band's first column and its k-tiles, and the k-tile in it.
+        band: u32,
+        band_tiles: u32,
+        tile: u32,
     }
+
+    /// k-tiles of a band.
+    const BAND: u32 = 4;
 
     impl KTile {
         /// K-tile `kt`.
         #[inline(always)]
         fn at(problem: &ConvProblem, plan: &WarpgroupWeightGradPlan, kt: u32) -> Self {
-            let (row, row_tile) = (kt / plan.row_tiles, kt % plan.row_tiles);
+            let per_image = problem.out_h * plan.row_tiles;
+            let (image, rest) = (kt / per_image, kt % per_image);
+            let band = rest / (problem.out_h * BAND) * BAND;
+            let band_tiles = (plan.row_tiles - band).min(BAND);
+            let rest = rest - band * problem.out_h;
             Self {
-                image: row / problem.out_h,
-                row: row % problem.out_h,
-                column: row_tile * TC_BK,
+                image,
+                row: rest / band_tiles,
+                band,
+                band_tiles,
+                tile: rest % band_tiles,
             }
+        }
+
+        /// The k-tile's first column of x.
+        #[inline(always)]
+        fn column(&self) -> u32 {
+            (self.band + self.tile) * TC_BK
         }
 
         /// The k-tile after this one.
         #[inline(always)]
         fn advance(&mut self, problem: &ConvProblem, plan: &WarpgroupWeightGradPlan) {
-            self.column += TC_BK;
-            if self.column == plan.row_tiles * TC_BK {
-                self.column = 0;
-                self.row += 1;
-                if self.row == problem.out_h {
-                    self.row = 0;
-                    self.image += 1;
-                }
+            self.tile += 1;
+            if self.tile < self.band_tiles {
+                return;
             }
+            self.tile = 0;
+            self.row += 1;
+            if self.row < problem.out_h {
+                return;
+            }
+            self.row = 0;
+            self.band += BAND;
+            if self.band == plan.row_tiles.next_multiple_of(BAND) {
+                self.band = 0;
+                self.image += 1;
+            }
+            self.band_tiles = (plan.row_tiles - self.band).min(BAND);
         }
 
         /// The pixel of dy (in its image's plane) that the k-tile's first column of x
@@ -330,7 +361,7 @@ mod kernel {
         /// outside the row (those products are zeros).
         #[inline(always)]
         fn dy_pixel(&self, problem: &ConvProblem, displacement: i32) -> i32 {
-            (self.row * problem.out_w + self.column) as i32 - displacement
+            (self.row * problem.out_w + self.column()) as i32 - displacement
         }
     }
 
@@ -364,7 +395,7 @@ mod kernel {
         let (pipeline, rounded) = unsafe {
             (
                 StagePipeline::new(barriers, STAGES, 1, 2 * WARPGROUP),
-                StageSignal::new(barriers + STAGES * WGMMA_BARRIER_BYTES, STAGES, WARPGROUP),
+                StageSignal::new(barriers + STAGES * WGMMA_BARRIER_BYTES, STAGES, ROUNDERS),
             )
         };
         // SAFETY: every thread reaches it.
@@ -384,10 +415,10 @@ mod kernel {
     }
 
     /// The producer warpgroup: its first thread copies each k-tile of dy and the
-    /// tile's column blocks of x into a stage; every thread then rounds its share of a
-    /// landed stage's x, `LAG` k-tiles behind, and signals it. The rounding of a step
-    /// comes before its copy, whose stage waits for the consumers to be past that
-    /// rounded k-tile.
+    /// tile's column blocks of x into a stage; its other warps (`ROUNDERS` threads)
+    /// round each landed stage's x and signal it. The copies wait for stages that the
+    /// consumers released, the rounding only for landed ones, so neither holds up the
+    /// other.
     ///
     /// # Safety
     /// As [`weight_grad`]; the producer warpgroup calls it.
@@ -398,73 +429,74 @@ mod kernel {
         pipeline: &StagePipeline,
         rounded: &StageSignal,
     ) {
-        let (p, plan) = (&args.problem, &args.plan);
-        let lead = thread_idx_x() == 0;
-        let dy_map = args.maps.as_ptr() as *const u8;
-        let x_map = dy_map.wrapping_add(size_of::<TensorMap>());
-        if lead {
-            // SAFETY: the host wrote both maps before the launch.
-            unsafe {
-                fence_tensor_map(dy_map);
-                fence_tensor_map(x_map);
-            }
-        }
-        let mut k_tile = KTile::at(p, plan, work.first);
-        for step in 0..work.count + LAG {
-            if step >= LAG {
-                let landed = step - LAG;
-                let stage = landed % STAGES;
+        let warp = thread_idx_x() / 32;
+        if warp != 0 {
+            for fill in 0..work.count {
+                let stage = fill % STAGES;
                 // SAFETY: the stage's copies landed once the full barrier is passed;
                 // nothing reads its x until the signal, which the fence orders after
                 // these stores for the tensor cores.
                 unsafe {
-                    pipeline.wait_full(stage, landed / STAGES);
-                    round_to_tf32(stage_x(stage));
+                    pipeline.wait_full(stage, fill / STAGES);
+                    round_to_tf32(stage_x(stage), thread_idx_x() - 32);
                     fence_async_shared();
                     rounded.arrive(stage);
                 }
             }
-            if lead && step < work.count {
-                let (stage, fill) = (step % STAGES, step / STAGES);
-                let (image, column) = (k_tile.image as i32, k_tile.column as i32);
-                // dy from the 16-byte-aligned pixel at or before the first one the
-                // k-tile's products take.
-                let dy_pixel = k_tile.dy_pixel(p, work.displacement) & !3;
-                // SAFETY: the stage is released before the copies start; the full
-                // barrier expects every box's bytes (zero-filled parts included).
-                unsafe {
-                    pipeline.acquire(stage, fill);
-                    pipeline.arrive_expecting(stage, STAGE_BYTES);
-                    pipeline.load_tile_3d(stage, stage_dy(stage), dy_map, [dy_pixel, work.m0 as i32, image]);
-                }
-                for j in 0..WGMMA_WGRAD_BLOCKS {
-                    // Blocks past the window column's copy the last one again; their
-                    // sums are not stored.
-                    let block = (work.column_tile * WGMMA_WGRAD_BLOCKS + j).min(plan.column_blocks - 1);
-                    let (window_row, chunk) = (block / plan.channel_chunks, block % plan.channel_chunks);
-                    let at = [
-                        column,
-                        (k_tile.row + window_row * p.dilation_h) as i32 - p.pad_h as i32,
-                        (chunk * WGMMA_WGRAD_CHANNELS) as i32,
-                        image,
-                    ];
-                    // SAFETY: as above.
-                    unsafe { pipeline.load_tile_4d(stage, stage_x(stage) + j * BLOCK_BYTES, x_map, at) };
-                }
-                k_tile.advance(p, plan);
+            return;
+        }
+        if thread_idx_x() != 0 {
+            return;
+        }
+        let (p, plan) = (&args.problem, &args.plan);
+        let dy_map = args.maps.as_ptr() as *const u8;
+        let x_map = dy_map.wrapping_add(size_of::<TensorMap>());
+        // SAFETY: the host wrote both maps before the launch.
+        unsafe {
+            fence_tensor_map(dy_map);
+            fence_tensor_map(x_map);
+        }
+        let mut k_tile = KTile::at(p, plan, work.first);
+        for fill in 0..work.count {
+            let stage = fill % STAGES;
+            let (image, column) = (k_tile.image as i32, k_tile.column() as i32);
+            // dy from the 16-byte-aligned pixel at or before the first one the k-tile's
+            // products take.
+            let dy_pixel = k_tile.dy_pixel(p, work.displacement) & !3;
+            // SAFETY: the stage is released before the copies start; the full barrier
+            // expects every box's bytes (zero-filled parts included).
+            unsafe {
+                pipeline.acquire(stage, fill / STAGES);
+                pipeline.arrive_expecting(stage, STAGE_BYTES);
+                pipeline.load_tile_3d(stage, stage_dy(stage), dy_map, [dy_pixel, work.m0 as i32, image]);
             }
+            for j in 0..WGMMA_WGRAD_BLOCKS {
+                // Blocks past the window column's copy the last one again; their sums
+                // are not stored.
+                let block = (work.column_tile * WGMMA_WGRAD_BLOCKS + j).min(plan.column_blocks - 1);
+                let (window_row, chunk) = (block / plan.channel_chunks, block % plan.channel_chunks);
+                let at = [
+                    column,
+                    (k_tile.row + window_row * p.dilation_h) as i32 - p.pad_h as i32,
+                    (chunk * WGMMA_WGRAD_CHANNELS) as i32,
+                    image,
+                ];
+                // SAFETY: as above.
+                unsafe { pipeline.load_tile_4d(stage, stage_x(stage) + j * BLOCK_BYTES, x_map, at) };
+            }
+            k_tile.advance(p, plan);
         }
     }
 
-    /// Rounds the staged x at `tile` to TF32 to nearest in place, each producer thread
-    /// every `WARPGROUP`-th 16-byte chunk.
+    /// Rounds the staged x at `tile` to TF32 to nearest in place, rounder `rounder`
+    /// every `ROUNDERS`-th 16-byte chunk.
     ///
     /// # Safety
-    /// The producer warpgroup calls it on a landed stage that nothing else accesses.
+    /// The rounders call it on a landed stage that nothing else accesses.
     #[inline(always)]
-    unsafe fn round_to_tf32(tile: u32) {
-        for i in 0..B_BYTES / 16 / WARPGROUP {
-            let at = tile + 16 * (i * WARPGROUP + thread_idx_x());
+    unsafe fn round_to_tf32(tile: u32, rounder: u32) {
+        for i in 0..B_BYTES / 16 / ROUNDERS {
+            let at = tile + 16 * (i * ROUNDERS + rounder);
             // SAFETY: a 16-byte chunk of the stage, which the caller owns.
             unsafe {
                 let values = load_shared_v4_f32(at);
@@ -485,7 +517,7 @@ mod kernel {
     impl DyView {
         #[inline(always)]
         fn of(problem: &ConvProblem, displacement: i32, k_tile: &KTile) -> Self {
-            let first = displacement - k_tile.column as i32;
+            let first = displacement - k_tile.column() as i32;
             Self {
                 shift: (k_tile.dy_pixel(problem, displacement) & 3) as u32,
                 valid: (first, first + problem.out_w as i32),
