@@ -59,6 +59,31 @@ pub struct TensorMapSpec {
     pub swizzle: TensorMapSwizzle,
 }
 
+impl TensorMapSpec {
+    /// The map of a dense tensor of `f32` at `address` with extents `dims` (innermost
+    /// first, at most 5), copied in boxes of `box_dims`.
+    pub fn tiled(address: u64, dims: &[u64], box_dims: &[u32], swizzle: TensorMapSwizzle) -> Self {
+        let (mut extents, mut strides, mut boxes, mut element_strides) = ([0; 5], [0; 4], [0; 5], [0; 5]);
+        let mut stride = size_of::<f32>() as u64;
+        for (d, (&extent, &box_extent)) in dims.iter().zip(box_dims).enumerate() {
+            (extents[d], boxes[d], element_strides[d]) = (extent, box_extent, 1);
+            if let Some(outer) = d.checked_sub(1) {
+                strides[outer] = stride;
+            }
+            stride *= extent;
+        }
+        Self {
+            address,
+            rank: dims.len() as u32,
+            dims: extents,
+            strides,
+            element_strides,
+            mode: TensorMapMode::Tiled { box_dims: boxes },
+            swizzle,
+        }
+    }
+}
+
 /// Two tensor maps in device memory.
 #[repr(C)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -115,5 +140,28 @@ mod kernel {
             // SAFETY: word `word` of the 32 words at `dst`.
             unsafe { (*dst).0[word / 16].0[word % 16] = value };
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_tiled_map_strides_over_the_dense_tensor() {
+        // x (2, 5, 7, 12) in NHWC: channels, then columns, rows and images.
+        let spec = TensorMapSpec::tiled(256, &[12, 7, 5, 2], &[8, 4, 1, 1], TensorMapSwizzle::Bytes128);
+        let want = TensorMapSpec {
+            address: 256,
+            rank: 4,
+            dims: [12, 7, 5, 2, 0],
+            strides: [4 * 12, 4 * 12 * 7, 4 * 12 * 7 * 5, 0],
+            element_strides: [1, 1, 1, 1, 0],
+            mode: TensorMapMode::Tiled {
+                box_dims: [8, 4, 1, 1, 0],
+            },
+            swizzle: TensorMapSwizzle::Bytes128,
+        };
+        assert_eq!(spec, want);
     }
 }

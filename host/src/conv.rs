@@ -592,7 +592,7 @@ impl Gpu {
     }
 
     /// The weight gradient where its plan reads a layout of its own: the depthwise
-    /// kernel (the tensors'), the tensor cores (NCHW on `wgmma`, else NHWC); `dw` back
+    /// kernel and `wgmma` (the tensors'), `mma.sync` (NHWC); `dw` back
     /// when the plan is another.
     fn weight_grad_in_layout<'a, 'g>(
         &'g self,
@@ -614,8 +614,8 @@ impl Gpu {
                 }
             }
             ConvAlgorithm::WarpgroupWeightGrad(plan) => {
-                // NCHW, the tensors' layout: the plan takes no other.
-                let grad_y = grad_y.in_layout(self, ConvLayout::Nchw)?;
+                // The tensors' layout: the plan takes no other.
+                let grad_y = grad_y.in_layout(self, plan.layout())?;
                 let (_scratch, scratch) = self.scratch(plan.scratch(problem))?;
                 let specs = plan.tensor_maps(problem, x.ptr(), grad_y.ptr());
                 let maps = self.write_tensor_maps(&specs, plan.maps_at(problem, scratch))?;

@@ -120,7 +120,7 @@ pub enum ConvAlgorithm {
     TensorCore(TensorCorePlan),
     /// The weight gradient on the tensor cores (TF32, NHWC, `mma.sync`).
     TensorCoreWeightGrad(WeightGradPlan),
-    /// The weight gradient on warpgroup MMA (TF32, NCHW, stride 1).
+    /// The weight gradient on warpgroup MMA (TF32, NCHW or NHWC, stride 1).
     WarpgroupWeightGrad(WarpgroupWeightGradPlan),
     Direct(DirectPlan),
 }
@@ -149,7 +149,7 @@ impl ConvAlgorithm {
             ConvAlgorithm::ImplicitGemm(_) | ConvAlgorithm::Winograd(_) => ConvLayout::Nchw,
             ConvAlgorithm::TensorCore(plan) => plan.layout(),
             ConvAlgorithm::TensorCoreWeightGrad(_) => ConvLayout::Nhwc,
-            ConvAlgorithm::WarpgroupWeightGrad(_) => ConvLayout::Nchw,
+            ConvAlgorithm::WarpgroupWeightGrad(plan) => plan.layout(),
             ConvAlgorithm::Direct(plan) => plan.layout(),
         }
     }
@@ -168,7 +168,8 @@ impl ConvAlgorithm {
 /// input channels per group; in TF32, the tensor cores: in the tensors' layout for the
 /// forward pass, and for the input gradient where it is the forward pass of
 /// [`ConvProblem::input_grad_as_forward`] (the plan is that problem's), for the weight
-/// gradient on `wgmma` over NCHW tensors where it suits the problem, else in NHWC; else
+/// gradient on `wgmma` in the tensors' layout where it suits the problem, else on
+/// `mma.sync` in NHWC; else
 /// [`cuda_core_algorithm`]. Call only on problems that fit the index limits, with
 /// no empty extent.
 pub fn algorithm(
@@ -270,5 +271,22 @@ mod tests {
             tensor_maps: false,
         };
         assert_eq!((tf32(&h100), tf32(&a100)), (1, 0));
+        // The TF32 weight gradient on wgmma in either layout on Hopper.
+        for layout in [ConvLayout::Nchw, ConvLayout::Nhwc] {
+            let grad = |device: &DeviceLimits| {
+                algorithm(
+                    &problem,
+                    ConvPass::WeightGrad,
+                    ConvPrecision::Tf32,
+                    layout,
+                    device,
+                )
+            };
+            assert!(
+                matches!(grad(&h100), ConvAlgorithm::WarpgroupWeightGrad(plan) if plan.layout() == layout),
+                "{layout:?}"
+            );
+            assert!(matches!(grad(&a100), ConvAlgorithm::TensorCoreWeightGrad(_)));
+        }
     }
 }

@@ -362,7 +362,7 @@ fn every_conv_kernel_matches_the_reference_on_fixed_cases() {
         TensorCoreGrad,
         SplitTensorCoreGrad,
         TensorCoreGradScalar,
-        /// The weight gradient on `wgmma` over NCHW tensors, Hopper only:
+        /// The weight gradient on `wgmma` (NCHW or NHWC), Hopper only:
         /// `TensorCoreGrad` elsewhere.
         WarpgroupGrad,
     }
@@ -375,6 +375,24 @@ fn every_conv_kernel_matches_the_reference_on_fixed_cases() {
         layout,
         precision: ConvPrecision::Tf32,
         ..p
+    };
+    // 68 input channels (a partial second chunk of 64), 136 output channels (a partial
+    // second tile of 128), a 2x2 window dilated along w (4 taps: 8 column blocks, the
+    // last tile of three one short), output rows of 40 pixels (a partial second k-tile),
+    // windows past every edge.
+    let warpgroup_grad = |layout| {
+        case(
+            2,
+            [68, 136],
+            [2, 2],
+            [5, 40],
+            Conv2dParams {
+                padding: [1, 1],
+                dilation: [1, 2],
+                ..tf32(layout)
+            },
+            true,
+        )
     };
     let cases = [
         // Winograd in all three passes, with a bias.
@@ -458,25 +476,15 @@ fn every_conv_kernel_matches_the_reference_on_fixed_cases() {
             ),
             [TensorCoreBulkNarrow, TensorCoreBulkNarrow, TensorCoreGrad],
         ),
-        // NCHW in TF32, stride 1: the weight gradient on `wgmma` on Hopper, 68 input
-        // channels (a partial second chunk of 64), 136 output channels (a partial second
-        // tile of 128), a 2x2 window dilated along w (4 taps: 8 column blocks, the last
-        // tile of three one short), output rows of 40 pixels (a partial second k-tile),
-        // windows past every edge.
+        // NCHW, then NHWC (x transposed in shared memory), in TF32, stride 1: the weight
+        // gradient on `wgmma` on Hopper.
         (
-            case(
-                2,
-                [68, 136],
-                [2, 2],
-                [5, 40],
-                Conv2dParams {
-                    padding: [1, 1],
-                    dilation: [1, 2],
-                    ..tf32(ConvLayout::Nchw)
-                },
-                true,
-            ),
+            warpgroup_grad(ConvLayout::Nchw),
             [TensorCoreBulkFromNchw, TensorCoreBulkFromNchw, WarpgroupGrad],
+        ),
+        (
+            warpgroup_grad(ConvLayout::Nhwc),
+            [TensorCoreBulk, TensorCoreBulk, WarpgroupGrad],
         ),
         // A weight gradient over 4500 pixels: its sums split over blocks.
         (
@@ -900,9 +908,9 @@ fn tf32_passes_are_close_and_deterministic() {
     };
     let bits = |a: &ArrayD<f32>| a.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
     let hopper = gpu.info().compute_capability == (9, 0);
-    // The last takes the weight gradient on `wgmma` on Hopper.
+    // The first and the last take the weight gradient on `wgmma` on Hopper.
     for (x_shape, w_shape, padding, layout, warpgroup_grad) in [
-        ([2, 17, 19, 64], [96, 3, 3, 64], [1, 1], ConvLayout::Nhwc, false),
+        ([2, 17, 19, 64], [96, 3, 3, 64], [1, 1], ConvLayout::Nhwc, hopper),
         ([3, 5, 33, 31], [40, 5, 1, 1], [0, 0], ConvLayout::Nchw, false),
         ([2, 64, 9, 36], [48, 64, 3, 3], [1, 1], ConvLayout::Nchw, hopper),
     ] {

@@ -16,7 +16,8 @@
 //! nearest), every thread copying and multiplying, one block per tile. Sums stay FP32,
 //! in a fixed order, so results are the same from run to run. The weight gradient has
 //! kernels of its own, its GEMM running over the output pixels: on `wgmma` over NCHW
-//! tensors (`warpgroup_weight_grad`), and on `mma.sync` over NHWC (`weight_grad`).
+//! or NHWC tensors (`warpgroup_weight_grad`), and on `mma.sync` over NHWC
+//! (`weight_grad`).
 
 #[cfg(target_arch = "nvptx64")]
 mod epilogue;
@@ -209,17 +210,12 @@ impl TensorCorePlan {
             swizzle: TensorMapSwizzle::Bytes128,
         };
         let in_group = p.in_per_group() as u64;
-        let filters = TensorMapSpec {
-            address: w.address(),
-            rank: 3,
-            dims: [in_group, p.taps() as u64, p.out_channels as u64, 0, 0],
-            strides: [in_group * bytes, in_group * bytes * p.taps() as u64, 0, 0],
-            element_strides: [1, 1, 1, 0, 0],
-            mode: TensorMapMode::Tiled {
-                box_dims: [TC_BK, 1, self.tile_n, 0, 0],
-            },
-            swizzle: TensorMapSwizzle::Bytes128,
-        };
+        let filters = TensorMapSpec::tiled(
+            w.address(),
+            &[in_group, p.taps() as u64, p.out_channels as u64],
+            &[TC_BK, 1, self.tile_n],
+            TensorMapSwizzle::Bytes128,
+        );
         Some([patches, filters])
     }
 

@@ -1,22 +1,29 @@
-//! The weight gradient on warpgroup MMA (`wgmma` TF32, sm_90a) over NCHW tensors, for
-//! stride-1 convolutions. Per output channel and weight it is the GEMM
-//! `dw = dy patches(x)^T` over the pixels, and in NCHW both operands are contiguous
-//! along them, which is the K-major layout `wgmma` reads TF32 in. Bulk tensor copies
-//! (TMA) stage both, zeros outside the tensors, but fault unless a box starts at a
-//! 16-byte multiple along its innermost dimension. So the k-tiles run over x's columns
-//! in aligned runs of `TC_BK`, x's rows (one per window row) land as they lie in the
-//! swizzled layout `wgmma` reads from shared memory, and dy, which a window column
+//! The weight gradient on warpgroup MMA (`wgmma` TF32, sm_90a) over NCHW or NHWC
+//! tensors, for stride-1 convolutions. Per output channel and weight it is the GEMM
+//! `dw = dy patches(x)^T` over the pixels. `wgmma` reads TF32 operands from shared
+//! memory only K-major (contiguous along the pixels); A may come from registers in any
+//! layout. So dy is A, read from registers, and x is B: in NCHW it is K-major as it
+//! lies, in NHWC (channels fastest) it is transposed in shared memory.
+//!
+//! Bulk tensor copies (TMA) stage both, zeros outside the tensors, but fault unless a
+//! box starts at a 16-byte multiple along its innermost dimension. So the k-tiles run
+//! over x's columns in aligned runs of `TC_BK`. In NCHW x's rows (one per window row)
+//! land as they lie in the swizzled layout `wgmma` reads, and dy, which a window column
 //! displaces by a few pixels, is copied from its image's plane (rows of any length) in
-//! plain rows 4 floats wider from the aligned pixel before; the consumers read their
-//! fragments from the displaced pixel on, zeros where the output pixel lies outside the
-//! row. A tile is
-//! `WGMMA_WGRAD_ROWS` output channels (64 per consumer warpgroup) by
+//! plain rows 4 floats wider from the aligned pixel before. In NHWC, x lands in swizzled
+//! boxes of `TC_BK` pixels by 32 channels, each the transpose of the K-major layout of
+//! the same bytes, and dy from the displaced pixel itself, rows of `DY_NHWC_ROW`
+//! channels (a few past the tile's, so that a warp's fragment reads fall in distinct
+//! banks). The consumers read their fragments from the displaced pixel on, zeros where
+//! the output pixel lies outside the row.
+//!
+//! A tile is `WGMMA_WGRAD_ROWS` output channels (64 per consumer warpgroup) by
 //! `WGMMA_WGRAD_BLOCKS` column blocks of one window column, each a window row and
 //! `WGMMA_WGRAD_CHANNELS` input channels. One thread of the producer warpgroup copies
-//! the stages; its other warps round the staged x to TF32 in place (the tensor cores
-//! would drop its low mantissa bits, which biases the products) and signal the
-//! consumers, which multiply dy from registers (rounded on the way) by x from shared
-//! memory. The pixels are split over blocks into partial gradients that
+//! the stages; its other warps round the staged x to TF32 in place (transposing it in
+//! NHWC; the tensor cores would drop its low mantissa bits, which biases the products)
+//! and signal the consumers, which multiply dy from registers (rounded on the way) by x
+//! from shared memory. The pixels are split over blocks into partial gradients that
 //! `reduce::split_sum` adds in FP64 in a fixed order: results are the same from run to
 //! run.
 //!
@@ -30,7 +37,7 @@ use crate::conv::{ConvLayout, ConvProblem};
 use crate::launch::{
     DeviceLimits, DevicePtr, DevicePtrMut, Launch, LaunchGeometry, ScratchLayout, kernel_args,
 };
-use crate::tensor_map::{TensorMapMode, TensorMapPair, TensorMapSpec, TensorMapSwizzle};
+use crate::tensor_map::{TensorMapPair, TensorMapSpec, TensorMapSwizzle};
 
 /// Output channels per tile: 64 for each of the two consumer warpgroups.
 pub const WGMMA_WGRAD_ROWS: u32 = 128;
@@ -45,17 +52,26 @@ pub const WGMMA_WGRAD_STAGES: u32 = 4;
 /// take. 36 floats apart, the fragment reads of a warp (rows `g`, columns `t`) fall in
 /// 32 distinct banks.
 const DY_PITCH: u32 = TC_BK + 4;
+/// Floats per staged pixel of dy in NHWC: the tile's output channels and 8 more. 136
+/// floats apart, the fragment reads of a warp (columns `t`, rows `g`) fall in 32
+/// distinct banks.
+const DY_NHWC_ROW: u32 = WGMMA_WGRAD_ROWS + 8;
+/// Input channels of a box of x in NHWC: 128 bytes, the swizzle's span.
+const X_NHWC_BOX_CHANNELS: u32 = 32;
 /// Bytes of a stage: the column blocks (1024-byte aligned for the swizzle), then dy.
 const BLOCK_BYTES: u32 = tile_bytes(WGMMA_WGRAD_CHANNELS);
 const B_BYTES: u32 = WGMMA_WGRAD_BLOCKS * BLOCK_BYTES;
 const A_BYTES: u32 = WGMMA_WGRAD_ROWS * DY_PITCH * 4;
 const STAGE_BYTES: u32 = B_BYTES + A_BYTES;
+/// Bytes the copies of a stage bring in NHWC: x, and `TC_BK` pixels of dy.
+const STAGE_NHWC_COPY_BYTES: u32 = B_BYTES + TC_BK * DY_NHWC_ROW * 4;
 /// Dynamic shared memory: the stages, then per stage the full, empty and rounded
 /// mbarriers.
 const SHARED_BYTES: u32 = WGMMA_WGRAD_STAGES * (STAGE_BYTES + WGMMA_BARRIER_BYTES + 8);
 
 const _: () = assert!(WGMMA_THREADS == 3 * 128 && WGMMA_WGRAD_ROWS == 2 * 64);
 const _: () = assert!(WGMMA_WGRAD_BLOCKS * WGMMA_WGRAD_CHANNELS == 192 && STAGE_BYTES.is_multiple_of(1024));
+const _: () = assert!(STAGE_NHWC_COPY_BYTES <= STAGE_BYTES && X_NHWC_BOX_CHANNELS == TC_BK);
 
 /// How the `wgmma` weight gradient is launched: one block per tile (column tiles
 /// fastest, then output channels) and split of the k-tiles.
@@ -80,25 +96,32 @@ pub struct WarpgroupWeightGradPlan {
     pub split: u32,
     /// k-tiles per split.
     pub k_tiles: u32,
+    /// Whether x, dy and dw are channels last (NHWC), as 1 or 0 (NCHW).
+    pub channels_last: u32,
 }
 
 impl WarpgroupWeightGradPlan {
     /// The plan of `problem`'s weight gradient over tensors in `layout`, when the
-    /// device has the kernel and the problem suits it: NCHW, one group, stride 1, rows
-    /// of x and planes of dy in 16-byte multiples (the tensor maps' strides), at least half a
-    /// chunk of input channels, three column blocks per window column and half a k-tile
-    /// of row (the tiles mostly full), a batch, and tensors the maps can describe.
+    /// device has the kernel and the problem suits it: one group, stride 1, the tensor
+    /// maps' strides in 16-byte multiples (in NCHW rows of x and planes of dy, in NHWC
+    /// pixels of both), at least half a chunk of input channels, three column blocks per
+    /// window column and half a k-tile of row (the tiles mostly full), a batch, and
+    /// tensors the maps can describe.
     pub const fn of(problem: &ConvProblem, layout: ConvLayout, device: &DeviceLimits) -> Option<Self> {
         let p = problem;
+        let channels_last = matches!(layout, ConvLayout::Nhwc);
+        let strides_fit = if channels_last {
+            p.in_channels.is_multiple_of(4) && p.out_channels.is_multiple_of(4)
+        } else {
+            p.width.is_multiple_of(4) && p.out_pixels().is_multiple_of(4)
+        };
         let suits = device.warpgroup_mma
             && device.tensor_maps
             && device.max_shared_bytes_per_block >= SHARED_BYTES
-            && matches!(layout, ConvLayout::Nchw)
+            && strides_fit
             && p.groups == 1
             && p.stride_h == 1
             && p.stride_w == 1
-            && p.width.is_multiple_of(4)
-            && p.out_pixels().is_multiple_of(4)
             && p.in_channels >= WGMMA_WGRAD_CHANNELS / 2
             && p.width >= TC_BK / 2
             && p.batch > 0
@@ -126,7 +149,13 @@ impl WarpgroupWeightGradPlan {
             total_k_tiles: total as u32,
             split: total.div_ceil(k_tiles) as u32,
             k_tiles: k_tiles as u32,
+            channels_last: channels_last as u32,
         })
+    }
+
+    /// The layout of x, dy and dw.
+    pub const fn layout(&self) -> ConvLayout {
+        ConvLayout::of_channels_last(self.channels_last)
     }
 
     /// Bytes of the partial gradients at the start of the scratch (when split),
@@ -149,50 +178,22 @@ impl WarpgroupWeightGradPlan {
         scratch.offset(self.partials_bytes(problem)).cast()
     }
 
-    /// The tensor maps of dy, as `[pixels][c][n]` (its rows need not be 16-byte
-    /// multiples), in boxes of `DY_PITCH` pixels of `WGMMA_WGRAD_ROWS` output channels
-    /// as they lie; and of x, as `[w][h][c][n]`, in boxes of one row of `TC_BK` pixels of
-    /// `WGMMA_WGRAD_CHANNELS` input channels, swizzled.
+    /// The tensor maps of dy and x in the plan's layout.
     pub fn tensor_maps(
         &self,
         problem: &ConvProblem,
         x: DevicePtr<f32>,
         dy: DevicePtr<f32>,
     ) -> [TensorMapSpec; 2] {
-        let p = problem;
-        let (pixels, width, height) = (p.out_pixels() as u64, p.width as u64, p.height as u64);
-        let dy = TensorMapSpec {
-            address: dy.address(),
-            rank: 3,
-            dims: [pixels, p.out_channels as u64, p.batch as u64, 0, 0],
-            strides: [4 * pixels, 4 * pixels * p.out_channels as u64, 0, 0],
-            element_strides: [1, 1, 1, 0, 0],
-            mode: TensorMapMode::Tiled {
-                box_dims: [DY_PITCH, WGMMA_WGRAD_ROWS, 1, 0, 0],
-            },
-            swizzle: TensorMapSwizzle::None,
-        };
-        let x = TensorMapSpec {
-            address: x.address(),
-            rank: 4,
-            dims: [width, height, p.in_channels as u64, p.batch as u64, 0],
-            strides: [
-                4 * width,
-                4 * width * height,
-                4 * width * height * p.in_channels as u64,
-                0,
-            ],
-            element_strides: [1, 1, 1, 1, 0],
-            mode: TensorMapMode::Tiled {
-                box_dims: [TC_BK, 1, WGMMA_WGRAD_CHANNELS, 1, 0],
-            },
-            swizzle: TensorMapSwizzle::Bytes128,
-        };
-        [dy, x]
+        if self.channels_last == 1 {
+            nhwc_tensor_maps(problem, x, dy)
+        } else {
+            nchw_tensor_maps(problem, x, dy)
+        }
     }
 
-    /// The launches: the products into `dw` (NCHW), or with a split into the partials
-    /// at the start of `scratch`, then their sum into `dw`; `maps` the
+    /// The launches: the products into `dw` (in the plan's layout), or with a split
+    /// into the partials at the start of `scratch`, then their sum into `dw`; `maps` the
     /// [`Self::tensor_maps`] in device memory.
     pub fn launches(
         &self,
@@ -217,8 +218,56 @@ impl WarpgroupWeightGradPlan {
             problem: *problem,
             plan: *self,
         };
-        (Launch::new(CONV_WEIGHT_GRAD_NCHW_TF32_WGMMA, geometry, args), sum)
+        let kernel = if self.channels_last == 1 {
+            CONV_WEIGHT_GRAD_NHWC_TF32_WGMMA
+        } else {
+            CONV_WEIGHT_GRAD_NCHW_TF32_WGMMA
+        };
+        (Launch::new(kernel, geometry, args), sum)
     }
+}
+
+/// The NCHW tensor maps: of dy, as `[pixels][c][n]` (its rows need not be 16-byte
+/// multiples), in boxes of `DY_PITCH` pixels of `WGMMA_WGRAD_ROWS` output channels as
+/// they lie; of x, as `[w][h][c][n]`, in boxes of one row of `TC_BK` pixels of
+/// `WGMMA_WGRAD_CHANNELS` input channels, swizzled.
+fn nchw_tensor_maps(problem: &ConvProblem, x: DevicePtr<f32>, dy: DevicePtr<f32>) -> [TensorMapSpec; 2] {
+    let p = problem;
+    let (batch, in_channels, out_channels) = (p.batch as u64, p.in_channels as u64, p.out_channels as u64);
+    let dy = TensorMapSpec::tiled(
+        dy.address(),
+        &[p.out_pixels() as u64, out_channels, batch],
+        &[DY_PITCH, WGMMA_WGRAD_ROWS, 1],
+        TensorMapSwizzle::None,
+    );
+    let x = TensorMapSpec::tiled(
+        x.address(),
+        &[p.width as u64, p.height as u64, in_channels, batch],
+        &[TC_BK, 1, WGMMA_WGRAD_CHANNELS, 1],
+        TensorMapSwizzle::Bytes128,
+    );
+    [dy, x]
+}
+
+/// The NHWC tensor maps: of dy, as `[c][pixels][n]`, in boxes of `TC_BK` pixels of
+/// `DY_NHWC_ROW` output channels as they lie; of x, as `[c][w][h][n]`, in boxes of
+/// `TC_BK` pixels of one row by `X_NHWC_BOX_CHANNELS` input channels, swizzled.
+fn nhwc_tensor_maps(problem: &ConvProblem, x: DevicePtr<f32>, dy: DevicePtr<f32>) -> [TensorMapSpec; 2] {
+    let p = problem;
+    let (batch, in_channels, out_channels) = (p.batch as u64, p.in_channels as u64, p.out_channels as u64);
+    let dy = TensorMapSpec::tiled(
+        dy.address(),
+        &[out_channels, p.out_pixels() as u64, batch],
+        &[DY_NHWC_ROW, TC_BK, 1],
+        TensorMapSwizzle::None,
+    );
+    let x = TensorMapSpec::tiled(
+        x.address(),
+        &[in_channels, p.width as u64, p.height as u64, batch],
+        &[X_NHWC_BOX_CHANNELS, TC_BK, 1, 1],
+        TensorMapSwizzle::Bytes128,
+    );
+    [dy, x]
 }
 
 /// Whether an image of `channels` planes of `pixels` floats is under the 2^40 bytes
@@ -228,7 +277,7 @@ const fn fits_a_map(channels: u32, pixels: u32) -> bool {
 }
 
 kernel_args! {
-    /// The `wgmma` weight gradient's arguments: the gradient (NCHW), or with
+    /// The `wgmma` weight gradient's arguments: the gradient (in the plan's layout), or with
     /// `plan.split > 1` the partials, `split` such gradients, in `out`; the tensor maps
     /// of dy and x.
     pub struct WarpgroupWeightGradArgs {
@@ -239,7 +288,10 @@ kernel_args! {
     }
     /// The TF32 weight gradient over NCHW tensors on `wgmma`.
     pub const CONV_WEIGHT_GRAD_NCHW_TF32_WGMMA = "conv_weight_grad_nchw_tf32_wgmma" =>
-        kernel::weight_grad, bounds(WGMMA_THREADS, 1), requires("sm_90a");
+        kernel::weight_grad::<false>, bounds(WGMMA_THREADS, 1), requires("sm_90a");
+    /// The TF32 weight gradient over NHWC tensors on `wgmma`.
+    pub const CONV_WEIGHT_GRAD_NHWC_TF32_WGMMA = "conv_weight_grad_nhwc_tf32_wgmma" =>
+        kernel::weight_grad::<true>, bounds(WGMMA_THREADS, 1), requires("sm_90a");
     entry points in ENTRY_POINTS;
 }
 
@@ -249,8 +301,8 @@ mod kernel {
     use crate::device::{
         Shuffle, StagePipeline, StageSignal, WarpgroupAccumulators, block_idx_x, fence_async_shared,
         fence_tensor_map, lane_id, load_shared_f32, load_shared_v4_f32, shared_base, store_shared_v4_f32,
-        swizzled_k_major_descriptor, sync_threads, thread_idx_x, to_tf32, warpgroup_commit, warpgroup_fence,
-        warpgroup_wait,
+        swizzled_k_major_descriptor, sync_group, sync_threads, thread_idx_x, to_tf32, warpgroup_commit,
+        warpgroup_fence, warpgroup_wait,
     };
     use crate::tensor_map::TensorMap;
 
@@ -260,6 +312,11 @@ mod kernel {
     /// The producer's threads that round the staged x: its warps but the first.
     const ROUNDERS: u32 = WARPGROUP - 32;
     const _: () = assert!((B_BYTES / 16).is_multiple_of(ROUNDERS));
+    /// Squares of 4 by 4 floats of the staged x that each rounder transposes (NHWC).
+    const SQUARES_PER_ROUNDER: u32 = B_BYTES / 64 / ROUNDERS;
+    const _: () = assert!(SQUARES_PER_ROUNDER * 64 * ROUNDERS == B_BYTES);
+    /// The named barrier that the rounders synchronize on.
+    const ROUNDERS_BARRIER: u32 = 1;
 
     /// The accumulators of a consumer: its 64 output channels by the tile's 192 columns.
     type Sums = [[f32; 4]; 24];
@@ -365,15 +422,15 @@ mod kernel {
         }
     }
 
-    /// The weight gradient of conv for dy (NCHW), or with `plan.split > 1` its
-    /// per-split partials.
+    /// The weight gradient of conv for dy (NHWC if `CHANNELS_LAST`, else NCHW), or
+    /// with `plan.split > 1` its per-split partials.
     ///
     /// # Safety
-    /// `args.maps` holds the plan's tensor maps of the problem's dy and x (NCHW), `out`
-    /// the gradient (NCHW) or `split` of them when split; the launch is the one
-    /// [`WarpgroupWeightGradPlan::launches`] builds from this problem's plan.
+    /// `args.maps` holds the plan's tensor maps of the problem's dy and x, `out` the
+    /// gradient or `split` of them when split, all in the plan's layout; the launch is
+    /// the one [`WarpgroupWeightGradPlan::launches`] builds from this problem's plan.
     #[inline(always)]
-    pub unsafe fn weight_grad(args: WarpgroupWeightGradArgs) {
+    pub unsafe fn weight_grad<const CHANNELS_LAST: bool>(args: WarpgroupWeightGradArgs) {
         let (p, plan) = (&args.problem, &args.plan);
         let tiles = plan.m_tiles * plan.n_tiles;
         let (split, tile) = (block_idx_x() / tiles, block_idx_x() % tiles);
@@ -407,23 +464,23 @@ mod kernel {
         // rounded and consumed, and every release awaited.
         unsafe {
             if warpgroup == 0 {
-                produce(&args, &work, &pipeline, &rounded);
+                produce::<CHANNELS_LAST>(&args, &work, &pipeline, &rounded);
             } else {
-                consume(&args, &work, &pipeline, &rounded, warpgroup - 1);
+                consume::<CHANNELS_LAST>(&args, &work, &pipeline, &rounded, warpgroup - 1);
             }
         }
     }
 
     /// The producer warpgroup: its first thread copies each k-tile of dy and the
     /// tile's column blocks of x into a stage; its other warps (`ROUNDERS` threads)
-    /// round each landed stage's x and signal it. The copies wait for stages that the
-    /// consumers released, the rounding only for landed ones, so neither holds up the
-    /// other.
+    /// round each landed stage's x (transposing it in NHWC) and signal it. The copies
+    /// wait for stages that the consumers released, the rounding only for landed ones,
+    /// so neither holds up the other.
     ///
     /// # Safety
     /// As [`weight_grad`]; the producer warpgroup calls it.
     #[inline(always)]
-    unsafe fn produce(
+    unsafe fn produce<const CHANNELS_LAST: bool>(
         args: &WarpgroupWeightGradArgs,
         work: &Work,
         pipeline: &StagePipeline,
@@ -438,7 +495,11 @@ mod kernel {
                 // these stores for the tensor cores.
                 unsafe {
                     pipeline.wait_full(stage, fill / STAGES);
-                    round_to_tf32(stage_x(stage), thread_idx_x() - 32);
+                    if CHANNELS_LAST {
+                        transpose_to_tf32(stage_x(stage), thread_idx_x() - 32);
+                    } else {
+                        round_to_tf32(stage_x(stage), thread_idx_x() - 32);
+                    }
                     fence_async_shared();
                     rounded.arrive(stage);
                 }
@@ -460,29 +521,43 @@ mod kernel {
         for fill in 0..work.count {
             let stage = fill % STAGES;
             let (image, column) = (k_tile.image as i32, k_tile.column() as i32);
-            // dy from the 16-byte-aligned pixel at or before the first one the k-tile's
-            // products take.
-            let dy_pixel = k_tile.dy_pixel(p, work.displacement) & !3;
+            let dy_pixel = k_tile.dy_pixel(p, work.displacement);
+            // In NCHW dy from the 16-byte-aligned pixel at or before the first one the
+            // k-tile's products take.
+            let (bytes, dy_at) = if CHANNELS_LAST {
+                (STAGE_NHWC_COPY_BYTES, [work.m0 as i32, dy_pixel, image])
+            } else {
+                (STAGE_BYTES, [dy_pixel & !3, work.m0 as i32, image])
+            };
             // SAFETY: the stage is released before the copies start; the full barrier
             // expects every box's bytes (zero-filled parts included).
             unsafe {
                 pipeline.acquire(stage, fill / STAGES);
-                pipeline.arrive_expecting(stage, STAGE_BYTES);
-                pipeline.load_tile_3d(stage, stage_dy(stage), dy_map, [dy_pixel, work.m0 as i32, image]);
+                pipeline.arrive_expecting(stage, bytes);
+                pipeline.load_tile_3d(stage, stage_dy(stage), dy_map, dy_at);
             }
             for j in 0..WGMMA_WGRAD_BLOCKS {
                 // Blocks past the window column's copy the last one again; their sums
                 // are not stored.
                 let block = (work.column_tile * WGMMA_WGRAD_BLOCKS + j).min(plan.column_blocks - 1);
                 let (window_row, chunk) = (block / plan.channel_chunks, block % plan.channel_chunks);
-                let at = [
-                    column,
-                    (k_tile.row + window_row * p.dilation_h) as i32 - p.pad_h as i32,
+                let row = (k_tile.row + window_row * p.dilation_h) as i32 - p.pad_h as i32;
+                let (channel, to) = (
                     (chunk * WGMMA_WGRAD_CHANNELS) as i32,
-                    image,
-                ];
+                    stage_x(stage) + j * BLOCK_BYTES,
+                );
                 // SAFETY: as above.
-                unsafe { pipeline.load_tile_4d(stage, stage_x(stage) + j * BLOCK_BYTES, x_map, at) };
+                unsafe {
+                    if CHANNELS_LAST {
+                        // Two boxes of 32 channels: rows 0-31 and 32-63 of the block.
+                        let half = X_NHWC_BOX_CHANNELS;
+                        pipeline.load_tile_4d(stage, to, x_map, [channel, column, row, image]);
+                        let at = [channel + half as i32, column, row, image];
+                        pipeline.load_tile_4d(stage, to + half * TC_BK * 4, x_map, at);
+                    } else {
+                        pipeline.load_tile_4d(stage, to, x_map, [column, row, channel, image]);
+                    }
+                }
             }
             k_tile.advance(p, plan);
         }
@@ -505,9 +580,53 @@ mod kernel {
         }
     }
 
-    /// How a consumer reads a k-tile's staged dy: its rows start `shift` floats before
-    /// the k-tile's first product, and the products of columns `valid` of the k-tile
-    /// have their output pixel inside the row (the others are zeros).
+    /// Transposes the staged x at `tile` (NHWC) in place into the K-major layout and
+    /// rounds it to TF32 to nearest; rounder `rounder` takes `SQUARES_PER_ROUNDER`
+    /// squares of 4 by 4 floats.
+    ///
+    /// Each box of 4096 bytes holds 32 pixels `k` by 32 channels `n`, `k` at `128 k`,
+    /// 16-byte chunk `n / 4 ^ k % 8`, and is transposed into `n` at `128 n`, chunk
+    /// `k / 4 ^ n % 8`: the same bytes, as `wgmma` reads them. Square `(i, j)` (pixels
+    /// `4 i ..`, channels `4 j ..`) goes to square `(j, i)`. The 8 threads of a
+    /// quarter-warp, which share a cycle of shared memory, take squares `(g ^ l, l)`
+    /// for `l` in 0..8: their chunks lie in distinct banks both when read and when
+    /// written. All squares are read before any is written, apart from the
+    /// consumers and the copying thread.
+    ///
+    /// # Safety
+    /// The rounders call it together on a landed stage that nothing else accesses.
+    #[inline(always)]
+    unsafe fn transpose_to_tf32(tile: u32, rounder: u32) {
+        let square = |s: u32| {
+            let (box_at, index) = (tile + s / 64 * 4096, s % 64);
+            let (g, l) = (index / 8, index % 8);
+            (box_at, g ^ l, l)
+        };
+        let mut squares = [[[0.0f32; 4]; 4]; SQUARES_PER_ROUNDER as usize];
+        for (s, values) in squares.iter_mut().enumerate() {
+            let (box_at, i, j) = square(s as u32 * ROUNDERS + rounder);
+            for (q, row) in values.iter_mut().enumerate() {
+                let k = 4 * i + q as u32;
+                // SAFETY: 16 bytes of the stage, which the caller owns.
+                *row = unsafe { load_shared_v4_f32(box_at + 128 * k + 16 * (j ^ (k % 8))) };
+            }
+        }
+        // SAFETY: every rounder reaches it once per stage.
+        unsafe { sync_group::<ROUNDERS_BARRIER>(ROUNDERS) };
+        for (s, values) in squares.iter().enumerate() {
+            let (box_at, i, j) = square(s as u32 * ROUNDERS + rounder);
+            for c in 0..4 {
+                let n = 4 * j + c as u32;
+                let column = values.map(|row| f32::from_bits(to_tf32(row[c])));
+                // SAFETY: as above; every square was read before the barrier.
+                unsafe { store_shared_v4_f32(box_at + 128 * n + 16 * (i ^ (n % 8)), column) };
+            }
+        }
+    }
+
+    /// How a consumer reads a k-tile's staged dy: its pixels start `shift` before the
+    /// k-tile's first product, and the products of columns `valid` of the k-tile have
+    /// their output pixel inside the row (the others are zeros).
     #[derive(Clone, Copy)]
     struct DyView {
         shift: u32,
@@ -515,32 +634,45 @@ mod kernel {
     }
 
     impl DyView {
+        /// In NHWC dy is staged from the k-tile's first product on.
         #[inline(always)]
-        fn of(problem: &ConvProblem, displacement: i32, k_tile: &KTile) -> Self {
+        fn of<const CHANNELS_LAST: bool>(problem: &ConvProblem, displacement: i32, k_tile: &KTile) -> Self {
             let first = displacement - k_tile.column() as i32;
+            let shift = if CHANNELS_LAST {
+                0
+            } else {
+                (k_tile.dy_pixel(problem, displacement) & 3) as u32
+            };
             Self {
-                shift: (k_tile.dy_pixel(problem, displacement) & 3) as u32,
+                shift,
                 valid: (first, first + problem.out_w as i32),
             }
         }
     }
 
     /// This thread's A fragment of the `wgmma` over rows `rows ..` (64) and columns
-    /// `8 kk ..` of the k-tile, from the staged dy at `tile`, rounded to TF32 to
-    /// nearest. Lane `4 g + t` of warp `w` holds rows `16 w + g` and `+ 8`, columns `t`
-    /// and `t + 4`.
+    /// `8 kk ..` of the k-tile, from the staged dy at `tile` (rows of `DY_PITCH` pixels
+    /// in NCHW, pixels of `DY_NHWC_ROW` channels in NHWC), rounded to TF32 to nearest.
+    /// Lane `4 g + t` of warp `w` holds rows `16 w + g` and `+ 8`, columns `t` and
+    /// `t + 4`.
     ///
     /// # Safety
     /// The tile landed and is visible to this thread.
     #[inline(always)]
-    unsafe fn a_fragment(tile: u32, rows: u32, kk: u32, view: DyView) -> [u32; 4] {
+    unsafe fn a_fragment<const CHANNELS_LAST: bool>(tile: u32, rows: u32, kk: u32, view: DyView) -> [u32; 4] {
         let lane = lane_id();
         let row = rows + 16 * (thread_idx_x() / 32 % 4) + lane / 4;
         let column = 8 * kk + lane % 4;
         let element = |row: u32, column: u32| {
             let inside = (column as i32) >= view.valid.0 && (column as i32) < view.valid.1;
-            // SAFETY: a float of the landed rows, which are `DY_PITCH` long.
-            let value = unsafe { load_shared_f32(tile + (row * DY_PITCH + view.shift + column) * 4) };
+            let pixel = view.shift + column;
+            let at = if CHANNELS_LAST {
+                pixel * DY_NHWC_ROW + row
+            } else {
+                row * DY_PITCH + pixel
+            };
+            // SAFETY: a float of the landed tile.
+            let value = unsafe { load_shared_f32(tile + at * 4) };
             if inside { to_tf32(value) } else { 0 }
         };
         [
@@ -560,7 +692,7 @@ mod kernel {
     /// The consumer warpgroup calls it together for the k-tiles in order; each
     /// `wgmma`'s A fragment stays untouched until a wait says it is done.
     #[inline(always)]
-    unsafe fn multiply_k_tile(
+    unsafe fn multiply_k_tile<const CHANNELS_LAST: bool>(
         sums: &mut Sums,
         pipeline: &StagePipeline,
         rounded: &StageSignal,
@@ -574,7 +706,7 @@ mod kernel {
         unsafe {
             rounded.wait(stage, kt / STAGES);
             for kk in 0..TC_BK / 8 {
-                let a = a_fragment(stage_dy(stage), rows, kk, view);
+                let a = a_fragment::<CHANNELS_LAST>(stage_dy(stage), rows, kk, view);
                 let b = swizzled_k_major_descriptor(stage_x(stage) + kk * 32);
                 warpgroup_fence();
                 sums.multiply_tf32(a, b);
@@ -593,7 +725,7 @@ mod kernel {
     /// # Safety
     /// As [`weight_grad`]; consumer warpgroup `consumer` (0 or 1) calls it.
     #[inline(always)]
-    unsafe fn consume(
+    unsafe fn consume<const CHANNELS_LAST: bool>(
         args: &WarpgroupWeightGradArgs,
         work: &Work,
         pipeline: &StagePipeline,
@@ -607,20 +739,20 @@ mod kernel {
         sums.pin();
         // The first k-tile runs before the loop, so that the sums enter it defined by a
         // `wgmma` as they leave it: else ptxas serializes every `wgmma` of the loop.
-        let view = DyView::of(p, work.displacement, &k_tile);
+        let view = DyView::of::<CHANNELS_LAST>(p, work.displacement, &k_tile);
         // SAFETY: forwarded; a split has at least one k-tile.
-        unsafe { multiply_k_tile(&mut sums, pipeline, rounded, 0, rows, view) };
+        unsafe { multiply_k_tile::<CHANNELS_LAST>(&mut sums, pipeline, rounded, 0, rows, view) };
         for kt in 1..work.count {
             k_tile.advance(p, plan);
-            let view = DyView::of(p, work.displacement, &k_tile);
+            let view = DyView::of::<CHANNELS_LAST>(p, work.displacement, &k_tile);
             // SAFETY: as above.
-            unsafe { multiply_k_tile(&mut sums, pipeline, rounded, kt, rows, view) };
+            unsafe { multiply_k_tile::<CHANNELS_LAST>(&mut sums, pipeline, rounded, kt, rows, view) };
         }
         // SAFETY: the sums are final after the wait, and the last stage read.
         unsafe {
             warpgroup_wait::<0>();
             pipeline.release((work.count - 1) % STAGES);
-            store(args, work, &sums, rows);
+            store::<CHANNELS_LAST>(args, work, &sums, rows);
         }
     }
 
@@ -631,7 +763,12 @@ mod kernel {
     /// # Safety
     /// As [`consume`].
     #[inline(always)]
-    unsafe fn store(args: &WarpgroupWeightGradArgs, work: &Work, sums: &Sums, rows: u32) {
+    unsafe fn store<const CHANNELS_LAST: bool>(
+        args: &WarpgroupWeightGradArgs,
+        work: &Work,
+        sums: &Sums,
+        rows: u32,
+    ) {
         let (p, plan) = (&args.problem, &args.plan);
         let (lane, warp) = (lane_id(), thread_idx_x() / 32 % 4);
         let (g, t) = (lane / 4, lane % 4);
@@ -646,8 +783,12 @@ mod kernel {
                 let m = work.m0 + rows + 16 * warp + g + 8 * (e as u32 / 2);
                 let channel = chunk * WGMMA_WGRAD_CHANNELS + column % WGMMA_WGRAD_CHANNELS + e as u32 % 2;
                 if block < plan.column_blocks && m < p.out_channels && channel < p.in_channels {
-                    let at =
-                        (m as u64 * p.in_channels as u64 + channel as u64) * p.taps() as u64 + tap as u64;
+                    let (m, channel, tap) = (m as u64, channel as u64, tap as u64);
+                    let at = if CHANNELS_LAST {
+                        (m * p.taps() as u64 + tap) * p.in_channels as u64 + channel
+                    } else {
+                        (m * p.in_channels as u64 + channel) * p.taps() as u64 + tap
+                    };
                     // SAFETY: weight (m, channel, tap) of this split's gradient.
                     unsafe { *out.add((base + at) as usize) = sum };
                 }
