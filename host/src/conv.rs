@@ -12,7 +12,7 @@
 
 use gpu_kernels::conv::{
     self as kernel, ConvAlgorithm, ConvEpilogue, ConvPass, ConvProblem, ConvShape, ConvShapeError,
-    CudaCoreAlgorithm, TensorCorePlan, WinogradProblem, WinogradSplit, reduce, transposed,
+    CudaCoreAlgorithm, TensorCorePlan, WinogradProblem, WinogradSplit, reduce::BiasGradPlan, transposed,
 };
 pub use gpu_kernels::conv::{Activation, ConvLayout, ConvPrecision};
 use gpu_kernels::launch::{DevicePtr, DevicePtrMut, ScratchLayout};
@@ -486,8 +486,11 @@ impl Gpu {
                 expect_shape(what, shape.to_vec(), g.shape())?;
             }
         }
-        // The passes whose kernels read the tensors' layout (the tensor cores', the
-        // depthwise ones) run on them as they are.
+        // The bias gradient and the passes whose kernels read the tensors' layout (the
+        // tensor cores', the direct ones) run on them as they are.
+        if let Some(db) = bias {
+            self.bias_grad(&problem, grad_y, params.layout, db)?;
+        }
         let mut grad_y = GradY {
             given: grad_y,
             layout: params.layout,
@@ -503,7 +506,7 @@ impl Gpu {
         };
         // The rest on the CUDA cores in FP32 (more exact than TF32), over NCHW tensors:
         // NHWC ones change to it, and the gradients back.
-        if input.is_none() && weight.is_none() && bias.is_none() {
+        if input.is_none() && weight.is_none() {
             return Ok(());
         }
         let layout = params.layout;
@@ -520,9 +523,6 @@ impl Gpu {
             self.through_layout(layout, ConvLayout::Nchw, problem.weight_shape(), dw, |dw| {
                 self.weight_grad(&problem, x, grad_y, dw)
             })?;
-        }
-        if let Some(db) = bias {
-            self.bias_grad(&problem, grad_y, db)?;
         }
         Ok(())
     }
@@ -815,8 +815,13 @@ impl Gpu {
         &self,
         problem: &ConvProblem,
         grad_y: &DeviceArray<f32>,
+        layout: ConvLayout,
         db: &mut DeviceArray<f32>,
     ) -> Result<()> {
-        self.launch(&reduce::bias_grad(problem, grad_y.ptr(), db.ptr_mut()))
+        let plan = BiasGradPlan::new(problem, layout, self.info().multiprocessors);
+        let (_scratch, scratch) = self.scratch(plan.scratch(problem))?;
+        let (partials, sum) = plan.launches(problem, grad_y.ptr(), scratch, db.ptr_mut());
+        self.launch(&partials)?;
+        sum.map_or(Ok(()), |sum| self.launch(&sum))
     }
 }

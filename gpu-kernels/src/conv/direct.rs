@@ -7,9 +7,13 @@
 //! tiles would be as empty), each sum in a fixed order.
 //!
 //! The forward pass takes one image per grid z and a thread per output element, flat
-//! in the output's layout, along x; the input gradient a thread per pixel and group,
-//! which sums its group's input channels at once (each dy read once for them), over
-//! the taps that reach its pixel (at any stride) and the group's output channels. The
+//! in the output's layout, along x. The input gradient takes a thread per pixel, a
+//! group per grid y, and sums the group's input channels at once (each dy read once
+//! for them) over the taps that reach its pixel and the group's output channels. Its
+//! pixels are ordered by phase (the pixel's remainders by the stride), so that the
+//! threads of a warp share their taps, and its block stages the group's weights in
+//! shared memory, a chunk of output channels at a time, 16 bytes per output channel
+//! and tap (the input channels zero-padded to 4) for one load each. The
 //! weight gradient takes a block per tap
 //! and output channel (NCHW: its threads along the pixels) or per tap and 32 output
 //! channels (NHWC: a warp along the channels, 8 warps along the pixels), and per part
@@ -32,6 +36,8 @@ const WGRAD_SHARED_BYTES: u32 = DEPTHWISE_THREADS * 8;
 /// Blocks per SM of the input gradient: its sums and addresses take up to 64
 /// registers a thread.
 const INPUT_GRAD_BLOCKS_PER_SM: u32 = 4;
+/// Most bytes of the input gradient's staged weights: 16 per output channel and tap.
+const INPUT_GRAD_SHARED_BYTES: u32 = 40 * 1024;
 /// Input channels per group up to which the input gradient takes the direct kernel.
 pub const DIRECT_MAX_IN_GROUP: u32 = 4;
 /// Outputs per thread below which the weight gradient splits no further.
@@ -53,6 +59,15 @@ pub struct DirectPlan {
     /// Whether the NHWC input gradient reads dy 16 bytes at a time (output channels per
     /// group a multiple of 4), as 1 or 0.
     pub dy_vector: u32,
+    /// The input gradient's pixels of a phase (`ceil(h / stride_h) x ceil(w /
+    /// stride_w)`, some past the edges), and their columns.
+    pub div_phase_pixels: FastDiv,
+    pub div_phase_columns: FastDiv,
+    /// Output channels of the input gradient's staged chunks of weights.
+    pub input_grad_chunk: u32,
+    /// Groups of an input gradient's block (a power of two, the threads' fastest
+    /// index: in NHWC a warp's loads of dy then span its groups' channels).
+    pub input_grad_groups: u32,
     /// Whether the tensors are channels last (NHWC), as 1 or 0 (NCHW).
     pub channels_last: u32,
 }
@@ -84,14 +99,21 @@ impl DirectPlan {
         Self::fits(problem, layout, multiprocessors)
     }
 
-    /// The plan, when the problem fits the grid: at most 65535 images (grid z), fewer
-    /// than 2^31 elements of x and of y per image. The weight gradient splits its
-    /// outputs until its blocks fill the `multiprocessors`.
+    /// The plan, when the problem fits the grid: at most 65535 images (grid z) and
+    /// groups (the input gradient's grid y), fewer than 2^31 elements of x and of y per
+    /// image, the weights of an output channel in the input gradient's staged chunk.
+    /// The weight gradient splits its outputs until its blocks fill the
+    /// `multiprocessors`.
     const fn fits(problem: &ConvProblem, layout: ConvLayout, multiprocessors: u32) -> Option<Self> {
         let p = problem;
         let out_image = p.out_channels as u64 * p.out_pixels() as u64;
         let in_image = p.in_channels as u64 * p.pixels() as u64;
-        if p.batch > 65535 || out_image >= 1 << 31 || in_image >= 1 << 31 {
+        if p.batch > 65535
+            || p.groups > 65535
+            || out_image >= 1 << 31
+            || in_image >= 1 << 31
+            || p.taps() > INPUT_GRAD_SHARED_BYTES / 16
+        {
             return None;
         }
         let channels_last = matches!(layout, ConvLayout::Nhwc);
@@ -105,6 +127,9 @@ impl DirectPlan {
         let outputs = p.batch as u64 * p.out_pixels() as u64;
         let most = outputs / (rows as u64 * WGRAD_MIN_OUTPUTS_PER_THREAD);
         let split = if wanted < most { wanted } else { most };
+        let dy_vector = channels_last && p.out_per_group().is_multiple_of(4);
+        let groups = if channels_last { input_grad_groups(p) } else { 1 };
+        let phase_columns = p.width.div_ceil(p.stride_w);
         Some(Self {
             div_out_channels: FastDiv::new(p.out_channels),
             div_groups: FastDiv::new(p.groups),
@@ -116,7 +141,11 @@ impl DirectPlan {
             } else {
                 split as u32
             },
-            dy_vector: (channels_last && p.out_per_group().is_multiple_of(4)) as u32,
+            dy_vector: dy_vector as u32,
+            div_phase_pixels: FastDiv::new(p.height.div_ceil(p.stride_h) * phase_columns),
+            div_phase_columns: FastDiv::new(phase_columns),
+            input_grad_chunk: input_grad_chunk(p, groups, dy_vector),
+            input_grad_groups: groups,
             channels_last: channels_last as u32,
         })
     }
@@ -160,7 +189,19 @@ impl DirectPlan {
         w: DevicePtr<f32>,
         dx: DevicePtrMut<f32>,
     ) -> Launch<DirectInputGradArgs> {
-        let per_image = problem.groups as u64 * problem.pixels() as u64;
+        let p = problem;
+        let phases = p.stride_h as u64 * p.stride_w as u64;
+        let pixels = phases * self.div_phase_pixels.divisor as u64;
+        let groups = self.input_grad_groups;
+        let geometry = LaunchGeometry {
+            grid: [
+                pixels.div_ceil((DEPTHWISE_THREADS / groups) as u64),
+                p.groups.div_ceil(groups) as u64,
+                p.batch as u64,
+            ],
+            threads: DEPTHWISE_THREADS,
+            shared_bytes: groups * self.input_grad_chunk * p.taps() * 16,
+        };
         let args = DirectInputGradArgs {
             dy,
             w,
@@ -173,7 +214,7 @@ impl DirectPlan {
         } else {
             CONV_DIRECT_INPUT_GRAD_NCHW
         };
-        Launch::new(kernel, per_image_geometry(per_image, problem.batch), args)
+        Launch::new(kernel, geometry, args)
     }
 
     /// The scratch of the weight gradient: a partial gradient per part of the split.
@@ -214,6 +255,29 @@ impl DirectPlan {
         };
         (Launch::new(kernel, geometry, args), sum)
     }
+}
+
+/// Groups per block of the NHWC input gradient: up to a warp's, while a chunk of one
+/// output channel per group fits.
+const fn input_grad_groups(problem: &ConvProblem) -> u32 {
+    let mut groups = 32;
+    while groups > 1
+        && (groups / 2 >= problem.groups || groups * problem.taps() * 16 > INPUT_GRAD_SHARED_BYTES)
+    {
+        groups /= 2;
+    }
+    groups
+}
+
+/// Output channels per staged chunk of the input gradient's weights for `groups`
+/// groups a block: chunks as even as `INPUT_GRAD_SHARED_BYTES` allows, in multiples of
+/// 4 where dy is read 16 bytes at a time and 4 fit.
+const fn input_grad_chunk(problem: &ConvProblem, groups: u32, dy_vector: bool) -> u32 {
+    let most = INPUT_GRAD_SHARED_BYTES / 16 / problem.taps() / groups;
+    let unit = if dy_vector && most >= 4 { 4 } else { 1 };
+    let most_units = if most / unit < 1 { 1 } else { most / unit };
+    let units = problem.out_per_group().div_ceil(unit);
+    units.div_ceil(units.div_ceil(most_units)) * unit
 }
 
 /// Elements of the weights (one input channel per group).
@@ -300,8 +364,8 @@ kernel_args! {
 mod kernel {
     use super::*;
     use crate::device::{
-        SharedCarver, block_idx_x, block_idx_y, block_idx_z, fma_f32, load_global_nc_v4, sync_threads,
-        thread_idx_x,
+        SharedCarver, block_idx_x, block_idx_y, block_idx_z, fma_f32, load_global_nc_v4, load_shared_v4_f32,
+        shared_base, store_shared_f32, sync_threads, thread_idx_x,
     };
     use crate::launch::chunk;
 
@@ -424,90 +488,103 @@ mod kernel {
 
     /// The input gradient at one pixel for one group's input channels: over the taps
     /// that reach the pixel, and the group's output channels, dy times the weights.
+    /// A block takes `input_grad_groups` groups (its threads' fastest index) by pixels
+    /// `j`, pixel `j % phase_pixels` of phase `j / phase_pixels`: the taps that reach a
+    /// pixel depend only on its phase.
     ///
     /// # Safety
     /// dy, w and dx hold the problem's tensors in the plan's layout, at most
-    /// `DIRECT_MAX_IN_GROUP` input channels per group; the grid is
-    /// [`per_image_geometry`] of an image's groups x pixels, `batch` images.
+    /// `DIRECT_MAX_IN_GROUP` input channels per group; the launch is
+    /// [`DirectPlan::input_grad`]'s, with its shared memory.
     #[inline(always)]
     pub unsafe fn input_grad<const CHANNELS_LAST: bool>(args: DirectInputGradArgs) {
         const MAX: usize = DIRECT_MAX_IN_GROUP as usize;
+        const _: () = assert!(MAX == 4);
         let (p, plan) = (args.problem, args.plan);
-        let per_image = p.groups * p.pixels();
-        let i = block_idx_x() * DEPTHWISE_THREADS + thread_idx_x();
-        if i >= per_image {
-            return;
-        }
-        let image = block_idx_z() as usize;
-        let (group, pixel) = channel_and_pixel::<CHANNELS_LAST>(i, plan.div_groups, p.div_pixels);
-        let (ih, iw) = p.div_width.divmod(pixel);
-        let (in_group, out_group, taps) = (p.in_per_group(), p.out_per_group(), p.taps());
+        let block_groups = plan.input_grad_groups;
+        let (t, image) = (thread_idx_x(), block_idx_z() as usize);
+        let (j, local_group) = (
+            block_idx_x() * (DEPTHWISE_THREADS / block_groups) + t / block_groups,
+            t % block_groups,
+        );
+        let group = block_idx_y() * block_groups + local_group;
+        let (phase, at) = plan.div_phase_pixels.divmod(j);
+        let (row, column) = plan.div_phase_columns.divmod(at);
+        let (phase_h, phase_w) = p.div_stride_w.divmod(phase);
+        let (ih, iw) = (row * p.stride_h + phase_h, column * p.stride_w + phase_w);
+        let active = phase < p.stride_h * p.stride_w && ih < p.height && iw < p.width && group < p.groups;
+        let (in_group, out_group) = (p.in_per_group(), p.out_per_group());
         let out_image = p.out_channels as usize * p.out_pixels() as usize;
-        // SAFETY: the image's offset lies inside dy, the group's filters inside w.
-        let (dy, w) = unsafe {
-            (
-                args.dy.as_ptr().add(image * out_image),
-                args.w
-                    .as_ptr()
-                    .add((group * out_group * in_group * taps) as usize),
-            )
-        };
-        // Steps between consecutive output channels in dy and in w, and between the
-        // input channels of a filter.
+        // SAFETY: the image's offset lies inside dy.
+        let dy = unsafe { args.dy.as_ptr().add(image * out_image) };
+        // Steps between consecutive output channels in dy.
         let dy_step = if CHANNELS_LAST { 1 } else { p.out_pixels() as usize };
-        let w_step = (in_group * taps) as usize;
-        let channel_step = if CHANNELS_LAST { 1 } else { taps as usize };
+        let vector = CHANNELS_LAST && plan.dy_vector == 1 && plan.input_grad_chunk.is_multiple_of(4);
+        let chunk_bytes = plan.input_grad_chunk * p.taps() * 16;
+        let weights = shared_base() + local_group * chunk_bytes;
         let mut sums = [0.0f32; MAX];
-        for r in 0..p.kernel_h {
-            let Some(oh) = output_coordinate(ih, r, p.dilation_h, p.pad_h, p.div_stride_h, p.out_h) else {
-                continue;
-            };
-            for s in 0..p.kernel_w {
-                let Some(ow) = output_coordinate(iw, s, p.dilation_w, p.pad_w, p.div_stride_w, p.out_w)
+        let mut first = 0;
+        while first < out_group {
+            let count = plan.input_grad_chunk.min(out_group - first);
+            // SAFETY: every thread of the block stages and waits, the same chunks.
+            unsafe {
+                sync_threads();
+                stage_weights::<CHANNELS_LAST>(&args, first, count);
+                sync_threads();
+            }
+            for r in 0..p.kernel_h * active as u32 {
+                let Some(oh) = output_coordinate(ih, r, p.dilation_h, p.pad_h, p.div_stride_h, p.out_h)
                 else {
                     continue;
                 };
-                let tap = r * p.kernel_w + s;
-                let mut dy_at = image_index::<CHANNELS_LAST>(
-                    group * out_group,
-                    oh * p.out_w + ow,
-                    p.out_channels,
-                    p.out_pixels(),
-                );
-                let mut w_at = if CHANNELS_LAST { tap * in_group } else { tap } as usize;
-                // dy at one output channel times its filter's weights, then the next.
-                let mut accumulate = |g: f32| {
-                    for (c, sum) in sums.iter_mut().enumerate() {
-                        if (c as u32) < in_group {
-                            // SAFETY: input channel c of the group's filter, at the tap.
-                            *sum = fma_f32(g, unsafe { *w.add(w_at + c * channel_step) }, *sum);
+                for s in 0..p.kernel_w {
+                    let Some(ow) = output_coordinate(iw, s, p.dilation_w, p.pad_w, p.div_stride_w, p.out_w)
+                    else {
+                        continue;
+                    };
+                    let mut dy_at = image_index::<CHANNELS_LAST>(
+                        group * out_group + first,
+                        oh * p.out_w + ow,
+                        p.out_channels,
+                        p.out_pixels(),
+                    );
+                    let mut w_at = weights + (r * p.kernel_w + s) * plan.input_grad_chunk * 16;
+                    // dy at one output channel times its 4 staged weights, then the next.
+                    let mut accumulate = |g: f32| {
+                        // SAFETY: the chunk's weights of this tap, staged above.
+                        let w = unsafe { load_shared_v4_f32(w_at) };
+                        for c in 0..MAX {
+                            sums[c] = fma_f32(g, w[c], sums[c]);
+                        }
+                        w_at += 16;
+                    };
+                    if vector {
+                        for _ in 0..count / 4 {
+                            // SAFETY: four of the chunk's output channels, contiguous and
+                            // 16-byte aligned (channel counts and chunks multiples of 4);
+                            // dy is read-only here.
+                            let g = unsafe { load_global_nc_v4(dy.add(dy_at).cast()) };
+                            for g in g {
+                                accumulate(f32::from_bits(g));
+                            }
+                            dy_at += 4;
+                        }
+                    } else {
+                        for _ in 0..count {
+                            // SAFETY: an output channel of the chunk, (oh, ow) inside dy.
+                            accumulate(unsafe { *dy.add(dy_at) });
+                            dy_at += dy_step;
                         }
                     }
-                    w_at += w_step;
-                };
-                // Eight output channels' loads at a time, then their products in order.
-                for _ in 0..out_group / 8 {
-                    let g: [f32; 8] = if CHANNELS_LAST && plan.dy_vector == 1 {
-                        // SAFETY: eight of the group's output channels, contiguous and
-                        // 16-byte aligned (channel counts multiples of 4); dy is read-only
-                        // here.
-                        let [a, b] = [0, 4].map(|k| unsafe { load_global_nc_v4(dy.add(dy_at + k).cast()) });
-                        core::array::from_fn(|k| f32::from_bits(if k < 4 { a[k] } else { b[k - 4] }))
-                    } else {
-                        // SAFETY: eight of the group's output channels, (oh, ow) inside dy.
-                        core::array::from_fn(|k| unsafe { *dy.add(dy_at + k * dy_step) })
-                    };
-                    g.into_iter().for_each(&mut accumulate);
-                    dy_at += 8 * dy_step;
-                }
-                for _ in 0..out_group % 8 {
-                    // SAFETY: the output channel is the group's, (oh, ow) inside dy.
-                    accumulate(unsafe { *dy.add(dy_at) });
-                    dy_at += dy_step;
                 }
             }
+            first += count;
+        }
+        if !active {
+            return;
         }
         let in_image = p.in_channels as usize * p.pixels() as usize;
+        let pixel = ih * p.width + iw;
         for (c, &sum) in sums.iter().enumerate() {
             if (c as u32) < in_group {
                 let channel = group * in_group + c as u32;
@@ -516,6 +593,48 @@ mod kernel {
                 // SAFETY: the element is inside dx.
                 unsafe { *args.dx.as_mut_ptr().add(at) = sum };
             }
+        }
+    }
+
+    /// Stages the weights of the block's groups' output channels `first ..` (`count`
+    /// of them in each group): per group, 4 floats per tap and channel, tap-major
+    /// (`input_grad_chunk` channels apart), the input channels past the group's and the
+    /// groups past the problem's zeros.
+    ///
+    /// # Safety
+    /// The block calls it together between barriers; `w` holds the problem's weights in
+    /// the plan's layout and the shared memory the launch's chunks.
+    #[inline(always)]
+    unsafe fn stage_weights<const CHANNELS_LAST: bool>(args: &DirectInputGradArgs, first: u32, count: u32) {
+        let (p, chunk) = (&args.problem, args.plan.input_grad_chunk);
+        let (in_group, out_group, taps) = (p.in_per_group(), p.out_per_group(), p.taps());
+        let block_groups = args.plan.input_grad_groups;
+        let mut e = thread_idx_x();
+        while e < block_groups * count * taps * 4 {
+            let (rest, c) = (e / 4, e % 4);
+            // The plan's chunks hold at least one output channel.
+            let (rest, out) = (
+                rest.checked_div(count).unwrap_or(0),
+                rest.checked_rem(count).unwrap_or(0),
+            );
+            let (local_group, tap) = p.div_taps.divmod(rest);
+            let group = block_idx_y() * block_groups + local_group;
+            let value = if c < in_group && group < p.groups {
+                let filter = ((group * out_group + first + out) * in_group * taps) as usize;
+                let at = if CHANNELS_LAST {
+                    tap * in_group + c
+                } else {
+                    c * taps + tap
+                };
+                // SAFETY: input channel c of the filter at the tap, inside w.
+                unsafe { *args.w.as_ptr().add(filter + at as usize) }
+            } else {
+                0.0
+            };
+            let at = (local_group * taps + tap) * chunk + out;
+            // SAFETY: inside the launch's shared memory (`chunk * taps * 16` bytes a group).
+            unsafe { store_shared_f32(shared_base() + (at * 4 + c) * 4, value) };
+            e += DEPTHWISE_THREADS;
         }
     }
 

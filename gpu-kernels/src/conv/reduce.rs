@@ -1,7 +1,13 @@
 //! The convolution's reductions outside the GEMMs: the sum of a split weight
 //! gradient's partials, and the bias gradient. Both add in FP64 in a fixed order.
+//!
+//! The bias gradient reads dy in its layout: in NCHW a block sums one channel's
+//! planes, in NHWC 32 channels (a lane each, 8 warps down the pixels). Its blocks
+//! split the pixels into parts until they fill the GPU, the parts' partials added by
+//! `split_sum`.
 
-use super::ConvProblem;
+use super::{ConvLayout, ConvProblem};
+use crate::launch::THREADS_PER_SM;
 use crate::launch::{DevicePtr, DevicePtrMut, Launch, LaunchGeometry, ScratchLayout, kernel_args};
 
 /// Threads of the bias-gradient and split-sum kernels.
@@ -21,16 +27,25 @@ kernel_args! {
 }
 
 kernel_args! {
-    /// The bias gradient's arguments: `db[c] = sum of dy[.., c, .., ..]`.
+    /// The bias gradient's arguments: `out[part * c + o] = sum of dy at output channel
+    /// `o` over the part's pixels` (`db` itself without a split).
     pub struct BiasGradArgs {
         pub dy: DevicePtr<f32>,
-        pub db: DevicePtrMut<f32>,
+        pub out: DevicePtrMut<f32>,
         pub problem: ConvProblem,
+        pub plan: BiasGradPlan,
     }
-    /// The bias gradient.
-    pub const CONV_BIAS_GRAD = "conv_bias_grad_f32" => kernel::bias_grad;
+    /// The bias gradient over NCHW dy.
+    pub const CONV_BIAS_GRAD_NCHW = "conv_bias_grad_nchw_f32" => kernel::bias_grad::<false>;
+    /// The bias gradient over NHWC dy.
+    pub const CONV_BIAS_GRAD_NHWC = "conv_bias_grad_nhwc_f32" => kernel::bias_grad::<true>;
     entry points in BIAS_GRAD_ENTRY_POINTS;
 }
+
+/// Channels of an NHWC bias-gradient block: one per lane.
+const BIAS_NHWC_CHANNELS: u32 = 32;
+/// Elements per thread below which the bias gradient splits no further.
+const BIAS_MIN_PER_THREAD: u64 = 16;
 
 /// The launch adding `args.split` partials of `args.count` values, one thread each.
 pub const fn split_sum(args: SplitSumArgs) -> Launch<SplitSumArgs> {
@@ -69,27 +84,91 @@ pub fn split_outputs(
     (partials.cast(), Some(sum))
 }
 
-/// The launch of the bias gradient of `dy` into `db`: one block per channel, reducing
-/// through shared memory (a double per warp).
-pub const fn bias_grad(
-    problem: &ConvProblem,
-    dy: DevicePtr<f32>,
-    db: DevicePtrMut<f32>,
-) -> Launch<BiasGradArgs> {
-    let geometry = LaunchGeometry::linear(problem.out_channels as u64, REDUCE_THREADS)
-        .with_shared(REDUCE_THREADS / 32 * 8);
-    let args = BiasGradArgs {
-        dy,
-        db,
-        problem: *problem,
-    };
-    Launch::new(CONV_BIAS_GRAD, geometry, args)
+/// How the bias gradient runs: blocks of channels (grid x) by parts of the pixels of
+/// the batch (grid y).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BiasGradPlan {
+    pub split: u32,
+    /// Whether dy is channels last (NHWC), as 1 or 0 (NCHW).
+    pub channels_last: u32,
+}
+
+impl BiasGradPlan {
+    /// The plan of `problem`'s bias gradient over dy in `layout`: parts enough for four
+    /// waves of blocks, each thread summing at least `BIAS_MIN_PER_THREAD` elements.
+    pub const fn new(problem: &ConvProblem, layout: ConvLayout, multiprocessors: u32) -> Self {
+        let channels_last = matches!(layout, ConvLayout::Nhwc);
+        let blocks = Self::channel_blocks(problem.out_channels, channels_last) as u64;
+        let wanted = (4 * multiprocessors as u64 * THREADS_PER_SM / REDUCE_THREADS as u64).div_ceil(blocks);
+        let per_channel = problem.batch as u64 * problem.out_pixels() as u64;
+        let rows = if channels_last {
+            REDUCE_THREADS / BIAS_NHWC_CHANNELS
+        } else {
+            REDUCE_THREADS
+        };
+        let most = per_channel / (rows as u64 * BIAS_MIN_PER_THREAD);
+        let split = if wanted < most { wanted } else { most };
+        Self {
+            split: if split < 1 {
+                1
+            } else if split > 65535 {
+                65535
+            } else {
+                split as u32
+            },
+            channels_last: channels_last as u32,
+        }
+    }
+
+    const fn channel_blocks(channels: u32, channels_last: bool) -> u32 {
+        if channels_last {
+            channels.div_ceil(BIAS_NHWC_CHANNELS)
+        } else {
+            channels
+        }
+    }
+
+    /// The scratch: a partial gradient per part when split.
+    pub const fn scratch(&self, problem: &ConvProblem) -> ScratchLayout {
+        partials_scratch(self.split, problem.out_channels as u64)
+    }
+
+    /// The launches of the bias gradient of `dy` into `db`: into the partials at the
+    /// start of `scratch` (laid out by [`Self::scratch`]) and their sum, when split.
+    pub fn launches(
+        &self,
+        problem: &ConvProblem,
+        dy: DevicePtr<f32>,
+        scratch: DevicePtrMut<u8>,
+        db: DevicePtrMut<f32>,
+    ) -> (Launch<BiasGradArgs>, Option<Launch<SplitSumArgs>>) {
+        let (out, sum) = split_outputs(self.split, problem.out_channels as u64, scratch, db);
+        let blocks = Self::channel_blocks(problem.out_channels, self.channels_last == 1);
+        let geometry = LaunchGeometry {
+            grid: [blocks as u64, self.split as u64, 1],
+            threads: REDUCE_THREADS,
+            shared_bytes: REDUCE_THREADS * 8,
+        };
+        let args = BiasGradArgs {
+            dy,
+            out,
+            problem: *problem,
+            plan: *self,
+        };
+        let kernel = if self.channels_last == 1 {
+            CONV_BIAS_GRAD_NHWC
+        } else {
+            CONV_BIAS_GRAD_NCHW
+        };
+        (Launch::new(kernel, geometry, args), sum)
+    }
 }
 
 #[cfg(target_arch = "nvptx64")]
 mod kernel {
     use super::*;
-    use crate::device::{SharedCarver, block_idx_x, sync_threads, thread_idx_x};
+    use crate::device::{SharedCarver, block_idx_x, block_idx_y, sync_threads, thread_idx_x};
     use crate::warp;
 
     /// `out[i] = sum over s of partials[s * count + i]`, added in order in FP64.
@@ -114,45 +193,105 @@ mod kernel {
         unsafe { *out.add(i as usize) = sum as f32 };
     }
 
-    /// `db[c] = sum of dy[.., c, .., ..]`, one block per channel, in FP64 in a fixed order.
+    /// The sum of dy at each output channel over the part's pixels of the batch (grid
+    /// y), in FP64 in a fixed order: in NCHW a block per channel, each thread every
+    /// `REDUCE_THREADS`-th pixel; in NHWC a block per 32 channels, warp `w` every 8th
+    /// pixel from the `w`-th.
     ///
     /// # Safety
-    /// dy holds the problem's output gradient, `db` `out_channels` values; the grid is
-    /// `out_channels` blocks of `REDUCE_THREADS`, with `REDUCE_THREADS / 32` f64 of shared
-    /// memory.
+    /// dy holds the problem's output gradient in the plan's layout, `out` `split`
+    /// gradients of `out_channels`; the launch is [`BiasGradPlan::launches`]'.
     #[inline(always)]
-    pub unsafe fn bias_grad(args: BiasGradArgs) {
-        let (dy, db, problem) = (args.dy.as_ptr(), args.db.as_mut_ptr(), args.problem);
-        let channel = block_idx_x() as u64;
-        let t = thread_idx_x();
-        let pixels = problem.out_pixels() as u64;
-        let mut sum = 0.0f64;
-        for image in 0..problem.batch as u64 {
-            let plane = (image * problem.out_channels as u64 + channel) * pixels;
-            let mut p = t as u64;
-            while p < pixels {
-                // SAFETY: p < pixels of a valid plane.
-                sum += unsafe { *dy.add((plane + p) as usize) } as f64;
-                p += REDUCE_THREADS as u64;
+    pub unsafe fn bias_grad<const CHANNELS_LAST: bool>(args: BiasGradArgs) {
+        let (dy, p) = (args.dy.as_ptr(), args.problem);
+        let (t, part) = (thread_idx_x(), block_idx_y());
+        let channels = p.out_channels as u64;
+        let pixels = p.batch as u64 * p.out_pixels() as u64;
+        let per_part = pixels.div_ceil(args.plan.split as u64);
+        let first = part as u64 * per_part;
+        let last = pixels.min(first + per_part);
+        // SAFETY: the launch provides REDUCE_THREADS f64.
+        let sums: *mut f64 = unsafe { SharedCarver::new().take(REDUCE_THREADS as usize) };
+        let (channel, sum) = if CHANNELS_LAST {
+            let channel = block_idx_x() * BIAS_NHWC_CHANNELS + t % BIAS_NHWC_CHANNELS;
+            let mut sum = 0.0f64;
+            let mut pixel = first + (t / BIAS_NHWC_CHANNELS) as u64;
+            while channel < p.out_channels && pixel < last {
+                // SAFETY: a pixel of the batch, a channel of dy.
+                sum += unsafe { *dy.add((pixel * channels + channel as u64) as usize) } as f64;
+                pixel += (REDUCE_THREADS / BIAS_NHWC_CHANNELS) as u64;
             }
+            (channel, sum)
+        } else {
+            let channel = block_idx_x();
+            let mut sum = 0.0f64;
+            let mut at = first + t as u64;
+            let plane = p.out_pixels() as u64;
+            let (mut image, mut pixel) = (at / plane, at % plane);
+            while at < last {
+                // SAFETY: pixel `pixel` of image `image`'s plane of the channel.
+                sum +=
+                    unsafe { *dy.add(((image * channels + channel as u64) * plane + pixel) as usize) } as f64;
+                at += REDUCE_THREADS as u64;
+                let (images, rest) = p.div_out_pixels.divmod(pixel as u32 + REDUCE_THREADS);
+                (image, pixel) = (image + images as u64, rest as u64);
+            }
+            (channel, warp::reduce(sum, |a, b| a + b))
+        };
+        // SAFETY: each thread its own slot, read after the barrier.
+        unsafe {
+            *sums.add(t as usize) = sum;
+            sync_threads();
         }
-        let sum = warp::reduce(sum, |a, b| a + b);
-        // SAFETY: the launch provides REDUCE_THREADS / 32 f64.
-        let warp_sums: *mut f64 = unsafe { SharedCarver::new().take(REDUCE_THREADS as usize / 32) };
-        if t.is_multiple_of(32) {
-            // SAFETY: one writer per warp, inside the region.
-            unsafe { *warp_sums.add(t as usize / 32) = sum };
-        }
-        // SAFETY: reached by the whole block.
-        unsafe { sync_threads() };
-        if t == 0 {
+        // The first warp adds the lanes' (NHWC) or warps' (NCHW) sums in order.
+        let (count, step) = if CHANNELS_LAST {
+            (REDUCE_THREADS / BIAS_NHWC_CHANNELS, BIAS_NHWC_CHANNELS)
+        } else {
+            (REDUCE_THREADS / 32, 32)
+        };
+        let leads = if CHANNELS_LAST {
+            t < BIAS_NHWC_CHANNELS
+        } else {
+            t == 0
+        };
+        if leads && channel < p.out_channels {
             let mut total = 0.0f64;
-            for w in 0..REDUCE_THREADS as usize / 32 {
+            for k in 0..count {
                 // SAFETY: written before the barrier.
-                total += unsafe { *warp_sums.add(w) };
+                total += unsafe { *sums.add((t + k * step) as usize) };
             }
-            // SAFETY: channel < out_channels.
-            unsafe { *db.add(channel as usize) = total as f32 };
+            let at = part as u64 * channels + channel as u64;
+            // SAFETY: channel `channel` of the part's gradient.
+            unsafe { *args.out.as_mut_ptr().add(at as usize) = total as f32 };
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::conv::ConvShape;
+
+    #[test]
+    fn the_bias_gradient_splits_the_fixed_test_cases_pixels() {
+        let problem = |input, weight, groups| {
+            ConvProblem::new(&ConvShape {
+                input,
+                weight,
+                stride: [1, 1],
+                padding: [1, 1],
+                dilation: [1, 1],
+                groups,
+            })
+            .expect("a valid problem")
+        };
+        // The two cases of `every_conv_kernel_matches_the_reference_on_fixed_cases`
+        // whose bias gradients are split.
+        let nhwc = BiasGradPlan::new(&problem([3, 8, 30, 50], [32, 8, 3, 3], 1), ConvLayout::Nhwc, 132);
+        let nchw = BiasGradPlan::new(&problem([2, 5, 70, 70], [5, 1, 3, 3], 5), ConvLayout::Nchw, 132);
+        assert!(nhwc.split > 1 && nchw.split > 1, "{nhwc:?} {nchw:?}");
+        // A small problem is not split.
+        let small = BiasGradPlan::new(&problem([1, 3, 9, 7], [4, 3, 3, 3], 1), ConvLayout::Nchw, 132);
+        assert_eq!(small.split, 1);
     }
 }

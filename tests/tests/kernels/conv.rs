@@ -486,7 +486,8 @@ fn every_conv_kernel_matches_the_reference_on_fixed_cases() {
             warpgroup_grad(ConvLayout::Nhwc),
             [TensorCoreBulk, TensorCoreBulk, WarpgroupGrad],
         ),
-        // A weight gradient over 4500 pixels: its sums split over blocks.
+        // A weight gradient over 4500 pixels: its sums split over blocks, and the bias
+        // gradient's (NHWC).
         (
             case(
                 3,
@@ -497,7 +498,7 @@ fn every_conv_kernel_matches_the_reference_on_fixed_cases() {
                     padding: [1, 1],
                     ..tf32(ConvLayout::Nhwc)
                 },
-                false,
+                true,
             ),
             [TensorCoreBulkNarrow, TensorCoreBulkNarrow, SplitTensorCoreGrad],
         ),
@@ -636,7 +637,7 @@ fn every_conv_kernel_matches_the_reference_on_fixed_cases() {
             [Direct, Direct, Direct],
         ),
         // Depthwise in TF32 (the depthwise kernels are exact FP32 in every precision),
-        // NCHW.
+        // NCHW, with a bias: its gradient split over 9800 pixels.
         (
             case(
                 2,
@@ -648,7 +649,7 @@ fn every_conv_kernel_matches_the_reference_on_fixed_cases() {
                     groups: 5,
                     ..tf32(ConvLayout::Nchw)
                 },
-                false,
+                true,
             ),
             [Direct, Direct, Direct],
         ),
