@@ -559,9 +559,9 @@ impl Gpu {
         self.change_layout(&temporary, gradient, native)
     }
 
-    /// The input gradient where its plan reads the tensors' layout: the depthwise
-    /// kernel, or the tensor cores' forward pass of the transposed problem. `dx` back
-    /// when the plan is another.
+    /// The input gradient where its plan reads a layout of its own: the direct kernel,
+    /// or the tensor cores' forward pass of the transposed problem. `dx` back when the
+    /// plan is another.
     fn input_grad_in_layout<'a, 'g>(
         &'g self,
         problem: &ConvProblem,
@@ -575,7 +575,13 @@ impl Gpu {
         }
         match self.algorithm(problem, ConvPass::InputGrad, params) {
             ConvAlgorithm::Direct(plan) => {
-                self.launch(&plan.input_grad(problem, grad_y.given.ptr(), w.ptr(), dx.ptr_mut()))?
+                let (layout, native) = (params.layout, plan.layout());
+                let mut w_copy = None;
+                let w = self.as_layout(w, layout, native, &mut w_copy)?;
+                let grad_y = grad_y.in_layout(self, native)?;
+                self.through_layout(layout, native, problem.input_shape(), dx, |dx| {
+                    self.launch(&plan.input_grad(problem, grad_y.ptr(), w.ptr(), dx.ptr_mut()))
+                })?
             }
             ConvAlgorithm::TensorCore(plan) => match problem.input_grad_as_forward() {
                 Some(transposed) => self.input_grad_as_forward(problem, &transposed, plan, grad_y, w, dx)?,

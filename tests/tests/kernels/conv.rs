@@ -394,6 +394,20 @@ fn every_conv_kernel_matches_the_reference_on_fixed_cases() {
             true,
         )
     };
+    let stem = |layout| {
+        case(
+            1,
+            [3, 16],
+            [7, 7],
+            [20, 23],
+            Conv2dParams {
+                stride: [2, 2],
+                padding: [3, 3],
+                ..tf32(layout)
+            },
+            false,
+        )
+    };
     let cases = [
         // Winograd in all three passes, with a bias.
         (
@@ -562,21 +576,15 @@ fn every_conv_kernel_matches_the_reference_on_fixed_cases() {
                 TensorCoreGrad,
             ],
         ),
-        // A stem: 3 input channels, a 7x7 window at stride 2, NCHW: x gathered one
-        // element at a time, the weights too (K = 147); dx by the direct kernel.
+        // A stem: 3 input channels, a 7x7 window at stride 2, NCHW then NHWC: x
+        // gathered one element at a time, the weights too (K = 147); dx by the direct
+        // kernel (over NCHW tensors in either layout).
         (
-            case(
-                1,
-                [3, 16],
-                [7, 7],
-                [20, 23],
-                Conv2dParams {
-                    stride: [2, 2],
-                    padding: [3, 3],
-                    ..tf32(ConvLayout::Nchw)
-                },
-                false,
-            ),
+            stem(ConvLayout::Nchw),
+            [TensorCoreScalar, Direct, TensorCoreGradScalar],
+        ),
+        (
+            stem(ConvLayout::Nhwc),
             [TensorCoreScalar, Direct, TensorCoreGradScalar],
         ),
         // Groups of 4 channels (the input gradient on the direct kernel), dilation,
@@ -665,7 +673,13 @@ fn every_conv_kernel_matches_the_reference_on_fixed_cases() {
                 {
                     ConvAlgorithm::Winograd(_) => Winograd,
                     ConvAlgorithm::Direct(plan) => {
-                        assert_eq!(plan.layout(), c.params.layout, "{c:?} {pass:?}");
+                        // The input gradient of one group runs over NCHW tensors.
+                        let layout = if pass == ConvPass::InputGrad && c.params.groups == 1 {
+                            ConvLayout::Nchw
+                        } else {
+                            c.params.layout
+                        };
+                        assert_eq!(plan.layout(), layout, "{c:?} {pass:?}");
                         // The depthwise cases have outputs enough to split the weight
                         // gradient's sums.
                         let depthwise = c.in_channels == c.params.groups;
