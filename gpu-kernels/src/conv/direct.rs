@@ -49,8 +49,6 @@ const WGRAD_MIN_OUTPUTS_PER_THREAD: u64 = 16;
 pub struct DirectPlan {
     /// Divides a flat NHWC index by the output channels (pixel, channel).
     pub div_out_channels: FastDiv,
-    /// Divides a flat NHWC index by the groups (the input gradient's pixel, group).
-    pub div_groups: FastDiv,
     /// Divides an output channel by the channel multiplier (`out / in`): its input
     /// channel.
     pub div_multiplier: FastDiv,
@@ -86,8 +84,10 @@ impl DirectPlan {
         Self::fits(problem, layout, multiprocessors)
     }
 
-    /// The plan of the input gradient of `problem`, when it has at most
-    /// `DIRECT_MAX_IN_GROUP` input channels per group and fits the grid.
+    /// The plan of the input gradient of `problem` over tensors in `layout`, when it
+    /// has at most `DIRECT_MAX_IN_GROUP` input channels per group and fits the grid.
+    /// With one group it reads NCHW tensors in either layout: in NHWC the threads'
+    /// lanes would span pixels, reading dy a channel row apart.
     pub const fn of_input_grad(
         problem: &ConvProblem,
         layout: ConvLayout,
@@ -96,6 +96,11 @@ impl DirectPlan {
         if problem.in_per_group() > DIRECT_MAX_IN_GROUP {
             return None;
         }
+        let layout = if problem.groups == 1 {
+            ConvLayout::Nchw
+        } else {
+            layout
+        };
         Self::fits(problem, layout, multiprocessors)
     }
 
@@ -118,7 +123,7 @@ impl DirectPlan {
         }
         let channels_last = matches!(layout, ConvLayout::Nhwc);
         let blocks = weight_grad_channel_blocks(p, channels_last) as u64 * p.taps() as u64;
-        let wanted = (multiprocessors as u64 * THREADS_PER_SM / DEPTHWISE_THREADS as u64).div_ceil(blocks);
+        let wanted = multiprocessors as u64 * THREADS_PER_SM / DEPTHWISE_THREADS as u64;
         let rows = if channels_last {
             DEPTHWISE_THREADS / WGRAD_CHANNELS
         } else {
@@ -126,21 +131,13 @@ impl DirectPlan {
         };
         let outputs = p.batch as u64 * p.out_pixels() as u64;
         let most = outputs / (rows as u64 * WGRAD_MIN_OUTPUTS_PER_THREAD);
-        let split = if wanted < most { wanted } else { most };
         let dy_vector = channels_last && p.out_per_group().is_multiple_of(4);
         let groups = if channels_last { input_grad_groups(p) } else { 1 };
         let phase_columns = p.width.div_ceil(p.stride_w);
         Some(Self {
             div_out_channels: FastDiv::new(p.out_channels),
-            div_groups: FastDiv::new(p.groups),
             div_multiplier: FastDiv::new(p.out_per_group()),
-            split: if split < 1 {
-                1
-            } else if split > 65535 {
-                65535
-            } else {
-                split as u32
-            },
+            split: reduce::grid_split(wanted, blocks, most),
             dy_vector: dy_vector as u32,
             div_phase_pixels: FastDiv::new(p.height.div_ceil(p.stride_h) * phase_columns),
             div_phase_columns: FastDiv::new(phase_columns),

@@ -183,15 +183,8 @@ pub fn algorithm(
     if let Some(plan) = DirectPlan::of_depthwise(problem, layout, multiprocessors) {
         return ConvAlgorithm::Direct(plan);
     }
-    // With one group the NHWC kernel's lanes would span pixels, reading dy a channel
-    // row apart: dy changes to NCHW for it, and dx back.
-    let direct_layout = if problem.groups == 1 {
-        ConvLayout::Nchw
-    } else {
-        layout
-    };
     if pass == ConvPass::InputGrad
-        && let Some(plan) = DirectPlan::of_input_grad(problem, direct_layout, multiprocessors)
+        && let Some(plan) = DirectPlan::of_input_grad(problem, layout, multiprocessors)
     {
         return ConvAlgorithm::Direct(plan);
     }

@@ -47,6 +47,21 @@ const BIAS_NHWC_CHANNELS: u32 = 32;
 /// Elements per thread below which the bias gradient splits no further.
 const BIAS_MIN_PER_THREAD: u64 = 16;
 
+/// Parts to split a reduction over `blocks` blocks into (grid y): as many as
+/// `wanted_blocks` in all take, at most `most` (the parts that keep enough work each),
+/// at least 1, at most 65535.
+pub const fn grid_split(wanted_blocks: u64, blocks: u64, most: u64) -> u32 {
+    let wanted = wanted_blocks.div_ceil(blocks);
+    let split = if wanted < most { wanted } else { most };
+    if split < 1 {
+        1
+    } else if split > 65535 {
+        65535
+    } else {
+        split as u32
+    }
+}
+
 /// The launch adding `args.split` partials of `args.count` values, one thread each.
 pub const fn split_sum(args: SplitSumArgs) -> Launch<SplitSumArgs> {
     Launch::new(
@@ -100,7 +115,7 @@ impl BiasGradPlan {
     pub const fn new(problem: &ConvProblem, layout: ConvLayout, multiprocessors: u32) -> Self {
         let channels_last = matches!(layout, ConvLayout::Nhwc);
         let blocks = Self::channel_blocks(problem.out_channels, channels_last) as u64;
-        let wanted = (4 * multiprocessors as u64 * THREADS_PER_SM / REDUCE_THREADS as u64).div_ceil(blocks);
+        let wanted = 4 * multiprocessors as u64 * THREADS_PER_SM / REDUCE_THREADS as u64;
         let per_channel = problem.batch as u64 * problem.out_pixels() as u64;
         let rows = if channels_last {
             REDUCE_THREADS / BIAS_NHWC_CHANNELS
@@ -108,15 +123,8 @@ impl BiasGradPlan {
             REDUCE_THREADS
         };
         let most = per_channel / (rows as u64 * BIAS_MIN_PER_THREAD);
-        let split = if wanted < most { wanted } else { most };
         Self {
-            split: if split < 1 {
-                1
-            } else if split > 65535 {
-                65535
-            } else {
-                split as u32
-            },
+            split: grid_split(wanted, blocks, most),
             channels_last: channels_last as u32,
         }
     }
