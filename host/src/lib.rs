@@ -60,6 +60,6 @@ pub mod plans {
     };
     pub use gpu_kernels::scan::{
         ScanPlan, columns::ColumnsPlan, contiguous::ContiguousPlan, rows::RowsPlan, segments::SegmentsPlan,
-        strided::StridedPlan,
+        segments::segment_items, strided::StridedPlan,
     };
 }

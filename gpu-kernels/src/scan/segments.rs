@@ -246,8 +246,9 @@ mod kernel {
     /// (on sm_90 bulk copies that hold no registers). Per segment: each thread sums its
     /// run of `RUN` elements from shared memory, a block scan gives each run its offset
     /// and the segment its total, warp 0 looks back for the segment's prefix within its
-    /// row, then each thread scans its run again into the stage, which leaves in one
-    /// bulk store (aligned rows; unaligned ones store element by element).
+    /// row, then each thread scans its run again into the stage, whose 16-byte-aligned
+    /// middle leaves in one bulk store (the whole segment in aligned rows; the fewer
+    /// than a vector at an unaligned row's ends are stored by their threads).
     ///
     /// Runs of 128-bit vectors (`VECTOR`) are read in groups of four vectors rotated by
     /// `(thread >> 1) & 3` (runs are 4 mod 8 vectors long), so each quarter warp's loads
@@ -318,6 +319,13 @@ mod kernel {
         // Element p of a segment sits in its stage at `p - aligned_low`, so that
         // 16-byte-aligned elements stay 16-byte aligned in shared memory.
         let aligned_low = |s: &SegmentSpan| s.low / per_vector * per_vector;
+        let stage_offset = |s: &SegmentSpan, p: u64| ((p - aligned_low(s)) as usize * size_of::<T>()) as u32;
+        // The 16-byte-aligned middle `[head_end, tail_start)` of a segment, which bulk
+        // copies move (all of it for aligned rows); fewer than a vector at either end.
+        let aligned_middle = |s: &SegmentSpan| {
+            let head_end = s.low.next_multiple_of(per_vector).min(s.high);
+            (head_end, (s.high / per_vector * per_vector).max(head_end))
+        };
         let physical = |s: &SegmentSpan, q: u64| s.base + if REVERSE_ORDER { scan - 1 - q } else { q };
 
         // SAFETY: every thread calls it; the mbarriers follow the ids.
@@ -329,9 +337,8 @@ mod kernel {
                 return;
             }
             let s = segment_of(tile);
-            let head_end = s.low.next_multiple_of(per_vector).min(s.high);
-            let tail_start = (s.high / per_vector * per_vector).max(head_end);
-            let offset = |p: u64| ((p - aligned_low(&s)) as usize * size_of::<T>()) as u32;
+            let (head_end, tail_start) = aligned_middle(&s);
+            let offset = |p: u64| stage_offset(&s, p);
             // SAFETY: every thread calls it with the same values; [head_end, tail_start)
             // lies in x and is 16-byte aligned at both ends, and its place in the stage
             // too; the stage is free (its last fill was waited for and read before the
@@ -413,7 +420,7 @@ mod kernel {
         };
         // Group g of a vector run: four vectors read rotated, put back in physical order.
         let group = |stage: u32, s: &SegmentSpan, start: u64, g: usize| {
-            let address = stage_address(stage) + ((start - aligned_low(s)) as usize * size_of::<T>()) as u32;
+            let address = stage_address(stage) + stage_offset(s, start);
             let mut vectors: [[u32; 4]; GROUP_VECTORS] = core::array::from_fn(|j| {
                 let v = (g * GROUP_VECTORS + (j ^ rotation)) as u32;
                 // SAFETY: inside the run, 16-byte aligned; the fill landed.
@@ -539,6 +546,7 @@ mod kernel {
                 running = next;
                 out
             };
+            let (head_end, tail_start) = aligned_middle(&s);
             let (first, vector_start) = run_of(&s);
             match vector_start {
                 Some(start) => {
@@ -557,8 +565,7 @@ mod kernel {
                         }
                         // Back into the stage in the rotated order of the reads.
                         unrotate(&mut vectors);
-                        let address = stage_address(stage)
-                            + ((start - aligned_low(&s)) as usize * size_of::<T>()) as u32;
+                        let address = stage_address(stage) + stage_offset(&s, start);
                         for (j, words) in vectors.into_iter().enumerate() {
                             let v = (g * GROUP_VECTORS + (j ^ rotation)) as u32;
                             // SAFETY: this thread's own run, 16-byte aligned.
@@ -569,26 +576,33 @@ mod kernel {
                 None => {
                     for q in first..(first + RUN as u64).min(s.end) {
                         let out = T::narrow(step(item(stage, &s, q).widen()));
-                        if VECTOR {
-                            let at = (physical(&s, q) - aligned_low(&s)) as usize;
+                        let p = physical(&s, q);
+                        if (head_end..tail_start).contains(&p) {
                             // SAFETY: this thread's own element of the stage.
-                            unsafe { *stage_pointer(stage).add(at) = out };
+                            unsafe { *stage_pointer(stage).add((p - aligned_low(&s)) as usize) = out };
                         } else {
-                            // SAFETY: q is a position of the row.
-                            unsafe { *y.add(physical(&s, q) as usize) = out };
+                            // SAFETY: p is an element of the row.
+                            unsafe { *y.add(p as usize) = out };
                         }
                     }
                 }
             }
-            // Aligned segments leave the stage in one bulk store; either way every thread
-            // passes a barrier: the stage, the prefix, the warp totals and the ids read
-            // above are free again.
-            if VECTOR {
-                let bytes = ((s.high - s.low) as usize * size_of::<T>()) as u32;
-                // SAFETY: every thread calls it; the segment is aligned (VECTOR) and its
-                // stage holds it from offset 0; the stage is rewritten only after the next
+            // The aligned middle leaves the stage in one bulk store (element-wise stores
+            // from threads lanes apart would touch a sector each); either way every
+            // thread passes a barrier: the stage, the prefix, the warp totals and the ids
+            // read above are free again.
+            let bytes = stage_offset(&s, tail_start) - stage_offset(&s, head_end);
+            if bytes > 0 {
+                // SAFETY: every thread calls it; the middle is 16-byte aligned in y and in
+                // the stage, which holds it; the stage is rewritten only after the next
                 // `start`, which waits for the store.
-                unsafe { copy.store(stage_address(stage), y.add(s.low as usize) as *mut u8, bytes) };
+                unsafe {
+                    copy.store(
+                        stage_address(stage) + stage_offset(&s, head_end),
+                        y.add(head_end as usize) as *mut u8,
+                        bytes,
+                    )
+                };
             } else {
                 // SAFETY: every thread reaches it.
                 unsafe { sync_threads() };

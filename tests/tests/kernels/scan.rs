@@ -4,7 +4,7 @@
 //! integers times a power of two, so every prefix sum is exact whatever the order of
 //! the additions. Tests meant for one kernel check that the plan picks it.
 
-use host::plans::ScanPlan;
+use host::plans::{ScanPlan, segment_items};
 use host::{Error, Gpu, ScanElement, ScanKind, bf16, f16, reference};
 use ndarray::{ArrayD, IxDyn};
 use proptest::prelude::*;
@@ -360,8 +360,9 @@ fn check_cases<T: TestValue>(
 }
 
 /// One very long axis takes the segments kernel: hundreds of segments chained by
-/// look-back, many more than the GPU holds at once; rows aligned and not, forward and
-/// reversed, several rows chained separately. Integers check the chaining exactly.
+/// look-back, many more than the GPU holds at once; rows aligned and not (rows whose
+/// last segment holds no aligned vector among them), forward and reversed, several rows
+/// chained separately. Integers check the chaining exactly.
 #[test]
 fn cumsum_of_very_long_axes() {
     let Some(gpu) = gpu_or_skip("cumsum_of_very_long_axes") else {
@@ -376,7 +377,12 @@ fn cumsum_of_very_long_axes() {
         seed: 5 + reverse as u64,
     };
     let segments = |p: &ScanPlan| matches!(p, ScanPlan::Segments(_));
-    for shape in [vec![1, 1 << 24], vec![3, (1 << 22) + 3]] {
+    let one_past_segments = 3 * segment_items(4, false) as usize + 1;
+    for shape in [
+        vec![1, 1 << 24],
+        vec![3, (1 << 22) + 3],
+        vec![2, one_past_segments],
+    ] {
         assert_plan::<i32>(&gpu, &shape, 1, segments);
     }
     for shape in [vec![2, (1 << 22) + 1], vec![1, 1 << 23]] {
@@ -391,6 +397,11 @@ fn cumsum_of_very_long_axes() {
         check_scan::<i32>(
             &gpu,
             case(vec![3, (1 << 22) + 3], ScanKind::Inclusive, reverse, false),
+        )
+        .unwrap();
+        check_scan::<i32>(
+            &gpu,
+            case(vec![2, one_past_segments], ScanKind::Inclusive, reverse, false),
         )
         .unwrap();
         check_scan::<i64>(
