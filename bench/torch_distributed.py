@@ -80,16 +80,8 @@ def main():
     timed("amin_d2", lambda: torch.amin(x, 2))
     del x
 
-    # scans: 65536 x 32768 split on dim 0; a 1-D scan of 2^30. Along the split axis the
-    # shards are cut as the library's scan_lengths cuts them (rank 0 twice the others'
-    # share, as it adds no carry).
-    def scan_length(n):
-        weights = [2] + [1] * (world - 1)
-        lengths = [n * w // sum(weights) for w in weights]
-        for r in range(n - sum(lengths)):
-            lengths[world - 1 - r] += 1
-        return lengths[rank]
-
+    # scans: 65536 x 32768 split evenly on dim 0; a 1-D scan of 2^30. Along the split
+    # axis each rank scans its shard, then adds the totals of the shards before it.
     def carried_scan(x, out):
         torch.cumsum(x, 0, out=out)
         totals = gather(out[-1])
@@ -100,11 +92,11 @@ def main():
     out = torch.empty_like(x)
     timed("scan_d1", lambda: torch.cumsum(x, 1, out=out))
     del x, out
-    x = ints(scan_length(65536), 32768)
+    x = ints(65536 // world, 32768)
     out = torch.empty_like(x)
     timed("scan_d0", lambda: carried_scan(x, out))
     del x, out
-    x = ints(scan_length(1 << 30))
+    x = ints((1 << 30) // world)
     out = torch.empty_like(x)
     timed("scan_1d", lambda: carried_scan(x, out))
     del x, out

@@ -4,8 +4,8 @@ use gpu_kernels::launch::DevicePtrMut;
 use gpu_kernels::min::{MinOutputs, combine};
 
 use super::matvec::starts;
-use super::{GpuGroup, ShardedArray, Sharding};
-use crate::array::DeviceArray;
+use super::{GpuGroup, ShardedArray, Sharding, invalid};
+use crate::array::{DeviceArray, Element};
 use crate::error::Result;
 use crate::min::{MinElement, min_problem, reduced_shape};
 
@@ -37,6 +37,29 @@ impl GpuGroup {
         Ok(self.reduce_min("amin", x, axis, keepdim, false)?.0)
     }
 
+    /// [`GpuGroup::min`] into existing arrays, shaped as the result with or without
+    /// keepdim and laid over the devices as it would be: reused from call to call, they
+    /// spare the allocations (and `cuMemFree`'s device-wide waits) of every call.
+    pub fn min_into<T: MinElement>(
+        &self,
+        x: &ShardedArray<T>,
+        axis: usize,
+        values: &mut ShardedArray<T>,
+        indices: &mut ShardedArray<i64>,
+    ) -> Result<()> {
+        self.reduce_min_into("min", x, axis, values, Some(indices))
+    }
+
+    /// [`GpuGroup::amin`] into an existing array, as [`GpuGroup::min_into`].
+    pub fn amin_into<T: MinElement>(
+        &self,
+        x: &ShardedArray<T>,
+        axis: usize,
+        values: &mut ShardedArray<T>,
+    ) -> Result<()> {
+        self.reduce_min_into("amin", x, axis, values, None)
+    }
+
     fn reduce_min<T: MinElement>(
         &self,
         op: &'static str,
@@ -47,42 +70,112 @@ impl GpuGroup {
     ) -> Result<(ShardedArray<T>, Option<ShardedArray<i64>>)> {
         self.check_parts(x)?;
         min_problem(op, x.shape(), axis)?;
-        let shape = reduced_shape(x.shape(), axis, keepdim);
+        let mut values = self.alloc_reduced(x, axis, keepdim)?;
+        let mut indices = with_index
+            .then(|| self.alloc_reduced(x, axis, keepdim))
+            .transpose()?;
+        self.reduce_min_into(op, x, axis, &mut values, indices.as_mut())?;
+        Ok((values, indices))
+    }
+
+    /// How the result of a reduction of x along `axis` lies over the devices: along
+    /// another axis than the split one, split as x (the split axis one lower when an
+    /// axis before it goes); along the split one, replicated.
+    fn reduced_sharding<T: Element>(x: &ShardedArray<T>, axis: usize, keepdim: bool) -> Sharding {
+        match &x.sharding {
+            Sharding::Split { axis: s, .. } if *s == axis => Sharding::Replicated,
+            Sharding::Split { axis: s, lengths } if *s > axis && !keepdim => Sharding::Split {
+                axis: s - 1,
+                lengths: lengths.clone(),
+            },
+            other => other.clone(),
+        }
+    }
+
+    /// An uninitialized array for the reduction of x along `axis`.
+    fn alloc_reduced<T: Element, U: Element>(
+        &self,
+        x: &ShardedArray<U>,
+        axis: usize,
+        keepdim: bool,
+    ) -> Result<ShardedArray<T>> {
+        let sharding = Self::reduced_sharding(x, axis, keepdim);
+        let parts = self
+            .gpus
+            .iter()
+            .zip(&x.parts)
+            .map(|(gpu, part)| match sharding {
+                Sharding::Replicated => gpu.alloc(&reduced_shape(x.shape(), axis, keepdim)),
+                Sharding::Split { .. } => gpu.alloc(&reduced_shape(part.shape(), axis, keepdim)),
+            })
+            .collect::<Result<_>>()?;
+        Ok(ShardedArray::new(
+            &reduced_shape(x.shape(), axis, keepdim),
+            sharding,
+            parts,
+        ))
+    }
+
+    /// Checks that `output` holds the reduction of x along `axis`, with or without
+    /// keepdim (its rank says which), laid over the devices as it comes out.
+    fn check_reduced<T: Element, U: Element>(
+        &self,
+        x: &ShardedArray<T>,
+        axis: usize,
+        output: &ShardedArray<U>,
+        what: &'static str,
+    ) -> Result<()> {
+        self.check_parts(output)?;
+        let keepdim = output.shape.len() == x.shape.len();
+        let (shape, sharding) = (
+            reduced_shape(x.shape(), axis, keepdim),
+            Self::reduced_sharding(x, axis, keepdim),
+        );
+        if output.shape != shape || output.sharding != sharding {
+            return Err(invalid(
+                what,
+                format!(
+                    "it is {:?} {:?}; {shape:?} {sharding:?} expected",
+                    output.shape, output.sharding
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    fn reduce_min_into<T: MinElement>(
+        &self,
+        op: &'static str,
+        x: &ShardedArray<T>,
+        axis: usize,
+        values: &mut ShardedArray<T>,
+        mut indices: Option<&mut ShardedArray<i64>>,
+    ) -> Result<()> {
+        self.check_parts(x)?;
+        min_problem(op, x.shape(), axis)?;
+        self.check_reduced(x, axis, values, "min values")?;
+        if let Some(indices) = &indices {
+            self.check_reduced(x, axis, indices, "min indices")?;
+        }
+        let with_index = indices.is_some();
         let split = match &x.sharding {
             Sharding::Split { axis: s, lengths } if *s == axis => lengths,
-            sharding => {
-                // Each device reduces its own part; the split axis, if any, moves down
-                // one when an axis before it goes.
-                let sharding = match sharding {
-                    Sharding::Split { axis: s, lengths } if *s > axis && !keepdim => Sharding::Split {
-                        axis: s - 1,
-                        lengths: lengths.clone(),
-                    },
-                    other => other.clone(),
-                };
-                let mut values = Vec::with_capacity(self.len());
-                let mut indices = Vec::with_capacity(self.len());
-                for (gpu, part) in self.gpus.iter().zip(&x.parts) {
-                    if with_index {
-                        let (v, i) = gpu.min(part, axis, keepdim)?;
-                        values.push(v);
-                        indices.push(i);
-                    } else {
-                        values.push(gpu.amin(part, axis, keepdim)?);
+            _ => {
+                // Each device reduces its own part.
+                for (rank, (gpu, part)) in self.gpus.iter().zip(&x.parts).enumerate() {
+                    match indices.as_deref_mut() {
+                        Some(indices) => {
+                            gpu.min_into(part, axis, &mut values.parts[rank], &mut indices.parts[rank])?
+                        }
+                        None => gpu.amin_into(part, axis, &mut values.parts[rank])?,
                     }
                 }
-                let indices = with_index.then(|| ShardedArray::new(&shape, sharding.clone(), indices));
-                return Ok((ShardedArray::new(&shape, sharding, values), indices));
+                return Ok(());
             }
         };
+        let shape = values.shape.clone();
         let (ranks, outputs) = (self.len(), shape.iter().product::<usize>());
         let offsets: Vec<i64> = starts(split).map(|s| s as i64).collect();
-        let mut values = self.alloc_replicated::<T>(&shape)?;
-        let mut indices = if with_index {
-            Some(self.alloc_replicated::<i64>(&shape)?)
-        } else {
-            None
-        };
         // The shard minima, then all of them gathered on every device, rank after rank.
         let mut local = Vec::with_capacity(ranks);
         let mut gathered = Vec::with_capacity(ranks);
@@ -113,8 +206,8 @@ impl GpuGroup {
         for (rank, (gpu, (v, i))) in self.gpus.iter().zip(&mut gathered).enumerate() {
             let offsets = gpu.temporary_from(&offsets)?;
             let index_out = indices
-                .as_mut()
-                .map_or(DevicePtrMut::NULL, |all| all[rank].ptr_mut());
+                .as_deref_mut()
+                .map_or(DevicePtrMut::NULL, |all| all.parts[rank].ptr_mut());
             let launch = combine::launch_shards(
                 outputs as u64,
                 ranks as u64,
@@ -128,7 +221,7 @@ impl GpuGroup {
                 },
                 offsets.ptr(),
                 MinOutputs {
-                    values: values[rank].ptr_mut(),
+                    values: values.parts[rank].ptr_mut(),
                     indices: index_out,
                 },
             );
@@ -136,7 +229,6 @@ impl GpuGroup {
                 gpu.launch(&launch)?;
             }
         }
-        let indices = indices.map(|parts| ShardedArray::new(&shape, Sharding::Replicated, parts));
-        Ok((ShardedArray::new(&shape, Sharding::Replicated, values), indices))
+        Ok(())
     }
 }

@@ -92,28 +92,8 @@ impl<T: Element> std::fmt::Debug for ShardedArray<T> {
 
 /// `len` slices cut into `ranks` lengths that differ by one at most, the longer last.
 pub fn even_lengths(len: usize, ranks: usize) -> Vec<usize> {
-    weighted_lengths(len, &vec![1; ranks])
-}
-
-/// `len` slices cut for a cumulative sum along the split axis over `ranks` ranks: rank
-/// 0 scans its shard once, while every other rank scans and then adds its carries (two
-/// passes over its shard more), so rank 0 takes twice the share of each other rank and
-/// all finish together. By the bytes each rank moves, the scan on two GPUs then runs at
-/// 1.5x one GPU's speed, against 1.0x for an even split; on P GPUs at (P + 1) / 2
-/// times, against P / 2.
-pub fn scan_lengths(len: usize, ranks: usize) -> Vec<usize> {
-    let mut weights = vec![1; ranks];
-    weights[0] = 2;
-    weighted_lengths(len, &weights)
-}
-
-/// `len` slices cut in proportion to `weights`, the remainder one by one from the last
-/// rank back (so that no rank is left empty while `len` is at least the rank count).
-fn weighted_lengths(len: usize, weights: &[usize]) -> Vec<usize> {
-    let total: usize = weights.iter().sum();
-    let mut lengths: Vec<usize> = weights.iter().map(|w| len * w / total).collect();
-    let short = len - lengths.iter().sum::<usize>();
-    for length in lengths.iter_mut().rev().take(short) {
+    let mut lengths = vec![len / ranks; ranks];
+    for length in lengths.iter_mut().rev().take(len % ranks) {
         *length += 1;
     }
     lengths
@@ -473,15 +453,12 @@ mod tests {
     #[test]
     fn lengths_cover_the_axis_and_leave_no_rank_empty() {
         assert_eq!(even_lengths(10, 3), [3, 3, 4]);
-        assert_eq!(scan_lengths(9, 2), [6, 3]);
-        assert_eq!(scan_lengths(2, 2), [1, 1]);
-        assert_eq!(scan_lengths(1 << 30, 2), [715_827_882, 357_913_942]);
+        assert_eq!(even_lengths(2, 2), [1, 1]);
         for ranks in 1..=8 {
             for len in ranks..200 {
-                for lengths in [even_lengths(len, ranks), scan_lengths(len, ranks)] {
-                    assert_eq!(lengths.iter().sum::<usize>(), len);
-                    assert!(!lengths.contains(&0), "{len} over {ranks}: {lengths:?}");
-                }
+                let lengths = even_lengths(len, ranks);
+                assert_eq!(lengths.iter().sum::<usize>(), len);
+                assert!(!lengths.contains(&0), "{len} over {ranks}: {lengths:?}");
             }
         }
     }

@@ -195,6 +195,15 @@ fn group_min_matches_one_device_exactly() {
                 if sharded.split_axis() == Some(axis) {
                     assert_replicated(group, &indices, &want_indices, &what)?;
                 }
+                // Into the outputs of another array's reduction: every element rewritten.
+                let other = distribute(group, &min_values(&shape, !seed, !nan), split_axis, seed);
+                let (mut values, mut indices) = group.min(&other, axis, keepdim).unwrap();
+                group.min_into(&sharded, axis, &mut values, &mut indices).unwrap();
+                assert_same(&group.download(&values).unwrap(), &want_values, &what)?;
+                assert_same(&group.download(&indices).unwrap(), &want_indices, &what)?;
+                let mut amin = group.amin(&other, axis, keepdim).unwrap();
+                group.amin_into(&sharded, axis, &mut amin).unwrap();
+                assert_same(&group.download(&amin).unwrap(), &want_values, &what)?;
                 Ok(())
             })
             .unwrap();
@@ -398,6 +407,11 @@ fn invalid_group_inputs_are_errors() {
     assert!(matches!(
         group.min(&split, 2, false),
         Err(Error::InvalidAxis { .. })
+    ));
+    let mut replicated_rows = group.upload_replicated(&random_f32(&[8], 8)).unwrap();
+    assert!(matches!(
+        group.amin_into(&split, 1, &mut replicated_rows),
+        Err(Error::InvalidParameter { .. })
     ));
     assert!(matches!(
         group.cumsum(&split, 5, ScanKind::Inclusive, false),
