@@ -52,17 +52,19 @@ impl StagePipeline {
         unsafe { wait_parity(self.empty + 8 * stage, (fill & 1) ^ 1) };
     }
 
-    /// Producer: arrives on the stage's full barrier once every `cp.async` copy this
-    /// thread started so far has landed.
+    /// Producer: arrives on the stage's full barrier (a release: the consumers that wait
+    /// on it then see what this thread wrote, and the `cp.async` copies it waited for
+    /// with [`async_copy_wait`](super::async_copy_wait)).
     ///
     /// # Safety
-    /// As [`Self::acquire`]; each producer commits each fill once.
+    /// As [`Self::acquire`]; each producer arrives once per fill, after its copies of
+    /// the fill landed.
     #[inline(always)]
-    pub unsafe fn commit_copies(&self, stage: u32) {
+    pub unsafe fn arrive(&self, stage: u32) {
         // SAFETY: an initialized mbarrier; the arrival is counted in its producers.
         unsafe {
             asm!(
-                "cp.async.mbarrier.arrive.noinc.shared::cta.b64 [{b}];",
+                "mbarrier.arrive.shared::cta.b64 _, [{b}];",
                 b = in(reg32) self.full + 8 * stage,
                 options(nostack),
             )

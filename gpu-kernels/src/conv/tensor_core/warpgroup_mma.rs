@@ -16,10 +16,10 @@ use super::operands::{
 use super::staged_epilogue::store_staged;
 use super::*;
 use crate::device::{
-    PIPELINE_BARRIER_BYTES, Shuffle, StagePipeline, WarpgroupAccumulators, block_idx_x, fence_async_shared,
-    fence_tensor_map, grid_dim_x, lane_id, load_matrix_x4, set_max_registers, shared_base,
-    swizzled_k_major_descriptor, sync_group, sync_threads, thread_idx_x, to_tf32, warpgroup_commit,
-    warpgroup_fence, warpgroup_wait,
+    PIPELINE_BARRIER_BYTES, Shuffle, StagePipeline, WarpgroupAccumulators, async_copy_commit,
+    async_copy_wait, block_idx_x, fence_async_shared, fence_tensor_map, grid_dim_x, lane_id, load_matrix_x4,
+    set_max_registers, shared_base, swizzled_k_major_descriptor, sync_group, sync_threads, thread_idx_x,
+    to_tf32, warpgroup_commit, warpgroup_fence, warpgroup_wait,
 };
 use crate::tensor_map::TensorMap;
 
@@ -237,6 +237,8 @@ unsafe fn produce<const CHANNELS_LAST: bool>(
         }
         index += grid_dim_x();
     }
+    // SAFETY: after the last fill.
+    unsafe { finish_fills(pipeline, fills) };
 }
 
 /// Stages the k-tiles of one tile, the weights copied 16 or 4 bytes at a time as the
@@ -275,8 +277,17 @@ unsafe fn with_filters<A: Operand>(
     }
 }
 
+/// Fills whose `cp.async` copies a producer thread keeps in flight beyond the newest:
+/// it arrives on a fill's full barrier once the copies landed, `FILL_LAG` fills later,
+/// so that the barrier's release orders them before the consumers' reads. With two
+/// stages fewer than there are, the fill the consumers wait for next was arrived on
+/// before the producer waits for a free stage.
+const FILL_LAG: u32 = WGMMA_STAGES - 2;
+const _: () = assert!(FILL_LAG >= 1);
+
 /// Stages k-tiles `0..k_tiles` of `a` and `b`, `fills` counting the stages filled by
-/// this block so far.
+/// this block so far; arrives on the fill `FILL_LAG` before each ([`finish_fills`]
+/// arrives on the last ones).
 ///
 /// # Safety
 /// As [`produce`].
@@ -291,14 +302,31 @@ unsafe fn fill<A: Operand, B: Operand>(
     for kt in 0..k_tiles {
         let (stage, fill) = (*fills % WGMMA_STAGES, *fills / WGMMA_STAGES);
         // SAFETY: the stage is released (its previous fill consumed) before the copies
-        // start, and the full barrier waits for them.
+        // start; a fill is arrived on once this thread's copies of it landed.
         unsafe {
             pipeline.acquire(stage, fill);
             a.stage(stage_a(stage), kt);
             b.stage(stage_b(stage), kt);
-            pipeline.commit_copies(stage);
+            async_copy_commit();
+            async_copy_wait::<FILL_LAG>();
+            if *fills >= FILL_LAG {
+                pipeline.arrive((*fills - FILL_LAG) % WGMMA_STAGES);
+            }
         }
         *fills += 1;
+    }
+}
+
+/// Arrives on the fills [`fill`] left in flight, once they landed.
+///
+/// # Safety
+/// As [`produce`], after the last [`fill`].
+#[inline(always)]
+unsafe fn finish_fills(pipeline: &StagePipeline, fills: u32) {
+    async_copy_wait::<0>();
+    for done in fills.saturating_sub(FILL_LAG)..fills {
+        // SAFETY: this thread's copies of every fill landed.
+        unsafe { pipeline.arrive(done % WGMMA_STAGES) };
     }
 }
 
