@@ -347,6 +347,7 @@ impl Gpu {
             ConvAlgorithm::Winograd(winograd) => self.winograd(&winograd, x, w, epilogue, y),
             ConvAlgorithm::ImplicitGemm(plan) => self.launch(&plan.forward(problem, x, w, epilogue, y)),
             ConvAlgorithm::Direct(plan) => self.launch(&plan.forward(problem, x, w, epilogue, y)),
+            ConvAlgorithm::Stencil(plan) => self.launch(&plan.launch(x, w, epilogue, y)),
             ConvAlgorithm::TensorCore(plan) => {
                 self.tensor_core_forward(problem, plan, x, Weights::AsGiven(w), epilogue, y)
             }
@@ -573,14 +574,22 @@ impl Gpu {
         if dx.is_empty() {
             return Ok(None);
         }
-        match self.algorithm(problem, ConvPass::InputGrad, params) {
-            ConvAlgorithm::Direct(plan) => {
-                let (layout, native) = (params.layout, plan.layout());
+        let algorithm = self.algorithm(problem, ConvPass::InputGrad, params);
+        match algorithm {
+            ConvAlgorithm::Direct(_) | ConvAlgorithm::Stencil(_) => {
+                let (layout, native) = (params.layout, algorithm.layout());
                 let mut w_copy = None;
                 let w = self.as_layout(w, layout, native, &mut w_copy)?;
                 let grad_y = grad_y.in_layout(self, native)?;
                 self.through_layout(layout, native, problem.input_shape(), dx, |dx| {
-                    self.launch(&plan.input_grad(problem, grad_y.ptr(), w.ptr(), dx.ptr_mut()))
+                    let (dy, w, dx) = (grad_y.ptr(), w.ptr(), dx.ptr_mut());
+                    match algorithm {
+                        ConvAlgorithm::Stencil(plan) => {
+                            self.launch(&plan.launch(dy, w, ConvEpilogue::NONE, dx))
+                        }
+                        ConvAlgorithm::Direct(plan) => self.launch(&plan.input_grad(problem, dy, w, dx)),
+                        other => Err(invalid("algorithm", format!("{other:?} is no direct plan"))),
+                    }
                 })?
             }
             ConvAlgorithm::TensorCore(plan) => match problem.input_grad_as_forward() {

@@ -39,6 +39,7 @@ pub mod gemm;
 mod outer_product;
 mod problem;
 pub mod reduce;
+pub mod stencil;
 pub mod tensor_core;
 pub mod transposed;
 pub mod winograd;
@@ -47,6 +48,7 @@ pub use direct::DirectPlan;
 pub use epilogue::{Activation, ConvEpilogue};
 pub use gemm::GemmPlan;
 pub use problem::{ConvPass, ConvProblem, ConvShape, ConvShapeError, FastDiv};
+pub use stencil::StencilPlan;
 pub use tensor_core::{TensorCorePlan, WarpgroupWeightGradPlan, WeightGradPlan};
 pub use winograd::{WinogradProblem, WinogradSplit};
 
@@ -75,6 +77,7 @@ pub const ENTRY_POINTS: &[&[EntryPoint]] = &[
     direct::FORWARD_ENTRY_POINTS,
     direct::INPUT_GRAD_ENTRY_POINTS,
     direct::WEIGHT_GRAD_ENTRY_POINTS,
+    stencil::ENTRY_POINTS,
 ];
 
 /// The arithmetic of a convolution of f32 tensors.
@@ -123,6 +126,8 @@ pub enum ConvAlgorithm {
     /// The weight gradient on warpgroup MMA (TF32, NCHW or NHWC, stride 1).
     WarpgroupWeightGrad(WarpgroupWeightGradPlan),
     Direct(DirectPlan),
+    /// The depthwise forward pass and stride-1 input gradient over staged windows.
+    Stencil(StencilPlan),
 }
 
 /// How a pass runs on the CUDA cores, in FP32.
@@ -151,6 +156,7 @@ impl ConvAlgorithm {
             ConvAlgorithm::TensorCoreWeightGrad(_) => ConvLayout::Nhwc,
             ConvAlgorithm::WarpgroupWeightGrad(plan) => plan.layout(),
             ConvAlgorithm::Direct(plan) => plan.layout(),
+            ConvAlgorithm::Stencil(plan) => plan.layout(),
         }
     }
 
@@ -163,8 +169,10 @@ impl ConvAlgorithm {
     }
 }
 
-/// The one place that picks a pass's algorithm: the direct kernels for one input
-/// channel per group, in every precision and pass, and for the input gradient of few
+/// The one place that picks a pass's algorithm: the depthwise stencil for the forward
+/// pass and stride-1 input gradient of one input channel per group where its window
+/// fits, in every precision; the direct kernels for the other passes of one input
+/// channel per group, and for the input gradient of few
 /// input channels per group; in TF32, the tensor cores: in the tensors' layout for the
 /// forward pass, and for the input gradient where it is the forward pass of
 /// [`ConvProblem::input_grad_as_forward`] (the plan is that problem's), for the weight
@@ -180,6 +188,14 @@ pub fn algorithm(
     device: &DeviceLimits,
 ) -> ConvAlgorithm {
     let multiprocessors = device.multiprocessors;
+    let stencil = match pass {
+        ConvPass::Forward => StencilPlan::forward(problem, layout),
+        ConvPass::InputGrad => StencilPlan::input_grad(problem, layout),
+        ConvPass::WeightGrad => None,
+    };
+    if let Some(plan) = stencil {
+        return ConvAlgorithm::Stencil(plan);
+    }
     if let Some(plan) = DirectPlan::of_depthwise(problem, layout, multiprocessors) {
         return ConvAlgorithm::Direct(plan);
     }

@@ -357,6 +357,8 @@ fn every_conv_kernel_matches_the_reference_on_fixed_cases() {
         TensorCoreBulkFromNchwNarrow,
         /// The direct kernels (depthwise, or the input gradient of few channels).
         Direct,
+        /// The depthwise stencil (forward, and the input gradient at stride 1).
+        Stencil,
         /// The tensor cores' weight gradient, x and dy copied 16 bytes at a time, in
         /// one split or several; or either operand 4 bytes at a time.
         TensorCoreGrad,
@@ -367,9 +369,9 @@ fn every_conv_kernel_matches_the_reference_on_fixed_cases() {
         WarpgroupGrad,
     }
     use Path::{
-        Direct, Gemm, SplitGemm, SplitTensorCoreGrad, TensorCore, TensorCoreBulk, TensorCoreBulkFromNchw,
-        TensorCoreBulkFromNchwNarrow, TensorCoreBulkNarrow, TensorCoreGrad, TensorCoreGradScalar,
-        TensorCoreScalar, WarpgroupGrad, Winograd,
+        Direct, Gemm, SplitGemm, SplitTensorCoreGrad, Stencil, TensorCore, TensorCoreBulk,
+        TensorCoreBulkFromNchw, TensorCoreBulkFromNchwNarrow, TensorCoreBulkNarrow, TensorCoreGrad,
+        TensorCoreGradScalar, TensorCoreScalar, WarpgroupGrad, Winograd,
     };
     let tf32 = |layout| Conv2dParams {
         layout,
@@ -642,7 +644,7 @@ fn every_conv_kernel_matches_the_reference_on_fixed_cases() {
                 },
                 true,
             ),
-            [Direct, Direct, Direct],
+            [Stencil, Direct, Direct],
         ),
         // Depthwise in TF32 (the depthwise kernels are exact FP32 in every precision),
         // NCHW, with a bias: its gradient split over 9800 pixels.
@@ -658,6 +660,43 @@ fn every_conv_kernel_matches_the_reference_on_fixed_cases() {
                     ..tf32(ConvLayout::Nchw)
                 },
                 true,
+            ),
+            [Stencil, Stencil, Direct],
+        ),
+        // Depthwise, two output channels per input channel, channels last, padded
+        // past the window along h (the input gradient's flipped window starts after
+        // its output) and dilated along w: the stencil's NHWC tiles and terms.
+        (
+            case(
+                2,
+                [6, 12],
+                [3, 3],
+                [11, 13],
+                Conv2dParams {
+                    padding: [3, 0],
+                    dilation: [1, 2],
+                    groups: 6,
+                    layout: ConvLayout::Nhwc,
+                    ..p
+                },
+                true,
+            ),
+            [Stencil, Stencil, Direct],
+        ),
+        // Depthwise with a window too wide to stage: the direct kernels.
+        (
+            case(
+                1,
+                [2, 2],
+                [3, 3],
+                [96, 96],
+                Conv2dParams {
+                    padding: [300, 300],
+                    dilation: [300, 300],
+                    groups: 2,
+                    ..p
+                },
+                false,
             ),
             [Direct, Direct, Direct],
         ),
@@ -685,6 +724,10 @@ fn every_conv_kernel_matches_the_reference_on_fixed_cases() {
                         let depthwise = c.in_channels == c.params.groups;
                         assert!(!depthwise || plan.split > 1, "{c:?} {pass:?}");
                         Direct
+                    }
+                    ConvAlgorithm::Stencil(plan) => {
+                        assert_eq!(plan.layout(), c.params.layout, "{c:?} {pass:?}");
+                        Stencil
                     }
                     ConvAlgorithm::ImplicitGemm(plan) if plan.split > 1 => SplitGemm,
                     ConvAlgorithm::ImplicitGemm(_) => Gemm,

@@ -1,0 +1,475 @@
+//! The depthwise stencil: the forward pass of depthwise convolutions (one input channel
+//! per group) and their input gradient at stride 1, which is the same stencil run over
+//! dy through the flipped window. A block takes a tile of one output plane (NCHW) or of
+//! 32 planes (NHWC, a lane each) and stages the window of inputs the tile reads in
+//! shared memory once, zero-padded, so that each input is loaded from global memory
+//! about once and then read `taps` times from shared memory: the pass runs near the
+//! copy's rate, where a loop over the window per output from global memory is bound by
+//! its instructions. Each output sums its window in a fixed order, in exact FP32.
+//!
+//! The direct kernels (`direct.rs`) take what this one does not: strided input
+//! gradients and windows too large to stage.
+
+use super::{ConvEpilogue, ConvLayout, ConvProblem, FastDiv};
+use crate::launch::{DevicePtr, DevicePtrMut, Launch, LaunchGeometry, kernel_args};
+
+/// Threads per block.
+pub const STENCIL_THREADS: u32 = 256;
+/// Output planes of an NHWC block: one per lane.
+pub const STENCIL_PLANES: u32 = 32;
+/// Warps per block.
+const WARPS: u32 = STENCIL_THREADS / 32;
+/// Outputs each thread sums: in NCHW, tile outputs `STENCIL_THREADS` apart; in NHWC,
+/// tile pixels `WARPS` apart, of its lane's plane.
+const OUTPUTS_PER_THREAD: u32 = 8;
+/// Most bytes of a block's staged window of inputs.
+const WINDOW_BYTES: u32 = 32 * 1024;
+/// Most taps of an NHWC block's staged weights (a 7 x 7 window).
+const NHWC_MAX_TAPS: u32 = 49;
+/// Tile columns of an NHWC block at most: square tiles read the fewest halo pixels.
+const NHWC_TILE_W: u32 = 8;
+
+/// How the stencil runs a pass: the planes it reads (x, or dy) and writes (y, or dx),
+/// the window, and the tiles.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StencilPlan {
+    pub batch: u32,
+    /// Extent of the planes read and of the planes written.
+    pub in_h: u32,
+    pub in_w: u32,
+    pub out_h: u32,
+    pub out_w: u32,
+    pub in_planes: u32,
+    pub out_planes: u32,
+    pub kernel_h: u32,
+    pub kernel_w: u32,
+    pub stride_h: u32,
+    pub stride_w: u32,
+    pub dilation_h: u32,
+    pub dilation_w: u32,
+    /// Input coordinate of an output's first tap, less `out * stride`: `-padding`,
+    /// wrapping (the flipped window of the input gradient may start past its output).
+    pub pad_h: u32,
+    pub pad_w: u32,
+    /// Planes read into each output plane: 1 (forward), or the channel multiplier (the
+    /// input gradient sums the output channels of its input channel).
+    pub terms: u32,
+    /// Divides a filter `plane * terms + term` into the plane it reads: by the channel
+    /// multiplier (forward) or 1.
+    pub div_source: FastDiv,
+    /// Whether the window is flipped (the input gradient), as 1 or 0.
+    pub flip: u32,
+    /// Output rows and columns of a tile, and of the window it stages.
+    pub tile_h: u32,
+    pub div_tile_w: FastDiv,
+    pub window_h: u32,
+    pub div_window_w: FastDiv,
+    /// Tiles across a plane's columns, and per plane.
+    pub div_column_tiles: FastDiv,
+    pub tiles: u32,
+    /// Whether the tensors are channels last (NHWC), as 1 or 0 (NCHW).
+    pub channels_last: u32,
+}
+
+/// The extents of a stencil pass, before its tiles.
+struct Extents {
+    input: [u32; 2],
+    output: [u32; 2],
+    planes: [u32; 2],
+    padding: [u32; 2],
+    stride: [u32; 2],
+    terms: u32,
+    source_divisor: u32,
+    flip: bool,
+}
+
+impl StencilPlan {
+    /// The forward pass of `problem` over tensors in `layout`, when it is depthwise
+    /// and its window fits the shared memory.
+    pub const fn forward(problem: &ConvProblem, layout: ConvLayout) -> Option<Self> {
+        let p = problem;
+        if p.in_per_group() != 1 {
+            return None;
+        }
+        let extents = Extents {
+            input: [p.height, p.width],
+            output: [p.out_h, p.out_w],
+            planes: [p.in_channels, p.out_channels],
+            padding: [p.pad_h, p.pad_w],
+            stride: [p.stride_h, p.stride_w],
+            terms: 1,
+            source_divisor: p.out_per_group(),
+            flip: false,
+        };
+        Self::new(p, extents, layout)
+    }
+
+    /// The input gradient of `problem` over tensors in `layout`, when it is depthwise
+    /// with stride 1 and its window fits: `dx = dy` through the flipped window, which
+    /// reads dy's pixel `in + padding - tap dilation`, and so starts `(kernel - 1)
+    /// dilation - padding` before it.
+    pub const fn input_grad(problem: &ConvProblem, layout: ConvLayout) -> Option<Self> {
+        let p = problem;
+        if p.in_per_group() != 1 || p.stride_h != 1 || p.stride_w != 1 {
+            return None;
+        }
+        let extents = Extents {
+            input: [p.out_h, p.out_w],
+            output: [p.height, p.width],
+            planes: [p.out_channels, p.in_channels],
+            padding: [
+                ((p.kernel_h - 1) * p.dilation_h).wrapping_sub(p.pad_h),
+                ((p.kernel_w - 1) * p.dilation_w).wrapping_sub(p.pad_w),
+            ],
+            stride: [1, 1],
+            terms: p.out_per_group(),
+            source_divisor: 1,
+            flip: true,
+        };
+        Self::new(p, extents, layout)
+    }
+
+    /// The plan, when the grid holds it (at most 65535 images and plane blocks, fewer
+    /// than 2^31 elements per image) and a window of one output fits `WINDOW_BYTES`.
+    /// Tiles as wide as the planes allow (NCHW) or `NHWC_TILE_W`, as tall as the window
+    /// and `OUTPUTS_PER_THREAD` allow.
+    const fn new(p: &ConvProblem, e: Extents, layout: ConvLayout) -> Option<Self> {
+        let channels_last = matches!(layout, ConvLayout::Nhwc);
+        let plane_blocks = if channels_last {
+            e.planes[1].div_ceil(STENCIL_PLANES)
+        } else {
+            e.planes[1]
+        };
+        let in_image = e.planes[0] as u64 * e.input[0] as u64 * e.input[1] as u64;
+        let out_image = e.planes[1] as u64 * e.output[0] as u64 * e.output[1] as u64;
+        let taps = p.kernel_h * p.kernel_w;
+        if p.batch > 65535
+            || plane_blocks > 65535
+            || in_image >= 1 << 31
+            || out_image >= 1 << 31
+            || (channels_last && taps > NHWC_MAX_TAPS)
+        {
+            return None;
+        }
+        let (pixel_bytes, most_outputs) = if channels_last {
+            (4 * STENCIL_PLANES, OUTPUTS_PER_THREAD * WARPS)
+        } else {
+            (4, OUTPUTS_PER_THREAD * STENCIL_THREADS)
+        };
+        let most_pixels = (WINDOW_BYTES / pixel_bytes) as u64;
+        let reach_h = (p.kernel_h as u64 - 1) * p.dilation_h as u64 + 1;
+        let reach_w = (p.kernel_w as u64 - 1) * p.dilation_w as u64 + 1;
+        if reach_h * reach_w > most_pixels {
+            return None;
+        }
+        // Columns: as many as fit one row of outputs.
+        let fit_w = ((most_pixels / reach_h - reach_w) / e.stride[1] as u64 + 1) as u32;
+        let mut tile_w = min(min(e.output[1], most_outputs), fit_w);
+        if channels_last {
+            tile_w = min(tile_w, NHWC_TILE_W);
+        }
+        let window_w = (tile_w - 1) * e.stride[1] + reach_w as u32;
+        let fit_h = ((most_pixels / window_w as u64 - reach_h) / e.stride[0] as u64 + 1) as u32;
+        let tile_h = min(min(e.output[0], most_outputs / tile_w), fit_h);
+        let window_h = (tile_h - 1) * e.stride[0] + reach_h as u32;
+        let column_tiles = e.output[1].div_ceil(tile_w);
+        Some(Self {
+            batch: p.batch,
+            in_h: e.input[0],
+            in_w: e.input[1],
+            out_h: e.output[0],
+            out_w: e.output[1],
+            in_planes: e.planes[0],
+            out_planes: e.planes[1],
+            kernel_h: p.kernel_h,
+            kernel_w: p.kernel_w,
+            stride_h: e.stride[0],
+            stride_w: e.stride[1],
+            dilation_h: p.dilation_h,
+            dilation_w: p.dilation_w,
+            pad_h: e.padding[0],
+            pad_w: e.padding[1],
+            terms: e.terms,
+            div_source: FastDiv::new(e.source_divisor),
+            flip: e.flip as u32,
+            tile_h,
+            div_tile_w: FastDiv::new(tile_w),
+            window_h,
+            div_window_w: FastDiv::new(window_w),
+            div_column_tiles: FastDiv::new(column_tiles),
+            tiles: e.output[0].div_ceil(tile_h) * column_tiles,
+            channels_last: channels_last as u32,
+        })
+    }
+
+    /// The layout of the tensors.
+    pub const fn layout(&self) -> ConvLayout {
+        ConvLayout::of_channels_last(self.channels_last)
+    }
+
+    /// Bytes of a block's shared memory: the window, and in NHWC the lanes' weights.
+    const fn shared_bytes(&self) -> u32 {
+        let pixels = self.window_h * self.div_window_w.divisor;
+        if self.channels_last == 1 {
+            (pixels + self.kernel_h * self.kernel_w) * STENCIL_PLANES * 4
+        } else {
+            pixels * 4
+        }
+    }
+
+    /// `output = epilogue(stencil(input, w))`: the forward pass (x into y) or, with no
+    /// epilogue, the input gradient (dy into dx). Call with at least one image.
+    pub const fn launch(
+        &self,
+        input: DevicePtr<f32>,
+        w: DevicePtr<f32>,
+        epilogue: ConvEpilogue,
+        output: DevicePtrMut<f32>,
+    ) -> Launch<StencilArgs> {
+        let (kernel, plane_blocks) = if self.channels_last == 1 {
+            (CONV_STENCIL_NHWC, self.out_planes.div_ceil(STENCIL_PLANES))
+        } else {
+            (CONV_STENCIL_NCHW, self.out_planes)
+        };
+        let geometry = LaunchGeometry {
+            grid: [self.tiles as u64, plane_blocks as u64, self.batch as u64],
+            threads: STENCIL_THREADS,
+            shared_bytes: self.shared_bytes(),
+        };
+        let args = StencilArgs {
+            input,
+            w,
+            epilogue,
+            output,
+            plan: *self,
+        };
+        Launch::new(kernel, geometry, args)
+    }
+}
+
+const fn min(a: u32, b: u32) -> u32 {
+    if a < b { a } else { b }
+}
+
+kernel_args! {
+    /// The stencil's arguments: `output = epilogue(stencil(input, w))`.
+    pub struct StencilArgs {
+        pub input: DevicePtr<f32>,
+        pub w: DevicePtr<f32>,
+        pub epilogue: ConvEpilogue,
+        pub output: DevicePtrMut<f32>,
+        pub plan: StencilPlan,
+    }
+    /// The depthwise stencil over NCHW tensors.
+    pub const CONV_STENCIL_NCHW = "conv_depthwise_stencil_nchw_f32" =>
+        kernel::stencil::<false>, bounds(STENCIL_THREADS, 4);
+    /// The depthwise stencil over NHWC tensors.
+    pub const CONV_STENCIL_NHWC = "conv_depthwise_stencil_nhwc_f32" =>
+        kernel::stencil::<true>, bounds(STENCIL_THREADS, 4);
+    entry points in ENTRY_POINTS;
+}
+
+#[cfg(target_arch = "nvptx64")]
+mod kernel {
+    use super::*;
+    use crate::device::{
+        block_idx_x, block_idx_y, block_idx_z, fma_f32, load_shared_f32, shared_base, store_shared_f32,
+        sync_threads, thread_idx_x,
+    };
+
+    /// Sums this block's tile: stages the window of each plane it reads (one per term)
+    /// in shared memory, zero outside the planes, then each thread adds the window of
+    /// its outputs times the filter; the epilogue, and the stores.
+    ///
+    /// # Safety
+    /// `input`, `w` and `output` (and the epilogue's bias and residual) hold the plan's
+    /// tensors in its layout; the launch is [`StencilPlan::launch`]'s, with its shared
+    /// memory.
+    #[inline(always)]
+    pub unsafe fn stencil<const CHANNELS_LAST: bool>(args: StencilArgs) {
+        let plan = args.plan;
+        const PER: usize = OUTPUTS_PER_THREAD as usize;
+        let t = thread_idx_x();
+        // NCHW: a plane per block, outputs `STENCIL_THREADS` apart per thread; NHWC: a
+        // plane per lane, pixels `WARPS` apart per warp.
+        let (plane, first, step) = if CHANNELS_LAST {
+            (block_idx_y() * STENCIL_PLANES + t % 32, t / 32, WARPS)
+        } else {
+            (block_idx_y(), t, STENCIL_THREADS)
+        };
+        let lanes = if CHANNELS_LAST { STENCIL_PLANES } else { 1 };
+        let lane = if CHANNELS_LAST { t % 32 } else { 0 };
+        let active = plane < plan.out_planes;
+        let image = block_idx_z() as usize;
+        let (tile_row, tile_column) = plan.div_column_tiles.divmod(block_idx_x());
+        let (tile_w, window_w) = (plan.div_tile_w.divisor, plan.div_window_w.divisor);
+        let (r0, c0) = (tile_row * plan.tile_h, tile_column * tile_w);
+        let (outputs, window) = (plan.tile_h * tile_w, plan.window_h * window_w);
+        let taps = plan.kernel_h * plan.kernel_w;
+        let in_plane = plan.in_h as usize * plan.in_w as usize;
+        // SAFETY: the image's offset lies inside the input.
+        let input = unsafe {
+            args.input
+                .as_ptr()
+                .add(image * plan.in_planes as usize * in_plane)
+        };
+        let window_base = shared_base();
+        let weights_base = window_base + window * lanes * 4;
+        let mut sums = [0.0f32; PER];
+        for term in 0..plan.terms {
+            let filter = plane * plan.terms + term;
+            let source = plan.div_source.divmod(filter).0 as usize;
+            if term > 0 {
+                // SAFETY: the whole block: the last term's window was read.
+                unsafe { sync_threads() };
+            }
+            let mut e = first;
+            while e < window {
+                let (row, column) = plan.div_window_w.divmod(e);
+                let ih = (r0 * plan.stride_h + row).wrapping_sub(plan.pad_h);
+                let iw = (c0 * plan.stride_w + column).wrapping_sub(plan.pad_w);
+                let value = if active && ih < plan.in_h && iw < plan.in_w {
+                    let pixel = ih as usize * plan.in_w as usize + iw as usize;
+                    let at = if CHANNELS_LAST {
+                        pixel * plan.in_planes as usize + source
+                    } else {
+                        source * in_plane + pixel
+                    };
+                    // SAFETY: (source, ih, iw) lies inside the image.
+                    unsafe { *input.add(at) }
+                } else {
+                    0.0
+                };
+                // SAFETY: slot (e, lane) of the window, this thread's alone.
+                unsafe { store_shared_f32(window_base + (e * lanes + lane) * 4, value) };
+                e += step;
+            }
+            // SAFETY: filter < out_planes * terms, the filters, of `taps` weights each.
+            let w = unsafe { args.w.as_ptr().add(filter as usize * taps as usize) };
+            if CHANNELS_LAST {
+                let mut tap = first;
+                while tap < taps {
+                    // SAFETY: the lane's filter holds `taps` weights; its slot is its own.
+                    unsafe {
+                        let weight = if active { *w.add(tap as usize) } else { 0.0 };
+                        store_shared_f32(weights_base + (tap * lanes + lane) * 4, weight);
+                    }
+                    tap += step;
+                }
+            }
+            // SAFETY: the whole block: the window is staged.
+            unsafe { sync_threads() };
+            for (k, sum) in sums.iter_mut().enumerate() {
+                let i = first + k as u32 * step;
+                if i >= outputs {
+                    break;
+                }
+                let (row, column) = plan.div_tile_w.divmod(i);
+                let corner = row * plan.stride_h * window_w + column * plan.stride_w;
+                let mut total = *sum;
+                for r in 0..plan.kernel_h {
+                    let window_row = corner + r * plan.dilation_h * window_w;
+                    for s in 0..plan.kernel_w {
+                        let mut tap = r * plan.kernel_w + s;
+                        if plan.flip == 1 {
+                            tap = taps - 1 - tap;
+                        }
+                        let at = window_row + s * plan.dilation_w;
+                        // SAFETY: the tap's input lies in the staged window; the weight
+                        // in the filter (NCHW) or in the staged weights (NHWC).
+                        let (value, weight) = unsafe {
+                            (
+                                load_shared_f32(window_base + (at * lanes + lane) * 4),
+                                if CHANNELS_LAST {
+                                    load_shared_f32(weights_base + (tap * lanes + lane) * 4)
+                                } else {
+                                    *w.add(tap as usize)
+                                },
+                            )
+                        };
+                        total = fma_f32(value, weight, total);
+                    }
+                }
+                *sum = total;
+            }
+        }
+        if !active {
+            return;
+        }
+        let bias = args.epilogue.bias.as_ptr();
+        // SAFETY: the bias, when there is one, holds out_planes values.
+        let bias = if bias.is_null() {
+            0.0
+        } else {
+            unsafe { *bias.add(plane as usize) }
+        };
+        let out_plane = plan.out_h as usize * plan.out_w as usize;
+        let image_start = image * plan.out_planes as usize * out_plane;
+        for (k, &sum) in sums.iter().enumerate() {
+            let i = first + k as u32 * step;
+            if i >= outputs {
+                break;
+            }
+            let (row, column) = plan.div_tile_w.divmod(i);
+            let (oh, ow) = (r0 + row, c0 + column);
+            if oh < plan.out_h && ow < plan.out_w {
+                let pixel = oh as usize * plan.out_w as usize + ow as usize;
+                let at = image_start
+                    + if CHANNELS_LAST {
+                        pixel * plan.out_planes as usize + plane as usize
+                    } else {
+                        plane as usize * out_plane + pixel
+                    };
+                // SAFETY: `at` is an element of the output (and of the residual).
+                unsafe { *args.output.as_mut_ptr().add(at) = args.epilogue.apply(sum + bias, at) };
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::conv::ConvShape;
+
+    fn depthwise(size: u32, stride: u32, padding: u32, dilation: u32) -> ConvProblem {
+        ConvProblem::new(&ConvShape {
+            input: [32, 256, size, size],
+            weight: [256, 1, 3, 3],
+            stride: [stride; 2],
+            padding: [padding; 2],
+            dilation: [dilation; 2],
+            groups: 256,
+        })
+        .expect("a valid problem")
+    }
+
+    #[test]
+    fn tiles_fit_the_window_and_the_threads() {
+        // A 28 x 28 plane in one NCHW tile, in 8 x 8 NHWC tiles.
+        let p = depthwise(28, 1, 1, 1);
+        let nchw = StencilPlan::forward(&p, ConvLayout::Nchw).expect("fits");
+        assert_eq!((nchw.tile_h, nchw.div_tile_w.divisor, nchw.tiles), (28, 28, 1));
+        assert_eq!((nchw.window_h, nchw.div_window_w.divisor), (30, 30));
+        let nhwc = StencilPlan::input_grad(&p, ConvLayout::Nhwc).expect("fits");
+        assert_eq!((nhwc.tile_h, nhwc.div_tile_w.divisor, nhwc.tiles), (8, 8, 16));
+        assert_eq!((nhwc.pad_h, nhwc.flip, nhwc.terms), (1, 1, 1));
+        // Large planes in tiles of at most a thread's outputs and the window's bytes.
+        for layout in [ConvLayout::Nchw, ConvLayout::Nhwc] {
+            let plan = StencilPlan::forward(&depthwise(300, 2, 1, 3), layout).expect("fits");
+            let (tile_w, window_w) = (plan.div_tile_w.divisor, plan.div_window_w.divisor);
+            let lanes = if layout == ConvLayout::Nhwc {
+                STENCIL_PLANES
+            } else {
+                1
+            };
+            assert!(plan.shared_bytes() <= WINDOW_BYTES + 49 * 4 * lanes);
+            assert!(plan.tile_h * tile_w <= OUTPUTS_PER_THREAD * STENCIL_THREADS / lanes);
+            assert_eq!(window_w, (tile_w - 1) * 2 + 7);
+        }
+        // Strided input gradients and windows too wide to stage take the direct kernels.
+        assert!(StencilPlan::input_grad(&depthwise(28, 2, 1, 1), ConvLayout::Nchw).is_none());
+        assert!(StencilPlan::forward(&depthwise(28, 1, 100, 100), ConvLayout::Nchw).is_none());
+    }
+}
