@@ -11,7 +11,7 @@
 //! gradients and windows too large to stage.
 
 use super::{ConvEpilogue, ConvLayout, ConvProblem, FastDiv};
-use crate::launch::{DevicePtr, DevicePtrMut, Launch, LaunchGeometry, kernel_args};
+use crate::launch::{DevicePtr, DevicePtrMut, Kernel, Launch, LaunchGeometry, kernel_args};
 
 /// Threads per block.
 pub const STENCIL_THREADS: u32 = 256;
@@ -24,10 +24,16 @@ const WARPS: u32 = STENCIL_THREADS / 32;
 const OUTPUTS_PER_THREAD: u32 = 8;
 /// Most bytes of a block's staged window of inputs.
 const WINDOW_BYTES: u32 = 32 * 1024;
-/// Most taps of an NHWC block's staged weights (a 7 x 7 window).
+/// Most taps of a block's staged filter, a weight per lane each: in NHWC a 7 x 7
+/// window. With the window and the sums, a block takes at most 48 KiB.
 const NHWC_MAX_TAPS: u32 = 49;
+const NCHW_MAX_TAPS: u32 = 2048;
 /// Tile columns of an NHWC block at most: square tiles read the fewest halo pixels.
 const NHWC_TILE_W: u32 = 8;
+/// Square windows of these sizes take kernels with their taps unrolled and the
+/// filter in registers; the others loop over the taps at run time (several times the
+/// instructions per output).
+const UNROLLED_SIZES: [u32; 2] = [3, 5];
 
 /// How the stencil runs a pass: the planes it reads (x, or dy) and writes (y, or dx),
 /// the window, and the tiles.
@@ -148,7 +154,12 @@ impl StencilPlan {
             || plane_blocks > 65535
             || in_image >= 1 << 31
             || out_image >= 1 << 31
-            || (channels_last && taps > NHWC_MAX_TAPS)
+            || taps
+                > if channels_last {
+                    NHWC_MAX_TAPS
+                } else {
+                    NCHW_MAX_TAPS
+                }
         {
             return None;
         }
@@ -208,14 +219,40 @@ impl StencilPlan {
         ConvLayout::of_channels_last(self.channels_last)
     }
 
-    /// Bytes of a block's shared memory: the window, and in NHWC the lanes' weights.
-    const fn shared_bytes(&self) -> u32 {
-        let pixels = self.window_h * self.div_window_w.divisor;
-        if self.channels_last == 1 {
-            (pixels + self.kernel_h * self.kernel_w) * STENCIL_PLANES * 4
+    /// Shared-window addresses of a block's staged window, its filter (the windows
+    /// that loop over their taps: a weight per tap and lane) and its sums kept between
+    /// terms (a float per output), from the start of the dynamic shared memory.
+    #[cfg(target_arch = "nvptx64")]
+    #[inline(always)]
+    fn shared_layout(&self) -> (u32, u32, u32) {
+        let [weights, sums, _] = self.shared_offsets();
+        let base = crate::device::shared_base();
+        (base, base + weights, base + sums)
+    }
+
+    /// Byte offsets of the filter and of the sums in a block's shared memory, and its
+    /// size: the window, `taps` weights and (with several terms) a sum per output, each
+    /// a float per lane.
+    const fn shared_offsets(&self) -> [u32; 3] {
+        let lanes = if self.channels_last == 1 {
+            STENCIL_PLANES
         } else {
-            pixels * 4
-        }
+            1
+        };
+        let window = self.window_h * self.div_window_w.divisor;
+        let weights = window * lanes * 4;
+        let sums = weights + self.kernel_h * self.kernel_w * lanes * 4;
+        let outputs = if self.terms > 1 {
+            self.tile_h * self.div_tile_w.divisor
+        } else {
+            0
+        };
+        [weights, sums, sums + outputs * lanes * 4]
+    }
+
+    /// Bytes of a block's shared memory.
+    const fn shared_bytes(&self) -> u32 {
+        self.shared_offsets()[2]
     }
 
     /// `output = epilogue(stencil(input, w))`: the forward pass (x into y) or, with no
@@ -227,11 +264,24 @@ impl StencilPlan {
         epilogue: ConvEpilogue,
         output: DevicePtrMut<f32>,
     ) -> Launch<StencilArgs> {
-        let (kernel, plane_blocks) = if self.channels_last == 1 {
+        let size = if self.kernel_h == self.kernel_w {
+            self.kernel_h
+        } else {
+            0
+        };
+        let (kernels, plane_blocks) = if self.channels_last == 1 {
             (CONV_STENCIL_NHWC, self.out_planes.div_ceil(STENCIL_PLANES))
         } else {
             (CONV_STENCIL_NCHW, self.out_planes)
         };
+        let mut kernel = kernels[UNROLLED_SIZES.len()];
+        let mut i = 0;
+        while i < UNROLLED_SIZES.len() {
+            if size == UNROLLED_SIZES[i] {
+                kernel = kernels[i];
+            }
+            i += 1;
+        }
         let geometry = LaunchGeometry {
             grid: [self.tiles as u64, plane_blocks as u64, self.batch as u64],
             threads: STENCIL_THREADS,
@@ -261,45 +311,66 @@ kernel_args! {
         pub output: DevicePtrMut<f32>,
         pub plan: StencilPlan,
     }
-    /// The depthwise stencil over NCHW tensors.
-    pub const CONV_STENCIL_NCHW = "conv_depthwise_stencil_nchw_f32" =>
-        kernel::stencil::<false>, bounds(STENCIL_THREADS, 4);
-    /// The depthwise stencil over NHWC tensors.
-    pub const CONV_STENCIL_NHWC = "conv_depthwise_stencil_nhwc_f32" =>
-        kernel::stencil::<true>, bounds(STENCIL_THREADS, 4);
+    /// The depthwise stencil over NCHW tensors: 3 x 3, 5 x 5, any window.
+    pub const STENCIL_NCHW_3 = "conv_depthwise_stencil_nchw_3x3_f32" =>
+        kernel::stencil::<false, 3>, bounds(STENCIL_THREADS, 4);
+    pub const STENCIL_NCHW_5 = "conv_depthwise_stencil_nchw_5x5_f32" =>
+        kernel::stencil::<false, 5>, bounds(STENCIL_THREADS, 4);
+    pub const STENCIL_NCHW = "conv_depthwise_stencil_nchw_f32" =>
+        kernel::stencil::<false, 0>, bounds(STENCIL_THREADS, 4);
+    /// The same over NHWC tensors.
+    pub const STENCIL_NHWC_3 = "conv_depthwise_stencil_nhwc_3x3_f32" =>
+        kernel::stencil::<true, 3>, bounds(STENCIL_THREADS, 4);
+    pub const STENCIL_NHWC_5 = "conv_depthwise_stencil_nhwc_5x5_f32" =>
+        kernel::stencil::<true, 5>, bounds(STENCIL_THREADS, 4);
+    pub const STENCIL_NHWC = "conv_depthwise_stencil_nhwc_f32" =>
+        kernel::stencil::<true, 0>, bounds(STENCIL_THREADS, 4);
     entry points in ENTRY_POINTS;
 }
+
+/// The stencil kernels of each layout, by `UNROLLED_SIZES`, then for any window.
+const CONV_STENCIL_NCHW: [Kernel<StencilArgs>; 3] = [STENCIL_NCHW_3, STENCIL_NCHW_5, STENCIL_NCHW];
+const CONV_STENCIL_NHWC: [Kernel<StencilArgs>; 3] = [STENCIL_NHWC_3, STENCIL_NHWC_5, STENCIL_NHWC];
 
 #[cfg(target_arch = "nvptx64")]
 mod kernel {
     use super::*;
     use crate::device::{
-        block_idx_x, block_idx_y, block_idx_z, fma_f32, load_shared_f32, shared_base, store_shared_f32,
-        sync_threads, thread_idx_x,
+        block_idx_x, block_idx_y, block_idx_z, fma_f32, load_shared_f32, store_shared_f32, sync_threads,
+        thread_idx_x,
     };
+
+    /// Weights of the largest unrolled window.
+    const MAX_UNROLLED_TAPS: usize = 25;
+    const _: () = assert!(MAX_UNROLLED_TAPS == (UNROLLED_SIZES[1] * UNROLLED_SIZES[1]) as usize);
 
     /// Sums this block's tile: stages the window of each plane it reads (one per term)
     /// in shared memory, zero outside the planes, then each thread adds the window of
-    /// its outputs times the filter; the epilogue, and the stores.
+    /// its outputs times the filter, keeping the sums of all terms but the last in
+    /// shared memory; the epilogue, and the stores. `SIZE` is the window's, square,
+    /// when the kernel unrolls its taps (its filter in registers), else 0.
     ///
     /// # Safety
     /// `input`, `w` and `output` (and the epilogue's bias and residual) hold the plan's
     /// tensors in its layout; the launch is [`StencilPlan::launch`]'s, with its shared
     /// memory.
     #[inline(always)]
-    pub unsafe fn stencil<const CHANNELS_LAST: bool>(args: StencilArgs) {
+    pub unsafe fn stencil<const CHANNELS_LAST: bool, const SIZE: u32>(args: StencilArgs) {
         let plan = args.plan;
-        const PER: usize = OUTPUTS_PER_THREAD as usize;
         let t = thread_idx_x();
         // NCHW: a plane per block, outputs `STENCIL_THREADS` apart per thread; NHWC: a
         // plane per lane, pixels `WARPS` apart per warp.
-        let (plane, first, step) = if CHANNELS_LAST {
-            (block_idx_y() * STENCIL_PLANES + t % 32, t / 32, WARPS)
+        let (plane, first, step, lanes, lane) = if CHANNELS_LAST {
+            (
+                block_idx_y() * STENCIL_PLANES + t % 32,
+                t / 32,
+                WARPS,
+                STENCIL_PLANES,
+                t % 32,
+            )
         } else {
-            (block_idx_y(), t, STENCIL_THREADS)
+            (block_idx_y(), t, STENCIL_THREADS, 1, 0)
         };
-        let lanes = if CHANNELS_LAST { STENCIL_PLANES } else { 1 };
-        let lane = if CHANNELS_LAST { t % 32 } else { 0 };
         let active = plane < plan.out_planes;
         let image = block_idx_z() as usize;
         let (tile_row, tile_column) = plan.div_column_tiles.divmod(block_idx_x());
@@ -308,15 +379,22 @@ mod kernel {
         let (outputs, window) = (plan.tile_h * tile_w, plan.window_h * window_w);
         let taps = plan.kernel_h * plan.kernel_w;
         let in_plane = plan.in_h as usize * plan.in_w as usize;
+        let out_plane = plan.out_h as usize * plan.out_w as usize;
         // SAFETY: the image's offset lies inside the input.
         let input = unsafe {
             args.input
                 .as_ptr()
                 .add(image * plan.in_planes as usize * in_plane)
         };
-        let window_base = shared_base();
-        let weights_base = window_base + window * lanes * 4;
-        let mut sums = [0.0f32; PER];
+        let (window_base, weights_base, sums_base) = plan.shared_layout();
+        let bias = args.epilogue.bias.as_ptr();
+        // SAFETY: the bias, when there is one, holds out_planes values.
+        let bias = if bias.is_null() || !active {
+            0.0
+        } else {
+            unsafe { *bias.add(plane as usize) }
+        };
+        let slot = |i: u32| (i * lanes + lane) * 4;
         for term in 0..plan.terms {
             let filter = plane * plan.terms + term;
             let source = plan.div_source.divmod(filter).0 as usize;
@@ -342,87 +420,90 @@ mod kernel {
                     0.0
                 };
                 // SAFETY: slot (e, lane) of the window, this thread's alone.
-                unsafe { store_shared_f32(window_base + (e * lanes + lane) * 4, value) };
+                unsafe { store_shared_f32(window_base + slot(e), value) };
                 e += step;
             }
             // SAFETY: filter < out_planes * terms, the filters, of `taps` weights each.
             let w = unsafe { args.w.as_ptr().add(filter as usize * taps as usize) };
-            if CHANNELS_LAST {
-                let mut tap = first;
+            let flipped = |j: u32| if plan.flip == 1 { taps - 1 - j } else { j };
+            // The unrolled kernels' filter in registers, flipped for the input gradient.
+            let mut weights = [0.0f32; MAX_UNROLLED_TAPS];
+            for (j, weight) in weights.iter_mut().enumerate().take((SIZE * SIZE) as usize) {
+                // SAFETY: the tap lies inside the filter.
+                *weight = if active {
+                    unsafe { *w.add(flipped(j as u32) as usize) }
+                } else {
+                    0.0
+                };
+            }
+            if SIZE == 0 {
+                let mut tap = if CHANNELS_LAST { first } else { t };
+                let tap_step = if CHANNELS_LAST { step } else { STENCIL_THREADS };
                 while tap < taps {
                     // SAFETY: the lane's filter holds `taps` weights; its slot is its own.
                     unsafe {
-                        let weight = if active { *w.add(tap as usize) } else { 0.0 };
-                        store_shared_f32(weights_base + (tap * lanes + lane) * 4, weight);
+                        let weight = if active {
+                            *w.add(flipped(tap) as usize)
+                        } else {
+                            0.0
+                        };
+                        store_shared_f32(weights_base + slot(tap), weight);
                     }
-                    tap += step;
+                    tap += tap_step;
                 }
             }
-            // SAFETY: the whole block: the window is staged.
+            // SAFETY: the whole block: the window and the weights are staged.
             unsafe { sync_threads() };
-            for (k, sum) in sums.iter_mut().enumerate() {
-                let i = first + k as u32 * step;
-                if i >= outputs {
-                    break;
-                }
+            let mut i = first;
+            while i < outputs {
                 let (row, column) = plan.div_tile_w.divmod(i);
                 let corner = row * plan.stride_h * window_w + column * plan.stride_w;
-                let mut total = *sum;
-                for r in 0..plan.kernel_h {
+                let mut total = if term == 0 {
+                    0.0
+                } else {
+                    // SAFETY: this thread's own sum, written by it last term.
+                    unsafe { load_shared_f32(sums_base + slot(i)) }
+                };
+                let (rows, columns) = if SIZE > 0 {
+                    (SIZE, SIZE)
+                } else {
+                    (plan.kernel_h, plan.kernel_w)
+                };
+                for r in 0..rows {
                     let window_row = corner + r * plan.dilation_h * window_w;
-                    for s in 0..plan.kernel_w {
-                        let mut tap = r * plan.kernel_w + s;
-                        if plan.flip == 1 {
-                            tap = taps - 1 - tap;
-                        }
+                    for s in 0..columns {
                         let at = window_row + s * plan.dilation_w;
-                        // SAFETY: the tap's input lies in the staged window; the weight
-                        // in the filter (NCHW) or in the staged weights (NHWC).
+                        // SAFETY: the tap's input lies in the staged window, its weight
+                        // in the staged filter.
                         let (value, weight) = unsafe {
                             (
-                                load_shared_f32(window_base + (at * lanes + lane) * 4),
-                                if CHANNELS_LAST {
-                                    load_shared_f32(weights_base + (tap * lanes + lane) * 4)
+                                load_shared_f32(window_base + slot(at)),
+                                if SIZE > 0 {
+                                    weights[(r * SIZE + s) as usize]
                                 } else {
-                                    *w.add(tap as usize)
+                                    load_shared_f32(weights_base + slot(r * columns + s))
                                 },
                             )
                         };
                         total = fma_f32(value, weight, total);
                     }
                 }
-                *sum = total;
-            }
-        }
-        if !active {
-            return;
-        }
-        let bias = args.epilogue.bias.as_ptr();
-        // SAFETY: the bias, when there is one, holds out_planes values.
-        let bias = if bias.is_null() {
-            0.0
-        } else {
-            unsafe { *bias.add(plane as usize) }
-        };
-        let out_plane = plan.out_h as usize * plan.out_w as usize;
-        let image_start = image * plan.out_planes as usize * out_plane;
-        for (k, &sum) in sums.iter().enumerate() {
-            let i = first + k as u32 * step;
-            if i >= outputs {
-                break;
-            }
-            let (row, column) = plan.div_tile_w.divmod(i);
-            let (oh, ow) = (r0 + row, c0 + column);
-            if oh < plan.out_h && ow < plan.out_w {
-                let pixel = oh as usize * plan.out_w as usize + ow as usize;
-                let at = image_start
-                    + if CHANNELS_LAST {
-                        pixel * plan.out_planes as usize + plane as usize
-                    } else {
-                        plane as usize * out_plane + pixel
-                    };
-                // SAFETY: `at` is an element of the output (and of the residual).
-                unsafe { *args.output.as_mut_ptr().add(at) = args.epilogue.apply(sum + bias, at) };
+                let (oh, ow) = (r0 + row, c0 + column);
+                if term + 1 < plan.terms {
+                    // SAFETY: this thread's own sum.
+                    unsafe { store_shared_f32(sums_base + slot(i), total) };
+                } else if active && oh < plan.out_h && ow < plan.out_w {
+                    let pixel = oh as usize * plan.out_w as usize + ow as usize;
+                    let at = image * plan.out_planes as usize * out_plane
+                        + if CHANNELS_LAST {
+                            pixel * plan.out_planes as usize + plane as usize
+                        } else {
+                            plane as usize * out_plane + pixel
+                        };
+                    // SAFETY: `at` is an element of the output (and of the residual).
+                    unsafe { *args.output.as_mut_ptr().add(at) = args.epilogue.apply(total + bias, at) };
+                }
+                i += step;
             }
         }
     }
@@ -464,7 +545,7 @@ mod tests {
             } else {
                 1
             };
-            assert!(plan.shared_bytes() <= WINDOW_BYTES + 49 * 4 * lanes);
+            assert!(plan.shared_bytes() <= 48 * 1024);
             assert!(plan.tile_h * tile_w <= OUTPUTS_PER_THREAD * STENCIL_THREADS / lanes);
             assert_eq!(window_w, (tile_w - 1) * 2 + 7);
         }

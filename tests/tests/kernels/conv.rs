@@ -683,6 +683,56 @@ fn every_conv_kernel_matches_the_reference_on_fixed_cases() {
             ),
             [Stencil, Stencil, Direct],
         ),
+        // Depthwise 7 x 7 over NHWC and 2 x 5 over NCHW (their taps in a loop), 5 x 5
+        // strided over NCHW (its taps unrolled; the input gradient on the direct
+        // kernel).
+        (
+            case(
+                2,
+                [8, 8],
+                [7, 7],
+                [12, 12],
+                Conv2dParams {
+                    padding: [3, 3],
+                    groups: 8,
+                    layout: ConvLayout::Nhwc,
+                    ..p
+                },
+                true,
+            ),
+            [Stencil, Stencil, Direct],
+        ),
+        (
+            case(
+                2,
+                [3, 3],
+                [5, 5],
+                [190, 100],
+                Conv2dParams {
+                    stride: [2, 2],
+                    padding: [2, 1],
+                    groups: 3,
+                    ..p
+                },
+                false,
+            ),
+            [Stencil, Direct, Direct],
+        ),
+        (
+            case(
+                2,
+                [4, 4],
+                [2, 5],
+                [60, 70],
+                Conv2dParams {
+                    padding: [1, 2],
+                    groups: 4,
+                    ..p
+                },
+                true,
+            ),
+            [Stencil, Stencil, Direct],
+        ),
         // Depthwise with a window too wide to stage: the direct kernels.
         (
             case(
