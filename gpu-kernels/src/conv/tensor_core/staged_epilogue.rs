@@ -56,12 +56,11 @@ pub unsafe fn store_staged<const J: usize>(
     // A loop the compiler keeps rolled (the code of four passes would not fit the
     // instruction cache beside the mainloop), the pass's sums picked by selects.
     for pass in 0..8 * J as u32 / COLUMNS {
-        // SAFETY: forwarded; the previous pass's reads of the buffer are done after
-        // the first barrier.
+        // SAFETY: forwarded; after the first barrier the warpgroup's reads of the
+        // buffer are done: its `ldmatrix` of the stage's A rows (warps read rows that
+        // other lanes then write) and the previous pass's.
         unsafe {
-            if pass > 0 {
-                sync_consumer(consumer);
-            }
+            sync_consumer(consumer);
             stage(sums, buffer, pass);
             sync_consumer(consumer);
             if args.plan.y_channels_last == 1 {
