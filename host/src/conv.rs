@@ -607,7 +607,7 @@ impl Gpu {
     }
 
     /// The weight gradient where its plan reads a layout of its own: the depthwise
-    /// kernel and `wgmma` (the tensors'), `mma.sync` (NHWC); `dw` back
+    /// kernels and `wgmma` (the tensors'), `mma.sync` (NHWC); `dw` back
     /// when the plan is another.
     fn weight_grad_in_layout<'a, 'g>(
         &'g self,
@@ -618,7 +618,19 @@ impl Gpu {
         dw: &'a mut DeviceArray<f32>,
     ) -> Result<Option<&'a mut DeviceArray<f32>>> {
         match self.algorithm(problem, ConvPass::WeightGrad, params) {
-            ConvAlgorithm::Direct(_) if problem.batch == 0 => self.fill_zero(dw)?,
+            ConvAlgorithm::Direct(_) | ConvAlgorithm::Stencil(_) if problem.batch == 0 => {
+                self.fill_zero(dw)?
+            }
+            ConvAlgorithm::Stencil(plan) => {
+                // The tensors' layout: the stencil takes either.
+                let (_scratch, partials) = self.scratch(plan.weight_grad_scratch())?;
+                let (products, sum) =
+                    plan.weight_grad_launches(x.ptr(), grad_y.given.ptr(), partials, dw.ptr_mut());
+                self.launch(&products)?;
+                if let Some(sum) = sum {
+                    self.launch(&sum)?;
+                }
+            }
             ConvAlgorithm::Direct(plan) => {
                 let (_scratch, partials) = self.scratch(plan.weight_grad_scratch(problem))?;
                 let (products, sum) =

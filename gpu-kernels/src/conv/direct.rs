@@ -1,6 +1,7 @@
 //! Direct convolution kernels, a loop over the window per output element, for the
-//! problems an implicit GEMM tiles badly: every pass of depthwise convolutions (one
-//! input channel per group; `out / in` output channels read each input channel), whose
+//! problems an implicit GEMM tiles badly: the passes of depthwise convolutions (one
+//! input channel per group; `out / in` output channels read each input channel) that
+//! the stencil (`stencil.rs`) does not take, whose
 //! GEMMs have a K of `taps` and are memory-bound, and the input gradient of any
 //! convolution with at most `DIRECT_MAX_IN_GROUP` input channels per group (a stem's
 //! 3), whose GEMM has an N that small. Exact FP32 in every precision (the tensor cores'

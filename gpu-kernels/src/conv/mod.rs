@@ -78,6 +78,7 @@ pub const ENTRY_POINTS: &[&[EntryPoint]] = &[
     direct::INPUT_GRAD_ENTRY_POINTS,
     direct::WEIGHT_GRAD_ENTRY_POINTS,
     stencil::ENTRY_POINTS,
+    stencil::WEIGHT_GRAD_ENTRY_POINTS,
 ];
 
 /// The arithmetic of a convolution of f32 tensors.
@@ -170,8 +171,8 @@ impl ConvAlgorithm {
 }
 
 /// The one place that picks a pass's algorithm: the depthwise stencil for the forward
-/// pass and stride-1 input gradient of one input channel per group where its window
-/// fits, in every precision; the direct kernels for the other passes of one input
+/// pass, the stride-1 input gradient and the weight gradient (3x3 and 5x5 windows) of
+/// one input channel per group where its window fits, in every precision; the direct kernels for the other passes of one input
 /// channel per group, and for the input gradient of few
 /// input channels per group; in TF32, the tensor cores: in the tensors' layout for the
 /// forward pass, and for the input gradient where it is the forward pass of
@@ -191,7 +192,7 @@ pub fn algorithm(
     let stencil = match pass {
         ConvPass::Forward => StencilPlan::forward(problem, layout),
         ConvPass::InputGrad => StencilPlan::input_grad(problem, layout),
-        ConvPass::WeightGrad => None,
+        ConvPass::WeightGrad => StencilPlan::weight_grad(problem, layout),
     };
     if let Some(plan) = stencil {
         return ConvAlgorithm::Stencil(plan);

@@ -5,13 +5,17 @@
 //! shared memory once, zero-padded, so that each input is loaded from global memory
 //! about once and then read `taps` times from shared memory: the pass runs near the
 //! copy's rate, where a loop over the window per output from global memory is bound by
-//! its instructions. Each output sums its window in a fixed order, in exact FP32.
+//! its instructions. Each output sums its window in a fixed order, in exact FP32. The
+//! weight gradient of 3x3 and 5x5 windows stages the same windows of x: each thread
+//! sums dy times the window per tap over its outputs, the block adds its threads' sums
+//! in a fixed order into a gradient per image and tile, and those are added in order.
 //!
 //! The direct kernels (`direct.rs`) take what this one does not: strided input
-//! gradients and windows too large to stage.
+//! gradients, the weight gradient of other windows, and windows too large to stage.
 
+use super::reduce::{self, SplitSumArgs};
 use super::{ConvEpilogue, ConvLayout, ConvProblem, FastDiv};
-use crate::launch::{DevicePtr, DevicePtrMut, Kernel, Launch, LaunchGeometry, kernel_args};
+use crate::launch::{DevicePtr, DevicePtrMut, Kernel, Launch, LaunchGeometry, ScratchLayout, kernel_args};
 
 /// Threads per block.
 pub const STENCIL_THREADS: u32 = 256;
@@ -136,6 +140,84 @@ impl StencilPlan {
         Self::new(p, extents, layout)
     }
 
+    /// The weight gradient of `problem` over tensors in `layout`: the forward pass's
+    /// tiles, when its window is one the kernels unroll.
+    pub const fn weight_grad(problem: &ConvProblem, layout: ConvLayout) -> Option<Self> {
+        let Some(plan) = Self::forward(problem, layout) else {
+            return None;
+        };
+        if plan.unrolled_size() == 0 {
+            None
+        } else {
+            Some(plan)
+        }
+    }
+
+    /// The window's size when it is square and of `UNROLLED_SIZES`, else 0.
+    const fn unrolled_size(&self) -> u32 {
+        let mut i = 0;
+        while i < UNROLLED_SIZES.len() {
+            if self.kernel_h == UNROLLED_SIZES[i] && self.kernel_w == UNROLLED_SIZES[i] {
+                return UNROLLED_SIZES[i];
+            }
+            i += 1;
+        }
+        0
+    }
+
+    /// The index in `UNROLLED_SIZES` of the window's kernels (its length for any
+    /// window).
+    const fn kernel_index(&self) -> usize {
+        let mut i = 0;
+        while i < UNROLLED_SIZES.len() && UNROLLED_SIZES[i] != self.unrolled_size() {
+            i += 1;
+        }
+        i
+    }
+
+    /// Parts of the weight gradient: one per image and tile.
+    const fn parts(&self) -> u32 {
+        self.batch * self.tiles
+    }
+
+    /// The weight gradient's scratch: a gradient per part.
+    pub const fn weight_grad_scratch(&self) -> ScratchLayout {
+        reduce::partials_scratch(self.parts(), self.weights())
+    }
+
+    /// Elements of the weights (one input channel per group).
+    const fn weights(&self) -> u64 {
+        self.out_planes as u64 * (self.kernel_h * self.kernel_w) as u64
+    }
+
+    /// The weight-gradient launches: a gradient per part into `partials`
+    /// ([`Self::weight_grad_scratch`]), or `dw` itself for one part, then their sum
+    /// into `dw` in order. Call with at least one image.
+    pub fn weight_grad_launches(
+        &self,
+        x: DevicePtr<f32>,
+        dy: DevicePtr<f32>,
+        partials: DevicePtrMut<u8>,
+        dw: DevicePtrMut<f32>,
+    ) -> (Launch<StencilWeightGradArgs>, Option<Launch<SplitSumArgs>>) {
+        let (out, sum) = reduce::split_outputs(self.parts(), self.weights(), partials, dw);
+        let (kernels, lanes) = if self.channels_last == 1 {
+            (CONV_STENCIL_WEIGHT_GRAD_NHWC, STENCIL_PLANES)
+        } else {
+            (CONV_STENCIL_WEIGHT_GRAD_NCHW, WARPS)
+        };
+        let mut geometry = self.geometry();
+        // After the window, a sum per tap and lane (NHWC) or warp (NCHW).
+        geometry.shared_bytes = self.shared_offsets()[0] + self.kernel_h * self.kernel_w * lanes * 4;
+        let args = StencilWeightGradArgs {
+            x,
+            dy,
+            out,
+            plan: *self,
+        };
+        (Launch::new(kernels[self.kernel_index()], geometry, args), sum)
+    }
+
     /// The plan, when the grid holds it (at most 65535 images and plane blocks, fewer
     /// than 2^31 elements per image) and a window of one output fits `WINDOW_BYTES`.
     /// Tiles as wide as the planes allow (NCHW) or `NHWC_TILE_W`, as tall as the window
@@ -255,6 +337,20 @@ impl StencilPlan {
         self.shared_offsets()[2]
     }
 
+    /// A block per tile, plane (NCHW) or 32 planes (NHWC), and image.
+    const fn geometry(&self) -> LaunchGeometry {
+        let plane_blocks = if self.channels_last == 1 {
+            self.out_planes.div_ceil(STENCIL_PLANES)
+        } else {
+            self.out_planes
+        };
+        LaunchGeometry {
+            grid: [self.tiles as u64, plane_blocks as u64, self.batch as u64],
+            threads: STENCIL_THREADS,
+            shared_bytes: self.shared_bytes(),
+        }
+    }
+
     /// `output = epilogue(stencil(input, w))`: the forward pass (x into y) or, with no
     /// epilogue, the input gradient (dy into dx). Call with at least one image.
     pub const fn launch(
@@ -264,29 +360,13 @@ impl StencilPlan {
         epilogue: ConvEpilogue,
         output: DevicePtrMut<f32>,
     ) -> Launch<StencilArgs> {
-        let size = if self.kernel_h == self.kernel_w {
-            self.kernel_h
+        let kernels = if self.channels_last == 1 {
+            CONV_STENCIL_NHWC
         } else {
-            0
+            CONV_STENCIL_NCHW
         };
-        let (kernels, plane_blocks) = if self.channels_last == 1 {
-            (CONV_STENCIL_NHWC, self.out_planes.div_ceil(STENCIL_PLANES))
-        } else {
-            (CONV_STENCIL_NCHW, self.out_planes)
-        };
-        let mut kernel = kernels[UNROLLED_SIZES.len()];
-        let mut i = 0;
-        while i < UNROLLED_SIZES.len() {
-            if size == UNROLLED_SIZES[i] {
-                kernel = kernels[i];
-            }
-            i += 1;
-        }
-        let geometry = LaunchGeometry {
-            grid: [self.tiles as u64, plane_blocks as u64, self.batch as u64],
-            threads: STENCIL_THREADS,
-            shared_bytes: self.shared_bytes(),
-        };
+        let kernel = kernels[self.kernel_index()];
+        let geometry = self.geometry();
         let args = StencilArgs {
             input,
             w,
@@ -328,6 +408,34 @@ kernel_args! {
     entry points in ENTRY_POINTS;
 }
 
+kernel_args! {
+    /// The stencil weight gradient's arguments: a gradient per part (image, tile) into
+    /// `out`, from x and dy.
+    pub struct StencilWeightGradArgs {
+        pub x: DevicePtr<f32>,
+        pub dy: DevicePtr<f32>,
+        pub out: DevicePtrMut<f32>,
+        pub plan: StencilPlan,
+    }
+    /// The depthwise weight gradient over NCHW tensors: 3 x 3, 5 x 5.
+    pub const WEIGHT_GRAD_NCHW_3 = "conv_depthwise_stencil_weight_grad_nchw_3x3_f32" =>
+        kernel::weight_grad::<false, 3>, bounds(STENCIL_THREADS, 4);
+    pub const WEIGHT_GRAD_NCHW_5 = "conv_depthwise_stencil_weight_grad_nchw_5x5_f32" =>
+        kernel::weight_grad::<false, 5>, bounds(STENCIL_THREADS, 4);
+    /// The same over NHWC tensors.
+    pub const WEIGHT_GRAD_NHWC_3 = "conv_depthwise_stencil_weight_grad_nhwc_3x3_f32" =>
+        kernel::weight_grad::<true, 3>, bounds(STENCIL_THREADS, 4);
+    pub const WEIGHT_GRAD_NHWC_5 = "conv_depthwise_stencil_weight_grad_nhwc_5x5_f32" =>
+        kernel::weight_grad::<true, 5>, bounds(STENCIL_THREADS, 4);
+    entry points in WEIGHT_GRAD_ENTRY_POINTS;
+}
+
+/// The weight-gradient kernels of each layout, by `UNROLLED_SIZES`.
+const CONV_STENCIL_WEIGHT_GRAD_NCHW: [Kernel<StencilWeightGradArgs>; 2] =
+    [WEIGHT_GRAD_NCHW_3, WEIGHT_GRAD_NCHW_5];
+const CONV_STENCIL_WEIGHT_GRAD_NHWC: [Kernel<StencilWeightGradArgs>; 2] =
+    [WEIGHT_GRAD_NHWC_3, WEIGHT_GRAD_NHWC_5];
+
 /// The stencil kernels of each layout, by `UNROLLED_SIZES`, then for any window.
 const CONV_STENCIL_NCHW: [Kernel<StencilArgs>; 3] = [STENCIL_NCHW_3, STENCIL_NCHW_5, STENCIL_NCHW];
 const CONV_STENCIL_NHWC: [Kernel<StencilArgs>; 3] = [STENCIL_NHWC_3, STENCIL_NHWC_5, STENCIL_NHWC];
@@ -336,13 +444,129 @@ const CONV_STENCIL_NHWC: [Kernel<StencilArgs>; 3] = [STENCIL_NHWC_3, STENCIL_NHW
 mod kernel {
     use super::*;
     use crate::device::{
-        block_idx_x, block_idx_y, block_idx_z, fma_f32, load_shared_f32, store_shared_f32, sync_threads,
-        thread_idx_x,
+        Shuffle, block_idx_x, block_idx_y, block_idx_z, fma_f32, load_shared_f32, store_shared_f32,
+        sync_threads, thread_idx_x,
     };
 
     /// Weights of the largest unrolled window.
     const MAX_UNROLLED_TAPS: usize = 25;
     const _: () = assert!(MAX_UNROLLED_TAPS == (UNROLLED_SIZES[1] * UNROLLED_SIZES[1]) as usize);
+
+    /// This thread's part of its block's tile. NCHW: a plane per block, outputs
+    /// `STENCIL_THREADS` apart per thread; NHWC: a plane per lane, pixels `WARPS` apart
+    /// per warp.
+    struct Tile {
+        plane: u32,
+        active: bool,
+        first: u32,
+        step: u32,
+        lanes: u32,
+        lane: u32,
+        image: usize,
+        r0: u32,
+        c0: u32,
+        outputs: u32,
+        window: u32,
+    }
+
+    impl Tile {
+        #[inline(always)]
+        fn of<const CHANNELS_LAST: bool>(plan: &StencilPlan) -> Self {
+            let t = thread_idx_x();
+            let (plane, first, step, lanes, lane) = if CHANNELS_LAST {
+                (
+                    block_idx_y() * STENCIL_PLANES + t % 32,
+                    t / 32,
+                    WARPS,
+                    STENCIL_PLANES,
+                    t % 32,
+                )
+            } else {
+                (block_idx_y(), t, STENCIL_THREADS, 1, 0)
+            };
+            let (tile_row, tile_column) = plan.div_column_tiles.divmod(block_idx_x());
+            let tile_w = plan.div_tile_w.divisor;
+            Self {
+                plane,
+                active: plane < plan.out_planes,
+                first,
+                step,
+                lanes,
+                lane,
+                image: block_idx_z() as usize,
+                r0: tile_row * plan.tile_h,
+                c0: tile_column * tile_w,
+                outputs: plan.tile_h * tile_w,
+                window: plan.window_h * plan.div_window_w.divisor,
+            }
+        }
+
+        /// Byte offset of this thread's float `i` of a buffer of a float per lane.
+        #[inline(always)]
+        fn slot(&self, i: u32) -> u32 {
+            (i * self.lanes + self.lane) * 4
+        }
+
+        /// Stages the window of plane `source` of this tile's image of `input` at the
+        /// shared-window address `base`, zero outside the plane.
+        ///
+        /// # Safety
+        /// `input` holds the plan's input tensor; the block calls it together, `base`
+        /// holds the window, which no thread reads until a barrier after it.
+        #[inline(always)]
+        unsafe fn stage_window<const CHANNELS_LAST: bool>(
+            &self,
+            plan: &StencilPlan,
+            input: *const f32,
+            source: usize,
+            base: u32,
+        ) {
+            let in_plane = plan.in_h as usize * plan.in_w as usize;
+            let image_start = self.image * plan.in_planes as usize * in_plane;
+            let mut e = self.first;
+            while e < self.window {
+                let (row, column) = plan.div_window_w.divmod(e);
+                let ih = (self.r0 * plan.stride_h + row).wrapping_sub(plan.pad_h);
+                let iw = (self.c0 * plan.stride_w + column).wrapping_sub(plan.pad_w);
+                let value = if self.active && ih < plan.in_h && iw < plan.in_w {
+                    let pixel = ih as usize * plan.in_w as usize + iw as usize;
+                    let at = if CHANNELS_LAST {
+                        pixel * plan.in_planes as usize + source
+                    } else {
+                        source * in_plane + pixel
+                    };
+                    // SAFETY: (source, ih, iw) lies inside the image.
+                    unsafe { *input.add(image_start + at) }
+                } else {
+                    0.0
+                };
+                // SAFETY: slot (e, lane) of the window, this thread's alone.
+                unsafe { store_shared_f32(base + self.slot(e), value) };
+                e += self.step;
+            }
+        }
+
+        /// Output `i` of the tile: its offset in the window's rows and columns, and
+        /// its index in the output tensor when it lies inside the plane.
+        #[inline(always)]
+        fn output<const CHANNELS_LAST: bool>(&self, plan: &StencilPlan, i: u32) -> (u32, Option<usize>) {
+            let (row, column) = plan.div_tile_w.divmod(i);
+            let corner = row * plan.stride_h * plan.div_window_w.divisor + column * plan.stride_w;
+            let (oh, ow) = (self.r0 + row, self.c0 + column);
+            if !self.active || oh >= plan.out_h || ow >= plan.out_w {
+                return (corner, None);
+            }
+            let out_plane = plan.out_h as usize * plan.out_w as usize;
+            let pixel = oh as usize * plan.out_w as usize + ow as usize;
+            let at = self.image * plan.out_planes as usize * out_plane
+                + if CHANNELS_LAST {
+                    pixel * plan.out_planes as usize + self.plane as usize
+                } else {
+                    self.plane as usize * out_plane + pixel
+                };
+            (corner, Some(at))
+        }
+    }
 
     /// Sums this block's tile: stages the window of each plane it reads (one per term)
     /// in shared memory, zero outside the planes, then each thread adds the window of
@@ -357,71 +581,27 @@ mod kernel {
     #[inline(always)]
     pub unsafe fn stencil<const CHANNELS_LAST: bool, const SIZE: u32>(args: StencilArgs) {
         let plan = args.plan;
-        let t = thread_idx_x();
-        // NCHW: a plane per block, outputs `STENCIL_THREADS` apart per thread; NHWC: a
-        // plane per lane, pixels `WARPS` apart per warp.
-        let (plane, first, step, lanes, lane) = if CHANNELS_LAST {
-            (
-                block_idx_y() * STENCIL_PLANES + t % 32,
-                t / 32,
-                WARPS,
-                STENCIL_PLANES,
-                t % 32,
-            )
-        } else {
-            (block_idx_y(), t, STENCIL_THREADS, 1, 0)
-        };
-        let active = plane < plan.out_planes;
-        let image = block_idx_z() as usize;
-        let (tile_row, tile_column) = plan.div_column_tiles.divmod(block_idx_x());
-        let (tile_w, window_w) = (plan.div_tile_w.divisor, plan.div_window_w.divisor);
-        let (r0, c0) = (tile_row * plan.tile_h, tile_column * tile_w);
-        let (outputs, window) = (plan.tile_h * tile_w, plan.window_h * window_w);
+        let tile = Tile::of::<CHANNELS_LAST>(&plan);
         let taps = plan.kernel_h * plan.kernel_w;
-        let in_plane = plan.in_h as usize * plan.in_w as usize;
-        let out_plane = plan.out_h as usize * plan.out_w as usize;
-        // SAFETY: the image's offset lies inside the input.
-        let input = unsafe {
-            args.input
-                .as_ptr()
-                .add(image * plan.in_planes as usize * in_plane)
-        };
+        let window_w = plan.div_window_w.divisor;
         let (window_base, weights_base, sums_base) = plan.shared_layout();
         let bias = args.epilogue.bias.as_ptr();
         // SAFETY: the bias, when there is one, holds out_planes values.
-        let bias = if bias.is_null() || !active {
+        let bias = if bias.is_null() || !tile.active {
             0.0
         } else {
-            unsafe { *bias.add(plane as usize) }
+            unsafe { *bias.add(tile.plane as usize) }
         };
-        let slot = |i: u32| (i * lanes + lane) * 4;
         for term in 0..plan.terms {
-            let filter = plane * plan.terms + term;
+            let filter = tile.plane * plan.terms + term;
             let source = plan.div_source.divmod(filter).0 as usize;
-            if term > 0 {
-                // SAFETY: the whole block: the last term's window was read.
-                unsafe { sync_threads() };
-            }
-            let mut e = first;
-            while e < window {
-                let (row, column) = plan.div_window_w.divmod(e);
-                let ih = (r0 * plan.stride_h + row).wrapping_sub(plan.pad_h);
-                let iw = (c0 * plan.stride_w + column).wrapping_sub(plan.pad_w);
-                let value = if active && ih < plan.in_h && iw < plan.in_w {
-                    let pixel = ih as usize * plan.in_w as usize + iw as usize;
-                    let at = if CHANNELS_LAST {
-                        pixel * plan.in_planes as usize + source
-                    } else {
-                        source * in_plane + pixel
-                    };
-                    // SAFETY: (source, ih, iw) lies inside the image.
-                    unsafe { *input.add(at) }
-                } else {
-                    0.0
-                };
-                // SAFETY: slot (e, lane) of the window, this thread's alone.
-                unsafe { store_shared_f32(window_base + slot(e), value) };
-                e += step;
+            // SAFETY: the whole block; the last term's window was read before the
+            // barrier.
+            unsafe {
+                if term > 0 {
+                    sync_threads();
+                }
+                tile.stage_window::<CHANNELS_LAST>(&plan, args.input.as_ptr(), source, window_base);
             }
             // SAFETY: filter < out_planes * terms, the filters, of `taps` weights each.
             let w = unsafe { args.w.as_ptr().add(filter as usize * taps as usize) };
@@ -430,39 +610,37 @@ mod kernel {
             let mut weights = [0.0f32; MAX_UNROLLED_TAPS];
             for (j, weight) in weights.iter_mut().enumerate().take((SIZE * SIZE) as usize) {
                 // SAFETY: the tap lies inside the filter.
-                *weight = if active {
+                *weight = if tile.active {
                     unsafe { *w.add(flipped(j as u32) as usize) }
                 } else {
                     0.0
                 };
             }
             if SIZE == 0 {
-                let mut tap = if CHANNELS_LAST { first } else { t };
-                let tap_step = if CHANNELS_LAST { step } else { STENCIL_THREADS };
+                let mut tap = tile.first;
                 while tap < taps {
                     // SAFETY: the lane's filter holds `taps` weights; its slot is its own.
                     unsafe {
-                        let weight = if active {
+                        let weight = if tile.active {
                             *w.add(flipped(tap) as usize)
                         } else {
                             0.0
                         };
-                        store_shared_f32(weights_base + slot(tap), weight);
+                        store_shared_f32(weights_base + tile.slot(tap), weight);
                     }
-                    tap += tap_step;
+                    tap += tile.step;
                 }
             }
             // SAFETY: the whole block: the window and the weights are staged.
             unsafe { sync_threads() };
-            let mut i = first;
-            while i < outputs {
-                let (row, column) = plan.div_tile_w.divmod(i);
-                let corner = row * plan.stride_h * window_w + column * plan.stride_w;
+            let mut i = tile.first;
+            while i < tile.outputs {
+                let (corner, at) = tile.output::<CHANNELS_LAST>(&plan, i);
                 let mut total = if term == 0 {
                     0.0
                 } else {
                     // SAFETY: this thread's own sum, written by it last term.
-                    unsafe { load_shared_f32(sums_base + slot(i)) }
+                    unsafe { load_shared_f32(sums_base + tile.slot(i)) }
                 };
                 let (rows, columns) = if SIZE > 0 {
                     (SIZE, SIZE)
@@ -477,33 +655,129 @@ mod kernel {
                         // in the staged filter.
                         let (value, weight) = unsafe {
                             (
-                                load_shared_f32(window_base + slot(at)),
+                                load_shared_f32(window_base + tile.slot(at)),
                                 if SIZE > 0 {
                                     weights[(r * SIZE + s) as usize]
                                 } else {
-                                    load_shared_f32(weights_base + slot(r * columns + s))
+                                    load_shared_f32(weights_base + tile.slot(r * columns + s))
                                 },
                             )
                         };
                         total = fma_f32(value, weight, total);
                     }
                 }
-                let (oh, ow) = (r0 + row, c0 + column);
                 if term + 1 < plan.terms {
                     // SAFETY: this thread's own sum.
-                    unsafe { store_shared_f32(sums_base + slot(i), total) };
-                } else if active && oh < plan.out_h && ow < plan.out_w {
-                    let pixel = oh as usize * plan.out_w as usize + ow as usize;
-                    let at = image * plan.out_planes as usize * out_plane
-                        + if CHANNELS_LAST {
-                            pixel * plan.out_planes as usize + plane as usize
-                        } else {
-                            plane as usize * out_plane + pixel
-                        };
+                    unsafe { store_shared_f32(sums_base + tile.slot(i), total) };
+                } else if let Some(at) = at {
                     // SAFETY: `at` is an element of the output (and of the residual).
                     unsafe { *args.output.as_mut_ptr().add(at) = args.epilogue.apply(total + bias, at) };
                 }
-                i += step;
+                i += tile.step;
+            }
+        }
+    }
+
+    /// This block's part of the weight gradient: stages the tile's window of x, then
+    /// each thread adds, per tap, its outputs' dy times the window under that tap; the
+    /// block's threads' sums per tap are added in a fixed order (NCHW: a warp's by
+    /// shuffles, then the warps'; NHWC: the warps' one after another) into the part's
+    /// gradient of its planes. `SIZE` as for [`stencil`], never 0.
+    ///
+    /// # Safety
+    /// `x` and `dy` hold the forward plan's input and output tensors in its layout;
+    /// `out` holds a gradient per part (image, tile); the launch is
+    /// [`StencilPlan::weight_grad`]'s, with its shared memory.
+    #[inline(always)]
+    pub unsafe fn weight_grad<const CHANNELS_LAST: bool, const SIZE: u32>(args: StencilWeightGradArgs) {
+        const TAPS: usize = MAX_UNROLLED_TAPS;
+        let plan = args.plan;
+        let tile = Tile::of::<CHANNELS_LAST>(&plan);
+        let taps = SIZE * SIZE;
+        let window_w = plan.div_window_w.divisor;
+        let (window_base, reduce_base, _) = plan.shared_layout();
+        let source = plan.div_source.divmod(tile.plane).0 as usize;
+        // SAFETY: the whole block; the window is read after the barrier.
+        unsafe {
+            tile.stage_window::<CHANNELS_LAST>(&plan, args.x.as_ptr(), source, window_base);
+            sync_threads();
+        }
+        let mut sums = [0.0f32; TAPS];
+        let mut i = tile.first;
+        while i < tile.outputs {
+            let (corner, at) = tile.output::<CHANNELS_LAST>(&plan, i);
+            if let Some(at) = at {
+                // SAFETY: `at` is an element of dy.
+                let gradient = unsafe { *args.dy.as_ptr().add(at) };
+                for r in 0..SIZE {
+                    let window_row = corner + r * plan.dilation_h * window_w;
+                    for s in 0..SIZE {
+                        let tap = (r * SIZE + s) as usize;
+                        // SAFETY: the tap's input lies in the staged window.
+                        let value = unsafe {
+                            load_shared_f32(window_base + tile.slot(window_row + s * plan.dilation_w))
+                        };
+                        sums[tap] = fma_f32(gradient, value, sums[tap]);
+                    }
+                }
+            }
+            i += tile.step;
+        }
+        let part = block_idx_z() as usize * plan.tiles as usize + block_idx_x() as usize;
+        let weights = plan.out_planes as usize * taps as usize;
+        // SAFETY: the part's gradient lies inside `out`.
+        let out = unsafe { args.out.as_mut_ptr().add(part * weights) };
+        let t = thread_idx_x();
+        if CHANNELS_LAST {
+            // The warps' sums, one warp after another, in the lanes' slots.
+            for warp in 0..WARPS {
+                // SAFETY: the whole block; the slots were read last round.
+                unsafe { sync_threads() };
+                if t / 32 == warp {
+                    for (tap, &sum) in sums.iter().enumerate().take(taps as usize) {
+                        let address = reduce_base + tile.slot(tap as u32);
+                        // SAFETY: this lane's slot of the tap.
+                        unsafe {
+                            let before = if warp == 0 { 0.0 } else { load_shared_f32(address) };
+                            store_shared_f32(address, before + sum);
+                        }
+                    }
+                }
+            }
+            // SAFETY: the whole block: the last warp's sums are in.
+            unsafe { sync_threads() };
+            if t / 32 == 0 && tile.active {
+                for tap in 0..taps {
+                    // SAFETY: the plane's weight of the tap; its slot.
+                    unsafe {
+                        *out.add((tile.plane * taps + tap) as usize) =
+                            load_shared_f32(reduce_base + tile.slot(tap))
+                    };
+                }
+            }
+        } else {
+            // A warp's sums by shuffles, then the warps' in order.
+            for (tap, sum) in sums.iter_mut().enumerate().take(taps as usize) {
+                let mut mask = 16;
+                while mask > 0 {
+                    *sum += sum.shfl_xor(mask);
+                    mask /= 2;
+                }
+                if t.is_multiple_of(32) {
+                    // SAFETY: this warp's slot of the tap.
+                    unsafe { store_shared_f32(reduce_base + (tap as u32 * WARPS + t / 32) * 4, *sum) };
+                }
+            }
+            // SAFETY: the whole block: every warp's sums are in.
+            unsafe { sync_threads() };
+            if t < taps {
+                let mut total = 0.0;
+                for warp in 0..WARPS {
+                    // SAFETY: the tap's slots.
+                    total += unsafe { load_shared_f32(reduce_base + (t * WARPS + warp) * 4) };
+                }
+                // SAFETY: the plane's weight of the tap.
+                unsafe { *out.add((tile.plane * taps + t) as usize) = total };
             }
         }
     }
@@ -549,6 +823,19 @@ mod tests {
             assert!(plan.tile_h * tile_w <= OUTPUTS_PER_THREAD * STENCIL_THREADS / lanes);
             assert_eq!(window_w, (tile_w - 1) * 2 + 7);
         }
+        // The weight gradient of unrolled windows alone.
+        assert!(StencilPlan::weight_grad(&p, ConvLayout::Nhwc).is_some());
+        let five_by_seven = ConvProblem::new(&ConvShape {
+            input: [2, 8, 20, 20],
+            weight: [8, 1, 5, 7],
+            stride: [1, 1],
+            padding: [0, 0],
+            dilation: [1, 1],
+            groups: 8,
+        })
+        .expect("a valid problem");
+        assert!(StencilPlan::forward(&five_by_seven, ConvLayout::Nchw).is_some());
+        assert!(StencilPlan::weight_grad(&five_by_seven, ConvLayout::Nchw).is_none());
         // Strided input gradients and windows too wide to stage take the direct kernels.
         assert!(StencilPlan::input_grad(&depthwise(28, 2, 1, 1), ConvLayout::Nchw).is_none());
         assert!(StencilPlan::forward(&depthwise(28, 1, 100, 100), ConvLayout::Nchw).is_none());
