@@ -2,11 +2,10 @@
 //! input-gradient convolutions, and the weight gradient with its finishing pass.
 
 use super::transform::{
-    ChunkTiles, FilterSlices, RowTiles, filter_rows, filter_rows_back, output_rows, product_position,
+    ChunkTiles, FilterSlices, InputTiles, filter_rows, filter_rows_back, output_rows, product_position,
     products,
 };
 use super::*;
-use crate::conv::FastDiv;
 use crate::device::{
     block_idx_x, block_idx_y, load_shared_f32, shared_base, store_global_v4, store_shared_v4_f32,
     sync_threads, thread_idx_x,
@@ -56,7 +55,7 @@ pub unsafe fn filter(args: FilterArgs) {
 }
 
 /// The output (plus bias) of a 3x3, stride-1 convolution whose transformed weights are
-/// `u`, for one block of `WINOGRAD_ROWS` output tiles along a row by `WINOGRAD_OUT`
+/// `u`, for one block of `WINOGRAD_ROWS` consecutive output tiles by `WINOGRAD_OUT`
 /// output channels, over all input channels of the group.
 ///
 /// # Safety
@@ -71,22 +70,25 @@ pub unsafe fn winograd(args: WinogradArgs) {
     let p = &problem;
     let t = thread_idx_x();
     let group = block_idx_y();
-    let (_, tiles_h) = p.tiles();
-    let (rest, out_block) = (block_idx_x() / p.out_blocks(), block_idx_x() % p.out_blocks());
-    let (rest, segment) = (rest / p.segments(), rest % p.segments());
-    let (image, tile_row) = (rest / tiles_h, rest % tiles_h);
+    let (tile_block, out_block) = (block_idx_x() / p.out_blocks(), block_idx_x() % p.out_blocks());
     let cg = p.in_per_group();
     let k0 = out_block * WINOGRAD_OUT;
 
-    let (tile, channel) = (t % WINOGRAD_ROWS, t / WINOGRAD_ROWS);
-    let tiles = RowTiles {
+    let (slot, channel) = (t % WINOGRAD_ROWS, t / WINOGRAD_ROWS);
+    let tile = tile_block * WINOGRAD_ROWS + slot;
+    let (inside, (image, tile_row, tile_column)) = match tile < p.tile_count() {
+        true => (true, p.tile_place(tile)),
+        false => (false, (0, 0, 0)),
+    };
+    let tiles = InputTiles {
         input,
         problem,
+        inside,
         first_plane: image as i64 * p.channels as i64 + (group * cg) as i64,
         y0: (2 * tile_row) as i32 - p.pad_h as i32,
-        x0: (2 * (segment * WINOGRAD_ROWS + tile)) as i32 - p.pad_w as i32,
+        x0: (2 * tile_column) as i32 - p.pad_w as i32,
         channel,
-        tile,
+        slot,
     };
     let filter = FilterSlices {
         u: u.wrapping_add(group as usize * 16 * p.channels_padded as usize * p.out_padded as usize),
@@ -113,9 +115,8 @@ pub unsafe fn winograd(args: WinogradArgs) {
     // SAFETY: reached by the whole block.
     unsafe { sync_threads() };
 
+    let block = (tile_block, group, k0);
     // SAFETY: the products are in shared memory, published by the barrier.
-    let block = (image, tile_row, segment, group, k0);
-    // SAFETY: as above.
     unsafe {
         if args.epilogue.is_plain() {
             write_outputs::<false>(&args, product_at, block)
@@ -131,28 +132,30 @@ pub unsafe fn winograd(args: WinogradArgs) {
 ///
 /// # Safety
 /// As [`winograd`], after its products were written and published; `block` is its
-/// (image, tile row, segment, group, first output channel).
+/// (run of tiles, group, first output channel).
 #[inline(always)]
 unsafe fn write_outputs<const FUSED: bool>(
     args: &WinogradArgs,
     product_at: impl Fn(u32, u32, u32) -> u32,
-    block: (u32, u32, u32, u32, u32),
+    block: (u32, u32, u32),
 ) {
-    let (image, tile_row, segment, group, k0) = block;
+    let (tile_block, group, k0) = block;
     let p = &args.problem;
     let (bias, output) = (args.epilogue.bias.as_ptr(), args.output.as_mut_ptr());
     let kg = p.out_per_group();
     let t = thread_idx_x();
     for step in 0..WINOGRAD_ROWS * WINOGRAD_OUT / WINOGRAD_THREADS {
         let pair = t + WINOGRAD_THREADS * step;
-        let (tile, k) = (pair % WINOGRAD_ROWS, pair / WINOGRAD_ROWS);
-        let (oy, ox) = (2 * tile_row, 2 * (segment * WINOGRAD_ROWS + tile));
-        if k0 + k >= kg || ox >= p.out_w {
+        let (slot, k) = (pair % WINOGRAD_ROWS, pair / WINOGRAD_ROWS);
+        let tile = tile_block * WINOGRAD_ROWS + slot;
+        if k0 + k >= kg || tile >= p.tile_count() {
             continue;
         }
+        let (image, tile_row, tile_column) = p.tile_place(tile);
+        let (oy, ox) = (2 * tile_row, 2 * tile_column);
         // SAFETY: written before the barrier, inside the shared memory.
         let m: [f32; 16] =
-            core::array::from_fn(|xi| unsafe { load_shared_f32(product_at(xi as u32, k, tile)) });
+            core::array::from_fn(|xi| unsafe { load_shared_f32(product_at(xi as u32, k, slot)) });
         let columns = [0, 1, 2, 3].map(|b| output_rows([m[b], m[4 + b], m[8 + b], m[12 + b]]));
         let channel = group * kg + k0 + k;
         // SAFETY: null or out_channels floats.
@@ -206,10 +209,6 @@ pub unsafe fn weight_grad(args: WeightGradArgs) {
     let total = p.tile_chunks() as u32;
     let first = part * split.chunks;
     let end = (first + split.chunks).min(total);
-    let (along, rows) = (
-        FastDiv::new(p.tiles().0.div_ceil(WINOGRAD_CHUNK)),
-        FastDiv::new(p.tiles().1),
-    );
     let lane = thread_idx_x() / WINOGRAD_CHUNK;
     let plane = |channel: u32, count: u32, first_of_group: u32| {
         (channel < count).then_some((first_of_group + channel) as u64)
@@ -219,16 +218,12 @@ pub unsafe fn weight_grad(args: WeightGradArgs) {
         problem,
         plane: plane(c0 + lane, cg, group * cg),
         end,
-        along,
-        rows,
     };
     let gradients = ChunkTiles::<true> {
         tensor: dy,
         problem,
         plane: plane(k0 + lane, kg, group * kg),
         end,
-        along,
-        rows,
     };
     // SAFETY: forwarded from the launch's contract.
     let acc = unsafe { products(&inputs, &gradients, first, end - first) };

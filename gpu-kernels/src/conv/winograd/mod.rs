@@ -7,11 +7,12 @@ mod kernels;
 mod transform;
 
 use super::gemm::{WGRAD_BLOCKS_PER_SM, WGRAD_MAX_CHUNK};
-use super::{ConvEpilogue, ConvPass, ConvProblem, MAIN_BLOCKS_PER_SM};
+use super::{ConvEpilogue, ConvPass, ConvProblem, FastDiv, MAIN_BLOCKS_PER_SM};
 use crate::launch::{DevicePtr, DevicePtrMut, Launch, LaunchGeometry, ScratchLayout, kernel_args};
 
-/// Rows of the GEMM tile of a Winograd block: output tiles (2x2 pixels each, along a
-/// row) in the data passes, input channels in the weight gradient.
+/// Rows of the GEMM tile of a Winograd block: output tiles (2x2 pixels each,
+/// consecutive in (image, tile row, tile column) order, so that small maps fill the
+/// block) in the data passes, input channels in the weight gradient.
 pub const WINOGRAD_ROWS: u32 = 32;
 /// Output channels of a Winograd block.
 pub const WINOGRAD_OUT: u32 = 32;
@@ -65,6 +66,9 @@ pub struct WinogradProblem {
     pub out_padded: u32,
     /// Whether U comes from the flipped, transposed weights (the input gradient).
     pub flip: u32,
+    /// Division by the output tiles along a row and along a column.
+    pub div_tiles_w: FastDiv,
+    pub div_tiles_h: FastDiv,
 }
 
 impl WinogradProblem {
@@ -94,6 +98,8 @@ impl WinogradProblem {
             channels_padded: ci.next_multiple_of(WINOGRAD_CHUNK),
             out_padded: co.next_multiple_of(WINOGRAD_OUT),
             flip: 0,
+            div_tiles_w: FastDiv::new(p.out_w.div_ceil(2)),
+            div_tiles_h: FastDiv::new(p.out_h.div_ceil(2)),
         };
         match pass {
             ConvPass::Forward => Some(forward),
@@ -113,6 +119,8 @@ impl WinogradProblem {
                 channels_padded: co.next_multiple_of(WINOGRAD_CHUNK),
                 out_padded: ci.next_multiple_of(WINOGRAD_OUT),
                 flip: 1,
+                div_tiles_w: FastDiv::new(p.width.div_ceil(2)),
+                div_tiles_h: FastDiv::new(p.height.div_ceil(2)),
                 ..forward
             }),
             ConvPass::InputGrad => None,
@@ -129,18 +137,27 @@ impl WinogradProblem {
     pub const fn tiles(&self) -> (u32, u32) {
         (self.out_w.div_ceil(2), self.out_h.div_ceil(2))
     }
-    /// Blocks along a tile row in the data passes.
-    pub const fn segments(&self) -> u32 {
-        self.tiles().0.div_ceil(WINOGRAD_ROWS)
+    /// Output tiles of all images: below 2^31, as the problem's output pixels.
+    pub const fn tile_count(&self) -> u32 {
+        let (along, rows) = self.tiles();
+        self.batch * rows * along
+    }
+    /// The place of output tile `tile` (below [`Self::tile_count`]): (image, tile row,
+    /// tile column).
+    #[inline(always)]
+    pub const fn tile_place(&self, tile: u32) -> (u32, u32, u32) {
+        let (rest, column) = self.div_tiles_w.divmod(tile);
+        let (image, row) = self.div_tiles_h.divmod(rest);
+        (image, row, column)
     }
     /// Blocks along the output channels of a group.
     pub const fn out_blocks(&self) -> u32 {
         self.out_padded / WINOGRAD_OUT
     }
     /// Blocks per group of the data passes (grid x): out-channel blocks fastest, then
-    /// segments, tile rows, images.
+    /// runs of `WINOGRAD_ROWS` tiles.
     pub const fn blocks(&self) -> u64 {
-        self.out_blocks() as u64 * self.segments() as u64 * self.tiles().1 as u64 * self.batch as u64
+        self.out_blocks() as u64 * self.tile_count().div_ceil(WINOGRAD_ROWS) as u64
     }
     /// Floats of the transformed weights, `[groups][16][channels_padded][out_padded]`
     /// (in the weight gradient: of one split's products).
@@ -148,10 +165,9 @@ impl WinogradProblem {
         self.groups as u64 * 16 * self.channels_padded as u64 * self.out_padded as u64
     }
     /// Chunks of the weight gradient's reduction: `WINOGRAD_CHUNK` consecutive tiles
-    /// of a tile row each.
+    /// each.
     pub const fn tile_chunks(&self) -> u64 {
-        let (along, rows) = self.tiles();
-        along.div_ceil(WINOGRAD_CHUNK) as u64 * rows as u64 * self.batch as u64
+        self.tile_count().div_ceil(WINOGRAD_CHUNK) as u64
     }
 }
 

@@ -4,7 +4,6 @@
 //! kernels: 16 small GEMMs, one per tile position.
 
 use super::{WINOGRAD_CHUNK, WINOGRAD_OUT, WINOGRAD_PART, WINOGRAD_PITCH, WINOGRAD_THREADS, WinogradProblem};
-use crate::conv::FastDiv;
 use crate::conv::outer_product::{Accumulators, accumulate_outer_product};
 use crate::device::{
     load_global_nc_v4, shared_base, store_shared_f32, store_shared_v4_f32, sync_threads, thread_idx_x,
@@ -171,24 +170,26 @@ impl Window {
     }
 }
 
-/// The data passes' first operand: input tiles along a tile row, one per (tile `t %
-/// 32`, channel `t / 32` of each chunk).
-pub struct RowTiles {
+/// The data passes' first operand: input tiles, one per (tile `slot = t % 32` of the
+/// block's run, channel `t / 32` of each chunk).
+pub struct InputTiles {
     pub input: *const f32,
     pub problem: WinogradProblem,
+    /// Whether the slot's tile exists (the last run of tiles may stop short).
+    pub inside: bool,
     pub first_plane: i64,
     pub y0: i32,
     pub x0: i32,
     pub channel: u32,
-    pub tile: u32,
+    pub slot: u32,
 }
 
-impl Producer for RowTiles {
+impl Producer for InputTiles {
     type Fetched = [[f32; 4]; 4];
     #[inline(always)]
     fn fetch(&self, chunk: u32) -> Self::Fetched {
         let channel = chunk * WINOGRAD_CHUNK + self.channel;
-        if channel >= self.problem.in_per_group() {
+        if !self.inside || channel >= self.problem.in_per_group() {
             return [[0.0; 4]; 4];
         }
         let window = Window::new(&self.problem, self.first_plane + channel as i64, self.y0, self.x0);
@@ -199,7 +200,7 @@ impl Producer for RowTiles {
     unsafe fn stash(&self, d: &Self::Fetched, part: u32) {
         for (xi, value) in transform_input(d).into_iter().enumerate() {
             // SAFETY: inside the stage; one writer per element.
-            unsafe { store_shared_f32(staged(part, xi as u32, self.channel, self.tile), value) };
+            unsafe { store_shared_f32(staged(part, xi as u32, self.channel, self.slot), value) };
         }
     }
 }
@@ -251,14 +252,6 @@ impl Producer for FilterSlices {
     }
 }
 
-/// The place of chunk `chunk` of the weight gradient: (image, tile row, first tile).
-#[inline(always)]
-pub fn chunk_place(chunk: u32, along: FastDiv, rows: FastDiv) -> (u32, u32, u32) {
-    let (rest, column_chunk) = along.divmod(chunk);
-    let (image, row) = rows.divmod(rest);
-    (image, row, column_chunk * WINOGRAD_CHUNK)
-}
-
 /// The weight gradient's operands: per (tile `t % 8` of each chunk, channel `t / 8` of
 /// the block's 32), the transformed x tile (`GRADIENT == false`, channels of x) or dy
 /// tile (`GRADIENT == true`, channels of dy).
@@ -268,8 +261,6 @@ pub struct ChunkTiles<const GRADIENT: bool> {
     /// The channel's plane in image 0, or `None` past the group's channels.
     pub plane: Option<u64>,
     pub end: u32,
-    pub along: FastDiv,
-    pub rows: FastDiv,
 }
 
 impl<const GRADIENT: bool> ChunkTiles<GRADIENT> {
@@ -283,17 +274,17 @@ impl<const GRADIENT: bool> ChunkTiles<GRADIENT> {
     #[inline(always)]
     fn place(&self, chunk: u32) -> Option<(u64, u32, u32)> {
         let plane = self.plane?;
-        if chunk >= self.end {
+        let tile = chunk * WINOGRAD_CHUNK + Self::lanes().0;
+        if chunk >= self.end || tile >= self.problem.tile_count() {
             return None;
         }
-        let (image, row, first) = chunk_place(chunk, self.along, self.rows);
-        let column = first + Self::lanes().0;
+        let (image, row, column) = self.problem.tile_place(tile);
         let channels = if GRADIENT {
             self.problem.out_channels
         } else {
             self.problem.channels
         };
-        (column < self.problem.tiles().0).then_some((image as u64 * channels as u64 + plane, row, column))
+        Some((image as u64 * channels as u64 + plane, row, column))
     }
 }
 
