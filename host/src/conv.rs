@@ -12,7 +12,8 @@
 
 use gpu_kernels::conv::{
     self as kernel, ConvAlgorithm, ConvEpilogue, ConvPass, ConvProblem, ConvShape, ConvShapeError,
-    CudaCoreAlgorithm, TensorCorePlan, WinogradProblem, WinogradSplit, reduce::BiasGradPlan, transposed,
+    CudaCoreAlgorithm, TensorCorePlan, WinogradProblem, WinogradSplit, reduce::BiasGradPlan,
+    tensor_core::ForwardScratch, transposed,
 };
 pub use gpu_kernels::conv::{Activation, ConvLayout, ConvPrecision};
 use gpu_kernels::launch::{DevicePtr, DevicePtrMut, ScratchLayout};
@@ -361,7 +362,8 @@ impl Gpu {
     /// The forward pass on the tensor cores. `wgmma` reads the weights from shared
     /// memory as TF32 by dropping their low mantissa bits, which biases the products:
     /// unless they are TF32 values already, a rounded copy (to nearest) goes to the
-    /// scratch buffer first, followed by the plan's tensor maps.
+    /// scratch buffer first, followed by the plan's tensor maps and, where the plan
+    /// splits K, the partial sums.
     fn tensor_core_forward(
         &self,
         problem: &ConvProblem,
@@ -385,8 +387,9 @@ impl Gpu {
         } else {
             0
         };
+        let partials_at = rounded_bytes + map_bytes;
         let (_scratch, start) = self.scratch(ScratchLayout {
-            bytes: rounded_bytes + map_bytes,
+            bytes: partials_at + plan.partials_scratch(problem).bytes,
             zeroed: 0,
         })?;
         let w = if round {
@@ -400,7 +403,16 @@ impl Gpu {
             Some(specs) => self.write_tensor_maps(&specs, start.offset(rounded_bytes).cast())?,
             None => DevicePtr::NULL,
         };
-        self.launch(&plan.forward_launch(problem, x, w, epilogue, y, maps))
+        let scratch = ForwardScratch {
+            maps,
+            partials: start.offset(partials_at),
+        };
+        let (gemm, finish) = plan.forward_launches(problem, x, w, epilogue, y, scratch);
+        self.launch(&gemm)?;
+        match finish {
+            Some(finish) => self.launch(&finish),
+            None => Ok(()),
+        }
     }
 
     /// [`Gpu::conv2d`] of host arrays or views: uploads, convolves, downloads.

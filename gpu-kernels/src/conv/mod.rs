@@ -64,6 +64,7 @@ pub const ENTRY_POINTS: &[&[EntryPoint]] = &[
     gemm::INPUT_GRAD_ENTRY_POINTS,
     gemm::WEIGHT_GRAD_ENTRY_POINTS,
     reduce::SPLIT_SUM_ENTRY_POINTS,
+    reduce::SPLIT_EPILOGUE_ENTRY_POINTS,
     reduce::BIAS_GRAD_ENTRY_POINTS,
     winograd::FILTER_ENTRY_POINTS,
     winograd::WINOGRAD_ENTRY_POINTS,
@@ -238,6 +239,61 @@ pub fn cuda_core_algorithm(problem: &ConvProblem, pass: ConvPass, multiprocessor
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn tensor_core_forward_splits_k_where_tiles_leave_multiprocessors_idle() {
+        let h100 = DeviceLimits {
+            multiprocessors: 132,
+            max_shared_bytes_per_block: 227 * 1024,
+            warpgroup_mma: true,
+            tensor_maps: true,
+        };
+        let plan = |input, weight| {
+            let problem = ConvProblem::new(&ConvShape {
+                input,
+                weight,
+                stride: [1, 1],
+                padding: [1, 1],
+                dilation: [1, 1],
+                groups: 1,
+            })
+            .expect("a valid problem");
+            match algorithm(
+                &problem,
+                ConvPass::Forward,
+                ConvPrecision::Tf32,
+                ConvLayout::Nhwc,
+                &h100,
+            ) {
+                ConvAlgorithm::TensorCore(plan) => plan,
+                other => panic!("TF32 forward took {other:?}"),
+            }
+        };
+        // 7x7 maps of 512 channels: 28 tiles of 144 k-tiles, in four splits of 36.
+        let small_maps = plan([32, 512, 7, 7], [512, 512, 3, 3]);
+        assert_eq!(
+            (small_maps.splits, small_maps.split_k_tiles, small_maps.units()),
+            (4, 36, 112)
+        );
+        assert_eq!(small_maps.blocks, 112);
+        // Tiles enough for every SM: no split.
+        let headline = plan([8, 64, 512, 1024], [128, 64, 3, 3]);
+        assert_eq!((headline.splits, headline.split_k_tiles), (1, headline.k_tiles));
+        // Splits keep at least MIN_SPLIT_K_TILES k-tiles each; none is empty.
+        let short = plan([1, 64, 5, 5], [32, 64, 3, 3]);
+        assert_eq!((short.k_tiles, short.splits), (18, 1));
+        for (input, weight) in [
+            ([1, 256, 6, 7], [40, 256, 3, 3]),
+            ([1, 200, 3, 3], [8, 200, 3, 3]),
+        ] {
+            let p = plan(input, weight);
+            assert!(
+                p.splits > 1 && p.split_k_tiles >= tensor_core::MIN_SPLIT_K_TILES,
+                "{p:?}"
+            );
+            assert!((p.splits - 1) * p.split_k_tiles < p.k_tiles && p.splits * p.split_k_tiles >= p.k_tiles);
+        }
+    }
 
     #[test]
     fn weight_gradient_splits_long_reductions() {

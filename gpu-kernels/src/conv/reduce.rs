@@ -1,12 +1,13 @@
 //! The convolution's reductions outside the GEMMs: the sum of a split weight
-//! gradient's partials, and the bias gradient. Both add in FP64 in a fixed order.
+//! gradient's partials, the sum of a split forward pass's partials through its
+//! epilogue, and the bias gradient. All add in FP64 in a fixed order.
 //!
 //! The bias gradient reads dy in its layout: in NCHW a block sums one channel's
 //! planes, in NHWC 32 channels (a lane each, 8 warps down the pixels). Its blocks
 //! split the pixels into parts until they fill the GPU, the parts' partials added by
 //! `split_sum`.
 
-use super::{ConvLayout, ConvProblem};
+use super::{ConvEpilogue, ConvLayout, ConvProblem, FastDiv};
 use crate::launch::THREADS_PER_SM;
 use crate::launch::{DevicePtr, DevicePtrMut, Launch, LaunchGeometry, ScratchLayout, kernel_args};
 
@@ -24,6 +25,25 @@ kernel_args! {
     /// The sum of `split` partial weight gradients.
     pub const CONV_SPLIT_SUM = "conv_split_sum_f32" => kernel::split_sum;
     entry points in SPLIT_SUM_ENTRY_POINTS;
+}
+
+kernel_args! {
+    /// The split epilogue's arguments: `y[i] = epilogue(sum over s of partials[s *
+    /// count + i] + bias[c])`, c the output channel of element `i` of y: `i / run %
+    /// channels`, `run` 1 in NHWC and the output pixels in NCHW.
+    pub struct SplitEpilogueArgs {
+        pub partials: DevicePtr<f32>,
+        pub epilogue: ConvEpilogue,
+        pub y: DevicePtrMut<f32>,
+        /// Elements of y, below 2^31.
+        pub count: u32,
+        pub split: u32,
+        pub run: FastDiv,
+        pub channels: FastDiv,
+    }
+    /// The sum of a split forward pass's partials through its epilogue.
+    pub const CONV_SPLIT_EPILOGUE = "conv_split_epilogue_f32" => kernel::split_epilogue;
+    entry points in SPLIT_EPILOGUE_ENTRY_POINTS;
 }
 
 kernel_args! {
@@ -67,6 +87,38 @@ pub const fn split_sum(args: SplitSumArgs) -> Launch<SplitSumArgs> {
     Launch::new(
         CONV_SPLIT_SUM,
         LaunchGeometry::per_item(args.count, REDUCE_THREADS),
+        args,
+    )
+}
+
+/// The launch finishing a forward pass whose K was split into `split` parts: the
+/// partials (each a copy of y of `problem` in `layout`) added in order, then the
+/// epilogue, one thread per output.
+pub fn split_epilogue(
+    problem: &ConvProblem,
+    layout: ConvLayout,
+    split: u32,
+    partials: DevicePtr<f32>,
+    epilogue: ConvEpilogue,
+    y: DevicePtrMut<f32>,
+) -> Launch<SplitEpilogueArgs> {
+    let count = problem.batch as u64 * problem.out_pixels() as u64 * problem.out_channels as u64;
+    let run = match layout {
+        ConvLayout::Nhwc => 1,
+        ConvLayout::Nchw => problem.out_pixels(),
+    };
+    let args = SplitEpilogueArgs {
+        partials,
+        epilogue,
+        y,
+        count: count as u32,
+        split,
+        run: FastDiv::new(run),
+        channels: FastDiv::new(problem.out_channels),
+    };
+    Launch::new(
+        CONV_SPLIT_EPILOGUE,
+        LaunchGeometry::per_item(count, REDUCE_THREADS),
         args,
     )
 }
@@ -199,6 +251,36 @@ mod kernel {
         }
         // SAFETY: i < count.
         unsafe { *out.add(i as usize) = sum as f32 };
+    }
+
+    /// `y[i] = epilogue(sum of the partials at i + bias)`, the partials added in order
+    /// in FP64.
+    ///
+    /// # Safety
+    /// `partials` holds `split * count` values, y `count` (and so the residual, when
+    /// there is one), the bias null or `channels` floats; the grid covers `count`
+    /// threads.
+    #[inline(always)]
+    pub unsafe fn split_epilogue(args: SplitEpilogueArgs) {
+        let SplitEpilogueArgs { count, split, .. } = args;
+        let (partials, y) = (args.partials.as_ptr(), args.y.as_mut_ptr());
+        let i = block_idx_x() * REDUCE_THREADS + thread_idx_x();
+        if i >= count {
+            return;
+        }
+        let mut sum = 0.0f64;
+        for s in 0..split as u64 {
+            // SAFETY: s * count + i < split * count.
+            sum += unsafe { *partials.add((s * count as u64 + i as u64) as usize) } as f64;
+        }
+        let bias = args.epilogue.bias.as_ptr();
+        if !bias.is_null() {
+            let (_, channel) = args.channels.divmod(args.run.divmod(i).0);
+            // SAFETY: a channel of the bias.
+            sum += unsafe { *bias.add(channel as usize) } as f64;
+        }
+        // SAFETY: i < count, an element of y and of the residual.
+        unsafe { *y.add(i as usize) = args.epilogue.apply(sum as f32, i as usize) };
     }
 
     /// The sum of dy at each output channel over the part's pixels of the batch (grid

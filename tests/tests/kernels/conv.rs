@@ -355,6 +355,10 @@ fn every_conv_kernel_matches_the_reference_on_fixed_cases() {
         /// Hopper only, `TensorCoreScalar` elsewhere.
         TensorCoreBulkFromNchw,
         TensorCoreBulkFromNchwNarrow,
+        /// K split over blocks (`wgmma` only: `TensorCore` and `TensorCoreScalar`
+        /// elsewhere), staged by bulk copies or gathered from NCHW.
+        SplitTensorCoreBulkNarrow,
+        SplitTensorCoreScalar,
         /// The direct kernels (depthwise, or the input gradient of few channels).
         Direct,
         /// The depthwise stencil (forward, and the input gradient at stride 1).
@@ -369,9 +373,10 @@ fn every_conv_kernel_matches_the_reference_on_fixed_cases() {
         WarpgroupGrad,
     }
     use Path::{
-        Direct, Gemm, SplitGemm, SplitTensorCoreGrad, Stencil, TensorCore, TensorCoreBulk,
-        TensorCoreBulkFromNchw, TensorCoreBulkFromNchwNarrow, TensorCoreBulkNarrow, TensorCoreGrad,
-        TensorCoreGradScalar, TensorCoreScalar, WarpgroupGrad, Winograd,
+        Direct, Gemm, SplitGemm, SplitTensorCoreBulkNarrow, SplitTensorCoreGrad, SplitTensorCoreScalar,
+        Stencil, TensorCore, TensorCoreBulk, TensorCoreBulkFromNchw, TensorCoreBulkFromNchwNarrow,
+        TensorCoreBulkNarrow, TensorCoreGrad, TensorCoreGradScalar, TensorCoreScalar, WarpgroupGrad,
+        Winograd,
     };
     let tf32 = |layout| Conv2dParams {
         layout,
@@ -460,7 +465,8 @@ fn every_conv_kernel_matches_the_reference_on_fixed_cases() {
         // TF32 on the tensor cores, channels last, with a bias: bulk tensor copies on
         // Hopper, else 16-byte copies (8 input channels); several blocks of outputs and
         // of output channels (130 > 128). The input gradient is the forward pass of dy
-        // (130 channels: copied one at a time) by the flipped weights; the weight
+        // (130 channels: copied one at a time, 37 k-tiles split in two on Hopper) by
+        // the flipped weights; the weight
         // gradient's dy copied one channel at a time, its pixels split over blocks.
         (
             case(
@@ -474,7 +480,7 @@ fn every_conv_kernel_matches_the_reference_on_fixed_cases() {
                 },
                 true,
             ),
-            [TensorCoreBulk, TensorCoreScalar, TensorCoreGradScalar],
+            [TensorCoreBulk, SplitTensorCoreScalar, TensorCoreGradScalar],
         ),
         // The same with 32 output channels: the input gradient's dy by bulk copies too,
         // the weight gradient's operands 16 bytes at a time.
@@ -576,6 +582,41 @@ fn every_conv_kernel_matches_the_reference_on_fixed_cases() {
                 TensorCoreBulkFromNchw,
                 TensorCoreBulkFromNchwNarrow,
                 TensorCoreGrad,
+            ],
+        ),
+        // Small maps of many channels: the forward pass's 72 k-tiles split four ways
+        // on Hopper, by bulk copies (NHWC) and gathered from NCHW (258 channels, 73
+        // k-tiles: a short last split), with a bias.
+        (
+            case(
+                1,
+                [256, 40],
+                [3, 3],
+                [6, 7],
+                Conv2dParams {
+                    padding: [1, 1],
+                    ..tf32(ConvLayout::Nhwc)
+                },
+                true,
+            ),
+            [SplitTensorCoreBulkNarrow, TensorCoreBulk, TensorCoreGrad],
+        ),
+        (
+            case(
+                2,
+                [258, 24],
+                [3, 3],
+                [5, 6],
+                Conv2dParams {
+                    padding: [1, 1],
+                    ..tf32(ConvLayout::Nchw)
+                },
+                true,
+            ),
+            [
+                SplitTensorCoreScalar,
+                TensorCoreBulkFromNchw,
+                TensorCoreGradScalar,
             ],
         ),
         // A stem: 3 input channels, a 7x7 window at stride 2, NCHW then NHWC: x
@@ -797,6 +838,9 @@ fn every_conv_kernel_matches_the_reference_on_fixed_cases() {
                         assert_eq!(plan.output_layout(), c.params.layout, "{c:?} {pass:?}");
                         let narrow = plan.tile_n == 64;
                         match (plan.bulk_copies, plan.a_vector) {
+                            (1, _) if plan.splits > 1 && narrow => SplitTensorCoreBulkNarrow,
+                            (0, 0) if plan.splits > 1 => SplitTensorCoreScalar,
+                            _ if plan.splits > 1 => panic!("{c:?} {pass:?}: {plan:?}"),
                             (1, _) if c.params.layout == ConvLayout::Nchw && narrow => {
                                 TensorCoreBulkFromNchwNarrow
                             }
@@ -814,9 +858,15 @@ fn every_conv_kernel_matches_the_reference_on_fixed_cases() {
                         TensorCoreScalar
                     }
                     WarpgroupGrad if warpgroup_mma == 0 => TensorCoreGrad,
+                    SplitTensorCoreBulkNarrow if warpgroup_mma == 0 => TensorCore,
+                    SplitTensorCoreScalar if warpgroup_mma == 0 => TensorCoreScalar,
                     other => other,
                 };
                 assert_eq!(path, expected, "{c:?} {pass:?}");
+            }
+            // The split epilogue, which adds the parts, applies the fused one too.
+            if paths[0] == SplitTensorCoreBulkNarrow || paths[0] == SplitTensorCoreScalar {
+                check_fused(gpu, c.clone(), Activation::Relu, true).unwrap();
             }
             check_forward(gpu, c.clone()).unwrap();
             check_backward(gpu, c).unwrap();

@@ -35,8 +35,11 @@ pub mod weight_grad;
 pub use warpgroup_weight_grad::WarpgroupWeightGradPlan;
 pub use weight_grad::WeightGradPlan;
 
+use super::reduce::{self, SplitEpilogueArgs};
 use super::{ConvEpilogue, ConvLayout, ConvProblem};
-use crate::launch::{DeviceLimits, DevicePtr, DevicePtrMut, Launch, LaunchGeometry, kernel_args};
+use crate::launch::{
+    DeviceLimits, DevicePtr, DevicePtrMut, Launch, LaunchGeometry, ScratchLayout, kernel_args,
+};
 use crate::tensor_map::{TensorMapMode, TensorMapPair, TensorMapSpec, TensorMapSwizzle};
 
 /// Rows of C (output pixels) per block of the `mma.sync` kernels.
@@ -69,6 +72,10 @@ pub const WGMMA_BARRIER_BYTES: u32 = 16;
 /// Bytes of the `wgmma` producer's table of window origins (NHWC), 16 per row.
 pub const WGMMA_TABLE_BYTES: u32 = 16 * WGMMA_BM;
 
+/// Fewest k-tiles of a split of K: fewer would spend more of each part filling and
+/// draining the pipeline than multiplying.
+pub const MIN_SPLIT_K_TILES: u32 = 16;
+
 /// Bytes of a staged operand tile of `rows` rows.
 pub const fn tile_bytes(rows: u32) -> u32 {
     rows * TC_BK * 4
@@ -80,7 +87,10 @@ const _: () = assert!(TC_BN == 128 && WGMMA_THREADS == 3 * 128 && WGMMA_STAGES >
 /// How a tensor-core pass is launched. Its GEMM has `m_tiles x groups x n_tiles` tiles
 /// (M by the kernel's rows per tile, `TC_BN` output channels of a group). The
 /// `mma.sync` kernels take one per block (grid x, y, z); the `wgmma` kernels are
-/// persistent: `blocks` blocks take every `blocks`-th tile, output channels fastest.
+/// persistent: `blocks` blocks take every `blocks`-th unit of work, a tile's k-tiles
+/// of one split of K, output channels fastest, splits slowest. Split, each part
+/// writes its partial sums to a scratch copy of y, which the split epilogue adds in
+/// order.
 #[repr(C)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct TensorCorePlan {
@@ -111,6 +121,9 @@ pub struct TensorCorePlan {
     pub y_channels_last: u32,
     /// Whether the kernel is on `wgmma` (sm_90a), as 1 or 0 (`mma.sync`).
     pub warpgroup_mma: u32,
+    /// Parts K is split into (1: not split), `split_k_tiles` k-tiles each but the last.
+    pub splits: u32,
+    pub split_k_tiles: u32,
 }
 
 impl TensorCorePlan {
@@ -140,13 +153,22 @@ impl TensorCorePlan {
         } else {
             (in_group * problem.taps()).div_ceil(TC_BK)
         };
+        let outputs = m * problem.out_channels as u64;
+        let splits = if warpgroup_mma && outputs < 1 << 31 {
+            split_count(tiles, k_tiles, device.multiprocessors)
+        } else {
+            1
+        };
+        let split_k_tiles = k_tiles.div_ceil(splits);
+        let splits = k_tiles.div_ceil(split_k_tiles);
+        let units = tiles * splits as u64;
         Self {
             m_tiles,
             n_tiles,
             tile_n,
             groups: problem.groups,
-            blocks: if tiles < device.multiprocessors as u64 {
-                tiles as u32
+            blocks: if units < device.multiprocessors as u64 {
+                units as u32
             } else {
                 device.multiprocessors
             },
@@ -158,7 +180,14 @@ impl TensorCorePlan {
             channels_last: channels_last as u32,
             y_channels_last: y_channels_last as u32,
             warpgroup_mma: warpgroup_mma as u32,
+            splits,
+            split_k_tiles,
         }
+    }
+
+    /// The units of work of the `wgmma` kernels: every tile once per split.
+    pub const fn units(&self) -> u32 {
+        self.m_tiles * self.groups * self.n_tiles * self.splits
     }
 
     /// The layout of x and w.
@@ -219,9 +248,38 @@ impl TensorCorePlan {
         Some([patches, filters])
     }
 
-    /// The forward launch: `y = epilogue(conv(x, w))` in the plan's layout, `maps` the
-    /// [`Self::tensor_maps`] in device memory (null without them).
-    pub const fn forward_launch(
+    /// The scratch of the partial sums of a split K: none when it is not split.
+    pub const fn partials_scratch(&self, problem: &ConvProblem) -> ScratchLayout {
+        let outputs = problem.batch as u64 * problem.out_pixels() as u64 * problem.out_channels as u64;
+        reduce::partials_scratch(self.splits, outputs)
+    }
+
+    /// The forward launches: `y = epilogue(conv(x, w))` in the plan's layout. Split,
+    /// the GEMM writes its partial sums to the scratch's partials and the second
+    /// launch adds them into y.
+    pub fn forward_launches(
+        &self,
+        problem: &ConvProblem,
+        x: DevicePtr<f32>,
+        w: DevicePtr<f32>,
+        epilogue: ConvEpilogue,
+        y: DevicePtrMut<f32>,
+        scratch: ForwardScratch,
+    ) -> (Launch<TensorCoreArgs>, Option<Launch<SplitEpilogueArgs>>) {
+        let ForwardScratch { maps, partials } = scratch;
+        if self.splits <= 1 {
+            return (self.gemm_launch(problem, x, w, epilogue, y, maps), None);
+        }
+        let partials = partials.cast::<f32>();
+        let layout = self.output_layout();
+        let finish = reduce::split_epilogue(problem, layout, self.splits, partials.as_const(), epilogue, y);
+        let gemm = self.gemm_launch(problem, x, w, ConvEpilogue::NONE, partials, maps);
+        (gemm, Some(finish))
+    }
+
+    /// The GEMM's launch, writing `epilogue(conv(x, w))` to y (or to the partials of
+    /// each split of K, where `y` is the first, the epilogue none).
+    const fn gemm_launch(
         &self,
         problem: &ConvProblem,
         x: DevicePtr<f32>,
@@ -262,6 +320,25 @@ impl TensorCorePlan {
         };
         Launch::new(kernel, geometry, args)
     }
+}
+
+/// Parts to split K into where `tiles` tiles leave SMs idle: as many as give every
+/// SM a unit of work at most, each of `MIN_SPLIT_K_TILES` k-tiles at least. The
+/// whole waves of units this leaves keep every part equally long.
+const fn split_count(tiles: u64, k_tiles: u32, multiprocessors: u32) -> u32 {
+    let fill = multiprocessors as u64 / tiles;
+    let most = (k_tiles / MIN_SPLIT_K_TILES) as u64;
+    let splits = if fill < most { fill } else { most };
+    if splits < 1 { 1 } else { splits as u32 }
+}
+
+/// Where a tensor-core forward pass's scratch lies: the [`TensorCorePlan::tensor_maps`]
+/// in device memory (null without them), and the partial sums of a split K (laid out by
+/// [`TensorCorePlan::partials_scratch`]).
+#[derive(Debug, Clone, Copy)]
+pub struct ForwardScratch {
+    pub maps: DevicePtr<TensorMapPair>,
+    pub partials: DevicePtrMut<u8>,
 }
 
 /// Whether the tensor maps of the bulk copies can describe `problem` (NHWC): 16-byte

@@ -60,14 +60,32 @@ fn origin_table() -> u32 {
     stage_a(WGMMA_STAGES) + WGMMA_STAGES * WGMMA_BARRIER_BYTES
 }
 
-/// Tile `index` of the plan's GEMM: output channels fastest, then groups, then M.
+/// A unit of a block's work: a tile of the GEMM, and the k-tiles of its split of K.
+#[derive(Clone, Copy)]
+struct WorkUnit {
+    tile: TileOrigin,
+    split: u32,
+    k_first: u32,
+    k_count: u32,
+}
+
+/// Unit `index` of the plan's work: tiles with output channels fastest, then groups,
+/// then M; splits of K slowest, so that the blocks at work together share A's rows.
 #[inline(always)]
-fn tile_origin(plan: &TensorCorePlan, index: u32) -> TileOrigin {
+fn work_unit(plan: &TensorCorePlan, index: u32) -> WorkUnit {
+    let tiles = plan.m_tiles * plan.groups * plan.n_tiles;
+    let (split, index) = (index / tiles, index % tiles);
     let rest = index / plan.n_tiles;
-    TileOrigin {
-        m0: rest / plan.groups * WGMMA_BM,
-        group: rest % plan.groups,
-        n0: index % plan.n_tiles * plan.tile_n,
+    let k_first = split * plan.split_k_tiles;
+    WorkUnit {
+        tile: TileOrigin {
+            m0: rest / plan.groups * WGMMA_BM,
+            group: rest % plan.groups,
+            n0: index % plan.n_tiles * plan.tile_n,
+        },
+        split,
+        k_first,
+        k_count: plan.split_k_tiles.min(plan.k_tiles - k_first),
     }
 }
 
@@ -86,7 +104,7 @@ where
 {
     let (p, plan) = (&args.problem, &args.plan);
     let k_tiles = KTiles::new(p, plan);
-    let tiles = plan.m_tiles * plan.groups * plan.n_tiles;
+    let units = plan.units();
     // With bulk copies one producer thread arrives per fill, else every producer.
     let bulk = CHANNELS_LAST && plan.bulk_copies == 1;
     let producers = if bulk { 1 } else { WARPGROUP };
@@ -106,26 +124,26 @@ where
         if warpgroup == 0 {
             set_max_registers::<false, PRODUCER_REGISTERS>();
             if bulk {
-                produce_bulk::<J>(&args, tiles, &pipeline);
+                produce_bulk::<J>(&args, units, &pipeline);
             } else {
-                produce::<CHANNELS_LAST>(&args, k_tiles, tiles, &pipeline);
+                produce::<CHANNELS_LAST>(&args, k_tiles, units, &pipeline);
             }
         } else {
             set_max_registers::<true, CONSUMER_REGISTERS>();
-            consume::<J>(&args, k_tiles.count(), tiles, &pipeline, warpgroup - 1);
+            consume::<J>(&args, units, &pipeline, warpgroup - 1);
         }
     }
 }
 
-/// The producer on bulk tensor copies: its first thread stages every k-tile of every
-/// tile of this block, A as an im2col box of `WGMMA_BM` pixels of `TC_BK` channels at
+/// The producer on bulk tensor copies: its first thread stages the k-tiles of every
+/// unit of this block, A as an im2col box of `WGMMA_BM` pixels of `TC_BK` channels at
 /// one tap, B as a box of `8 J` filters of that tap and those channels.
 ///
 /// # Safety
 /// As [`forward`]; the producer warpgroup calls it; `args.maps` holds the plan's tensor
 /// maps.
 #[inline(always)]
-unsafe fn produce_bulk<const J: usize>(args: &TensorCoreArgs, tiles: u32, pipeline: &StagePipeline) {
+unsafe fn produce_bulk<const J: usize>(args: &TensorCoreArgs, units: u32, pipeline: &StagePipeline) {
     if thread_idx_x() != 0 {
         return;
     }
@@ -139,8 +157,9 @@ unsafe fn produce_bulk<const J: usize>(args: &TensorCoreArgs, tiles: u32, pipeli
     }
     let mut fills = 0;
     let mut index = block_idx_x();
-    while index < tiles {
-        let tile = tile_origin(plan, index);
+    while index < units {
+        let unit = work_unit(plan, index);
+        let tile = unit.tile;
         // The window origin of the tile's first output pixel.
         let (image, pixel) = p.div_out_pixels.divmod(tile.m0);
         let (oy, ox) = p.div_out_w.divmod(pixel);
@@ -150,7 +169,7 @@ unsafe fn produce_bulk<const J: usize>(args: &TensorCoreArgs, tiles: u32, pipeli
             image as i32,
         ];
         let filter = (tile.group * p.out_per_group() + tile.n0) as i32;
-        for kt in 0..plan.k_tiles {
+        for kt in unit.k_first..unit.k_first + unit.k_count {
             let (chunk, tap) = p.div_taps.divmod(kt);
             let (r, s) = p.div_kernel_w.divmod(tap);
             let channel = chunk * TC_BK;
@@ -181,7 +200,7 @@ unsafe fn produce_bulk<const J: usize>(args: &TensorCoreArgs, tiles: u32, pipeli
     }
 }
 
-/// The producer: stages every k-tile of every tile of this block.
+/// The producer: stages the k-tiles of every unit of this block.
 ///
 /// # Safety
 /// As [`forward`]; the producer warpgroup calls it.
@@ -189,7 +208,7 @@ unsafe fn produce_bulk<const J: usize>(args: &TensorCoreArgs, tiles: u32, pipeli
 unsafe fn produce<const CHANNELS_LAST: bool>(
     args: &TensorCoreArgs,
     k_tiles: KTiles,
-    tiles: u32,
+    units: u32,
     pipeline: &StagePipeline,
 ) {
     let (p, plan) = (&args.problem, &args.plan);
@@ -199,8 +218,9 @@ unsafe fn produce<const CHANNELS_LAST: bool>(
     };
     let mut fills = 0;
     let mut index = block_idx_x();
-    while index < tiles {
-        let tile = tile_origin(plan, index);
+    while index < units {
+        let unit = work_unit(plan, index);
+        let tile = unit.tile;
         let filters = Filters::<B_ROWS>::new(args.w.as_ptr(), p, k_tiles, tile.n0, tile.group, stagers);
         let x = args.x.as_ptr();
         // SAFETY: forwarded.
@@ -212,27 +232,13 @@ unsafe fn produce<const CHANNELS_LAST: bool>(
                 sync_group::<1>(WARPGROUP);
                 let patches = Patches::<A_ROWS, _>::with_table(x, p, k_tiles, table, stagers);
                 if plan.a_vector != 0 {
-                    with_filters(
-                        plan,
-                        VectorPatches(patches),
-                        filters,
-                        k_tiles,
-                        pipeline,
-                        &mut fills,
-                    );
+                    with_filters(plan, VectorPatches(patches), filters, &unit, pipeline, &mut fills);
                 } else {
-                    with_filters(
-                        plan,
-                        ScalarPatches(patches),
-                        filters,
-                        k_tiles,
-                        pipeline,
-                        &mut fills,
-                    );
+                    with_filters(plan, ScalarPatches(patches), filters, &unit, pipeline, &mut fills);
                 }
             } else {
                 let patches = NchwPatches::<NCHW_ROWS>::new(x, p, tile.m0, tile.group, WGMMA_BM, stagers);
-                with_filters(plan, patches, filters, k_tiles, pipeline, &mut fills);
+                with_filters(plan, patches, filters, &unit, pipeline, &mut fills);
             }
         }
         index += grid_dim_x();
@@ -241,7 +247,7 @@ unsafe fn produce<const CHANNELS_LAST: bool>(
     unsafe { finish_fills(pipeline, fills) };
 }
 
-/// Stages the k-tiles of one tile, the weights copied 16 or 4 bytes at a time as the
+/// Stages the k-tiles of one unit, the weights copied 16 or 4 bytes at a time as the
 /// plan says.
 ///
 /// # Safety
@@ -251,28 +257,17 @@ unsafe fn with_filters<A: Operand>(
     plan: &TensorCorePlan,
     patches: A,
     filters: Filters<B_ROWS>,
-    k_tiles: KTiles,
+    unit: &WorkUnit,
     pipeline: &StagePipeline,
     fills: &mut u32,
 ) {
+    let k_tiles = unit.k_first..unit.k_first + unit.k_count;
     // SAFETY: forwarded.
     unsafe {
         if plan.b_vector != 0 {
-            fill(
-                &patches,
-                &VectorFilters(filters),
-                k_tiles.count(),
-                pipeline,
-                fills,
-            );
+            fill(&patches, &VectorFilters(filters), k_tiles, pipeline, fills);
         } else {
-            fill(
-                &patches,
-                &ScalarFilters(filters),
-                k_tiles.count(),
-                pipeline,
-                fills,
-            );
+            fill(&patches, &ScalarFilters(filters), k_tiles, pipeline, fills);
         }
     }
 }
@@ -285,7 +280,7 @@ unsafe fn with_filters<A: Operand>(
 const FILL_LAG: u32 = WGMMA_STAGES - 2;
 const _: () = assert!(FILL_LAG >= 1);
 
-/// Stages k-tiles `0..k_tiles` of `a` and `b`, `fills` counting the stages filled by
+/// Stages `k_tiles` of `a` and `b`, `fills` counting the stages filled by
 /// this block so far; arrives on the fill `FILL_LAG` before each ([`finish_fills`]
 /// arrives on the last ones).
 ///
@@ -295,11 +290,11 @@ const _: () = assert!(FILL_LAG >= 1);
 unsafe fn fill<A: Operand, B: Operand>(
     a: &A,
     b: &B,
-    k_tiles: u32,
+    k_tiles: core::ops::Range<u32>,
     pipeline: &StagePipeline,
     fills: &mut u32,
 ) {
-    for kt in 0..k_tiles {
+    for kt in k_tiles {
         let (stage, fill) = (*fills % WGMMA_STAGES, *fills / WGMMA_STAGES);
         // SAFETY: the stage is released (its previous fill consumed) before the copies
         // start; a fill is arrived on once this thread's copies of it landed.
@@ -400,27 +395,29 @@ unsafe fn multiply_k_tile<const J: usize>(
     }
 }
 
-/// A consumer: multiplies rows `CONSUMER_ROWS consumer ..` of every tile of this block
-/// and stores them.
+/// A consumer: multiplies rows `CONSUMER_ROWS consumer ..` of every unit of this block
+/// and stores them (split, into its split's copy of y).
 ///
 /// # Safety
 /// As [`forward`]; consumer warpgroup `consumer` (0 or 1) calls it.
 #[inline(always)]
-unsafe fn consume<const J: usize>(
-    args: &TensorCoreArgs,
-    k_tiles: u32,
-    tiles: u32,
-    pipeline: &StagePipeline,
-    consumer: u32,
-) where
+unsafe fn consume<const J: usize>(args: &TensorCoreArgs, units: u32, pipeline: &StagePipeline, consumer: u32)
+where
     [[f32; 4]; J]: WarpgroupAccumulators,
 {
+    let p = &args.problem;
+    let outputs = p.batch as u64 * p.out_pixels() as u64 * p.out_channels as u64;
     let warp = thread_idx_x() / 32 % 4;
     let rows = consumer * CONSUMER_ROWS;
     let mut fills = 0;
     let mut index = block_idx_x();
-    while index < tiles {
-        let tile = tile_origin(&args.plan, index);
+    while index < units {
+        let unit = work_unit(&args.plan, index);
+        let (tile, k_tiles) = (unit.tile, unit.k_count);
+        let args = &TensorCoreArgs {
+            y: args.y.offset(unit.split as u64 * outputs),
+            ..*args
+        };
         // SAFETY: the launch's arguments.
         let mut sums = unsafe { bias_sums::<2, J>(args, tile, 0) };
         let [top, bottom] = &mut sums;
