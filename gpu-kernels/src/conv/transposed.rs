@@ -12,7 +12,7 @@
 //! read them; without the flip it prepares the weights of a forward pass on `wgmma`,
 //! which would otherwise truncate them.
 
-use super::{ConvLayout, ConvProblem, ConvShape};
+use super::{ConvLayout, ConvProblem, ConvShape, FastDiv};
 use crate::launch::{DevicePtr, DevicePtrMut, Launch, LaunchGeometry, kernel_args};
 
 /// Threads per block of the filter preparation.
@@ -22,7 +22,8 @@ impl ConvProblem {
     /// The forward problem whose output is this problem's input gradient, with the
     /// weights of [`flip_filters`] and, when strided, the input of [`upsample`]: with
     /// padding at most the dilated window on both axes (else the padding would be
-    /// negative), `None` otherwise.
+    /// negative) and an upsampled dy of fewer than 2^31 elements (the upsampling's
+    /// index limit), `None` otherwise.
     pub const fn input_grad_as_forward(&self) -> Option<ConvProblem> {
         // Within the index limits: the padded image with its window is under 2^29.
         let window_h = self.dilation_h * (self.kernel_h - 1);
@@ -35,6 +36,10 @@ impl ConvProblem {
             self.height + 2 * self.pad_h - window_h,
             self.width + 2 * self.pad_w - window_w,
         );
+        let upsampled_count = self.batch as u64 * self.out_channels as u64 * up_h as u64 * up_w as u64;
+        if upsampled(self) && upsampled_count >= 1 << 31 {
+            return None;
+        }
         let shape = ConvShape {
             input: [self.batch, self.out_channels, up_h, up_w],
             weight: [
@@ -87,6 +92,8 @@ kernel_args! {
         pub problem: ConvProblem,
         pub transposed: ConvProblem,
         pub channels_last: u32,
+        /// Division by up's channels (dy's).
+        pub div_channels: FastDiv,
     }
     /// Upsamples dy, one thread per element of `up`.
     pub const CONV_UPSAMPLE = "conv_upsample_f32" => kernel::upsample;
@@ -110,6 +117,7 @@ pub const fn upsample(
         problem: *problem,
         transposed: *transposed,
         channels_last: matches!(layout, ConvLayout::Nhwc) as u32,
+        div_channels: FastDiv::new(t.in_channels),
     };
     Launch::new(
         CONV_UPSAMPLE,
@@ -225,37 +233,32 @@ mod kernel {
     /// quotients lie inside dy, else 0 (in either layout).
     ///
     /// # Safety
-    /// dy holds the problem's output gradient and `up` the transposed problem's input,
-    /// in the layout `channels_last` names; the grid covers `up`, `PREPARE_THREADS` a
-    /// block.
+    /// dy holds the problem's output gradient and `up` the transposed problem's input
+    /// (fewer than 2^31 elements), in the layout `channels_last` names; the grid covers
+    /// `up`, `PREPARE_THREADS` a block.
     #[inline(always)]
     pub unsafe fn upsample(args: UpsampleArgs) {
         let (p, t) = (&args.problem, &args.transposed);
-        let i = block_idx_x() as u64 * PREPARE_THREADS as u64 + thread_idx_x() as u64;
-        let (channels, width, height) = (t.in_channels as u64, t.width as u64, t.height as u64);
-        if i >= t.batch as u64 * channels * width * height {
+        // Every index below 2^31: in 32 bits, divided by multiplies.
+        let i = block_idx_x() * PREPARE_THREADS + thread_idx_x();
+        if i >= t.batch * t.in_channels * t.pixels() {
             return;
         }
-        let (n, c, y, x) = if args.channels_last == 1 {
-            (
-                i / (height * width * channels),
-                i % channels,
-                i / (width * channels) % height,
-                i / channels % width,
-            )
+        let (n, c, pixel) = if args.channels_last == 1 {
+            let (pixels, c) = args.div_channels.divmod(i);
+            let (n, pixel) = t.div_pixels.divmod(pixels);
+            (n, c, pixel)
         } else {
-            (
-                i / (channels * height * width),
-                i / (height * width) % channels,
-                i / width % height,
-                i % width,
-            )
+            let (plane, pixel) = t.div_pixels.divmod(i);
+            let (n, c) = args.div_channels.divmod(plane);
+            (n, c, pixel)
         };
-        let (stride_h, stride_w) = (p.stride_h as u64, p.stride_w as u64);
-        let (oy, ox) = (y / stride_h, x / stride_w);
-        let inside = y % stride_h == 0 && x % stride_w == 0 && oy < p.out_h as u64 && ox < p.out_w as u64;
+        let (y, x) = t.div_width.divmod(pixel);
+        let ((oy, y_rest), (ox, x_rest)) = (p.div_stride_h.divmod(y), p.div_stride_w.divmod(x));
+        let inside = y_rest == 0 && x_rest == 0 && oy < p.out_h && ox < p.out_w;
         let value = if inside {
-            let (out_h, out_w) = (p.out_h as u64, p.out_w as u64);
+            let (n, c, oy, ox) = (n as u64, c as u64, oy as u64, ox as u64);
+            let (channels, out_h, out_w) = (t.in_channels as u64, p.out_h as u64, p.out_w as u64);
             let at = if args.channels_last == 1 {
                 ((n * out_h + oy) * out_w + ox) * channels + c
             } else {
@@ -301,6 +304,17 @@ mod tests {
         assert_eq!(u.output_shape(), [2, 6, 9, 11]);
         // Padded past the window: no forward problem.
         assert_eq!(problem([1, 1], [1, 2], [1, 1]).input_grad_as_forward(), None);
+        // An upsampled dy of 2^32 elements passes the upsampling's index limit.
+        let large = ConvProblem::new(&ConvShape {
+            input: [64, 8, 256, 256],
+            weight: [1024, 8, 1, 1],
+            stride: [2, 2],
+            padding: [0, 0],
+            dilation: [1, 1],
+            groups: 1,
+        })
+        .unwrap();
+        assert_eq!(large.input_grad_as_forward(), None);
         // The flip is a permutation, in both layouts, and an involution through the
         // transposed problem.
         for channels_last in [false, true] {
