@@ -12,8 +12,8 @@
 
 use gpu_kernels::conv::{
     self as kernel, ConvAlgorithm, ConvEpilogue, ConvPass, ConvProblem, ConvShape, ConvShapeError,
-    CudaCoreAlgorithm, TensorCorePlan, WinogradProblem, WinogradSplit, reduce::BiasGradPlan,
-    tensor_core::ForwardScratch, transposed,
+    CudaCoreAlgorithm, PhasePlan, TensorCorePlan, WinogradProblem, WinogradSplit, phases,
+    reduce::BiasGradPlan, tensor_core::ForwardScratch, transposed,
 };
 pub use gpu_kernels::conv::{Activation, ConvLayout, ConvPrecision};
 use gpu_kernels::launch::{DevicePtr, DevicePtrMut, ScratchLayout};
@@ -352,9 +352,11 @@ impl Gpu {
             ConvAlgorithm::TensorCore(plan) => {
                 self.tensor_core_forward(problem, plan, x, Weights::AsGiven(w), epilogue, y)
             }
-            ConvAlgorithm::TensorCoreWeightGrad(_) | ConvAlgorithm::WarpgroupWeightGrad(_) => Err(invalid(
+            ConvAlgorithm::TensorCoreWeightGrad(_)
+            | ConvAlgorithm::WarpgroupWeightGrad(_)
+            | ConvAlgorithm::Phases(_) => Err(invalid(
                 "algorithm",
-                format!("{algorithm:?} is a weight-gradient plan, not a forward one"),
+                format!("{algorithm:?} is a gradient's plan, not a forward one"),
             )),
         }
     }
@@ -573,8 +575,8 @@ impl Gpu {
     }
 
     /// The input gradient where its plan reads a layout of its own: the direct kernel,
-    /// or the tensor cores' forward pass of the transposed problem. `dx` back when the
-    /// plan is another.
+    /// the stencil, the tensor cores' forward pass of the transposed problem, or its
+    /// phases. `dx` back when the plan is another.
     fn input_grad_in_layout<'a, 'g>(
         &'g self,
         problem: &ConvProblem,
@@ -608,6 +610,7 @@ impl Gpu {
                 Some(transposed) => self.input_grad_as_forward(problem, &transposed, plan, grad_y, w, dx)?,
                 None => return Ok(Some(dx)),
             },
+            ConvAlgorithm::Phases(plan) => self.input_grad_by_phases(problem, &plan, grad_y, w, dx)?,
             ConvAlgorithm::ImplicitGemm(_)
             | ConvAlgorithm::Winograd(_)
             | ConvAlgorithm::TensorCoreWeightGrad(_)
@@ -799,6 +802,44 @@ impl Gpu {
             ConvEpilogue::NONE,
             dx.ptr_mut(),
         )
+    }
+
+    /// The strided input gradient by phases ([`phases`]): each phase with taps a
+    /// forward pass on the tensor cores into its slot of the phases' gradients, dx
+    /// interleaved from them, all in the tensors' layout.
+    fn input_grad_by_phases<'g>(
+        &'g self,
+        problem: &ConvProblem,
+        plan: &PhasePlan,
+        grad_y: &mut GradY<'_, 'g>,
+        w: &DeviceArray<f32>,
+        dx: &mut DeviceArray<f32>,
+    ) -> Result<()> {
+        let layout = plan.layout();
+        let limits = self.limits();
+        let mut outputs = self.temporary::<f32>(&[plan.outputs_len() as usize])?;
+        let mut w_copy: Option<Temporary<f32>> = None;
+        for q in 0..plan.phases() {
+            let Some(phase) = plan.phase(problem, q) else {
+                continue;
+            };
+            let forward = TensorCorePlan::forward(&phase, layout, &limits);
+            let operands = forward.layout();
+            let dy = grad_y.in_layout(self, operands)?.ptr();
+            let w = match (&w_copy, operands == layout) {
+                (_, true) => w.ptr(),
+                (Some(copy), false) => copy.ptr(),
+                (None, false) => w_copy.insert(self.relayout(w, layout)?).ptr(),
+            };
+            let mut filters = self.temporary::<f32>(&[phase.weight_count() as usize])?;
+            let filters_launch =
+                phases::phase_filters(problem, plan, q, &phase, operands, w, filters.ptr_mut());
+            self.launch(&filters_launch)?;
+            let slot = outputs.ptr_mut().offset(q as u64 * plan.slot_len);
+            let weights = Weights::Tf32(filters.ptr());
+            self.tensor_core_forward(&phase, forward, dy, weights, ConvEpilogue::NONE, slot)?;
+        }
+        self.launch(&phases::interleave(problem, plan, outputs.ptr(), dx.ptr_mut()))
     }
 
     fn input_grad(

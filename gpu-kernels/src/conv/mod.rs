@@ -25,7 +25,8 @@
 //! FP64, rounded once); the main kernel transforms 4x4 input tiles (`V = B^T d B`)
 //! into shared memory, multiplies `U` and `V` per tile position as 16 small GEMMs
 //! over the input channels, and transforms the products back (`Y = A^T M A`), all in
-//! one pass over the input. The weight gradient is the same algorithm's adjoint:
+//! one pass over the input. A block takes 32 consecutive output tiles in (image, tile
+//! row, tile column) order, so that maps narrower than 64 pixels fill it. The weight gradient is the same algorithm's adjoint:
 //! `dw = G^T (sum over tiles of (A dy A^T) * (B^T d B)) G`, the sum split over blocks
 //! (16 GEMMs over the tiles) and finished by a kernel that adds the splits in FP64 and
 //! transforms once. All transform coefficients are 0, 1, -1 or 1/2.
@@ -37,6 +38,7 @@ mod gather;
 pub mod gemm;
 #[cfg(target_arch = "nvptx64")]
 mod outer_product;
+pub mod phases;
 mod problem;
 pub mod reduce;
 pub mod stencil;
@@ -47,6 +49,7 @@ pub mod winograd;
 pub use direct::DirectPlan;
 pub use epilogue::{Activation, ConvEpilogue};
 pub use gemm::GemmPlan;
+pub use phases::PhasePlan;
 pub use problem::{ConvPass, ConvProblem, ConvShape, ConvShapeError, FastDiv};
 pub use stencil::StencilPlan;
 pub use tensor_core::{TensorCorePlan, WarpgroupWeightGradPlan, WeightGradPlan};
@@ -75,6 +78,8 @@ pub const ENTRY_POINTS: &[&[EntryPoint]] = &[
     tensor_core::warpgroup_weight_grad::ENTRY_POINTS,
     transposed::PREPARE_ENTRY_POINTS,
     transposed::UPSAMPLE_ENTRY_POINTS,
+    phases::FILTERS_ENTRY_POINTS,
+    phases::INTERLEAVE_ENTRY_POINTS,
     direct::FORWARD_ENTRY_POINTS,
     direct::INPUT_GRAD_ENTRY_POINTS,
     direct::WEIGHT_GRAD_ENTRY_POINTS,
@@ -130,6 +135,8 @@ pub enum ConvAlgorithm {
     Direct(DirectPlan),
     /// The depthwise forward pass and stride-1 input gradient over staged windows.
     Stencil(StencilPlan),
+    /// The strided input gradient by phases, each a forward pass on the tensor cores.
+    Phases(PhasePlan),
 }
 
 /// How a pass runs on the CUDA cores, in FP32.
@@ -159,6 +166,7 @@ impl ConvAlgorithm {
             ConvAlgorithm::WarpgroupWeightGrad(plan) => plan.layout(),
             ConvAlgorithm::Direct(plan) => plan.layout(),
             ConvAlgorithm::Stencil(plan) => plan.layout(),
+            ConvAlgorithm::Phases(plan) => plan.layout(),
         }
     }
 
@@ -176,7 +184,8 @@ impl ConvAlgorithm {
 /// one input channel per group where its window fits, in every precision; the direct kernels for the other passes of one input
 /// channel per group, and for the input gradient of few
 /// input channels per group; in TF32, the tensor cores: in the tensors' layout for the
-/// forward pass, and for the input gradient where it is the forward pass of
+/// forward pass, for the strided input gradient by phases where [`PhasePlan::of`] takes
+/// it, else for the input gradient where it is the forward pass of
 /// [`ConvProblem::input_grad_as_forward`] (the plan is that problem's), for the weight
 /// gradient on `wgmma` in the tensors' layout where it suits the problem, else on
 /// `mma.sync` in NHWC; else
@@ -209,7 +218,10 @@ pub fn algorithm(
     if precision == ConvPrecision::Tf32 {
         let forward = match pass {
             ConvPass::Forward => Some(*problem),
-            ConvPass::InputGrad => problem.input_grad_as_forward(),
+            ConvPass::InputGrad => match PhasePlan::of(problem, layout) {
+                Some(plan) => return ConvAlgorithm::Phases(plan),
+                None => problem.input_grad_as_forward(),
+            },
             ConvPass::WeightGrad => {
                 return match WarpgroupWeightGradPlan::of(problem, layout, device) {
                     Some(plan) => ConvAlgorithm::WarpgroupWeightGrad(plan),

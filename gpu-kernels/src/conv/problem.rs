@@ -34,6 +34,45 @@ impl FastDiv {
     }
 }
 
+/// The place (image, channel, y, x) of element `i` (below 2^31) of an image tensor in
+/// NHWC (`channels_last`) or NCHW, by the dividers of its channels, its pixels and its
+/// width.
+#[cfg(any(target_arch = "nvptx64", test))]
+#[inline(always)]
+pub const fn element_place(
+    i: u32,
+    channels_last: bool,
+    channels: FastDiv,
+    pixels: FastDiv,
+    width: FastDiv,
+) -> [u32; 4] {
+    let (n, c, pixel) = if channels_last {
+        let (pixels_before, c) = channels.divmod(i);
+        let (n, pixel) = pixels.divmod(pixels_before);
+        (n, c, pixel)
+    } else {
+        let (plane, pixel) = pixels.divmod(i);
+        let (n, c) = channels.divmod(plane);
+        (n, c, pixel)
+    };
+    let (y, x) = width.divmod(pixel);
+    [n, c, y, x]
+}
+
+/// The index of (image, channel, y, x) in an image tensor of `[channels, height,
+/// width]` images in NHWC (`channels_last`) or NCHW.
+#[cfg(any(target_arch = "nvptx64", test))]
+#[inline(always)]
+pub const fn element_index(place: [u32; 4], channels_last: bool, extents: [u32; 3]) -> u64 {
+    let [n, c, y, x] = [place[0] as u64, place[1] as u64, place[2] as u64, place[3] as u64];
+    let [channels, height, width] = [extents[0] as u64, extents[1] as u64, extents[2] as u64];
+    if channels_last {
+        ((n * height + y) * width + x) * channels + c
+    } else {
+        ((n * channels + c) * height + y) * width + x
+    }
+}
+
 /// The size of a convolution, as the user states it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ConvShape {
@@ -292,6 +331,28 @@ impl ConvProblem {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn element_places_and_indices_are_inverse_in_both_layouts() {
+        let [channels, height, width] = [3u32, 5, 7];
+        let divs = (
+            FastDiv::new(channels),
+            FastDiv::new(height * width),
+            FastDiv::new(width),
+        );
+        for channels_last in [false, true] {
+            for i in 0..2 * channels * height * width {
+                let place = element_place(i, channels_last, divs.0, divs.1, divs.2);
+                let [n, c, y, x] = place;
+                assert!(n < 2 && c < channels && y < height && x < width, "{place:?}");
+                let index = element_index(place, channels_last, [channels, height, width]);
+                assert_eq!(index, i as u64, "{place:?} channels last {channels_last}");
+            }
+        }
+        // NHWC keeps the channels of a pixel together, NCHW the pixels of a channel.
+        assert_eq!(element_index([0, 1, 0, 0], true, [channels, height, width]), 1);
+        assert_eq!(element_index([0, 0, 0, 1], false, [channels, height, width]), 1);
+    }
 
     pub(crate) fn shape(input: [u32; 4], weight: [u32; 4]) -> ConvShape {
         ConvShape {

@@ -201,6 +201,7 @@ pub const fn flipped_index(problem: &ConvProblem, channels_last: bool, i: u64) -
 #[cfg(target_arch = "nvptx64")]
 mod kernel {
     use super::*;
+    use crate::conv::problem::{element_index, element_place};
     use crate::device::{block_idx_x, thread_idx_x, to_tf32};
 
     /// `prepared[j] = tf32(w[i])` for every weight `i`, `j` its [`flipped_index`]
@@ -244,26 +245,12 @@ mod kernel {
         if i >= t.batch * t.in_channels * t.pixels() {
             return;
         }
-        let (n, c, pixel) = if args.channels_last == 1 {
-            let (pixels, c) = args.div_channels.divmod(i);
-            let (n, pixel) = t.div_pixels.divmod(pixels);
-            (n, c, pixel)
-        } else {
-            let (plane, pixel) = t.div_pixels.divmod(i);
-            let (n, c) = args.div_channels.divmod(plane);
-            (n, c, pixel)
-        };
-        let (y, x) = t.div_width.divmod(pixel);
+        let channels_last = args.channels_last == 1;
+        let [n, c, y, x] = element_place(i, channels_last, args.div_channels, t.div_pixels, t.div_width);
         let ((oy, y_rest), (ox, x_rest)) = (p.div_stride_h.divmod(y), p.div_stride_w.divmod(x));
         let inside = y_rest == 0 && x_rest == 0 && oy < p.out_h && ox < p.out_w;
         let value = if inside {
-            let (n, c, oy, ox) = (n as u64, c as u64, oy as u64, ox as u64);
-            let (channels, out_h, out_w) = (t.in_channels as u64, p.out_h as u64, p.out_w as u64);
-            let at = if args.channels_last == 1 {
-                ((n * out_h + oy) * out_w + ox) * channels + c
-            } else {
-                ((n * channels + c) * out_h + oy) * out_w + ox
-            };
+            let at = element_index([n, c, oy, ox], channels_last, [t.in_channels, p.out_h, p.out_w]);
             // SAFETY: (n, c, oy, ox) is an element of dy.
             unsafe { *args.dy.as_ptr().add(at as usize) }
         } else {

@@ -359,6 +359,9 @@ fn every_conv_kernel_matches_the_reference_on_fixed_cases() {
         /// elsewhere), staged by bulk copies or gathered from NCHW.
         SplitTensorCoreBulkNarrow,
         SplitTensorCoreScalar,
+        /// The strided input gradient by phases, each a forward pass on the tensor
+        /// cores.
+        Phases,
         /// The direct kernels (depthwise, or the input gradient of few channels).
         Direct,
         /// The depthwise stencil (forward, and the input gradient at stride 1).
@@ -373,10 +376,10 @@ fn every_conv_kernel_matches_the_reference_on_fixed_cases() {
         WarpgroupGrad,
     }
     use Path::{
-        Direct, Gemm, SplitGemm, SplitTensorCoreBulkNarrow, SplitTensorCoreGrad, SplitTensorCoreScalar,
-        Stencil, TensorCore, TensorCoreBulk, TensorCoreBulkFromNchw, TensorCoreBulkFromNchwNarrow,
-        TensorCoreBulkNarrow, TensorCoreGrad, TensorCoreGradScalar, TensorCoreScalar, WarpgroupGrad,
-        Winograd,
+        Direct, Gemm, Phases, SplitGemm, SplitTensorCoreBulkNarrow, SplitTensorCoreGrad,
+        SplitTensorCoreScalar, Stencil, TensorCore, TensorCoreBulk, TensorCoreBulkFromNchw,
+        TensorCoreBulkFromNchwNarrow, TensorCoreBulkNarrow, TensorCoreGrad, TensorCoreGradScalar,
+        TensorCoreScalar, WarpgroupGrad, Winograd,
     };
     let tf32 = |layout| Conv2dParams {
         layout,
@@ -619,6 +622,56 @@ fn every_conv_kernel_matches_the_reference_on_fixed_cases() {
                 TensorCoreGradScalar,
             ],
         ),
+        // Strided input gradients by phases, with a bias: 3x3 at strides 4 and 2 over
+        // NCHW (row phases of 1, 1, 0 and 1 taps, the last one's padding negative;
+        // column phases of 1 and 2 taps, the second's outputs one short); 1x1 at stride
+        // 2 over NHWC, 9 rows (one phase with a tap, its last row alone); a 2x3 window
+        // at strides 3 and 2 padded by 2 rows (one row phase without taps, one whose
+        // padding goes negative).
+        (
+            case(
+                2,
+                [16, 24],
+                [3, 3],
+                [11, 14],
+                Conv2dParams {
+                    stride: [4, 2],
+                    padding: [1, 1],
+                    ..tf32(ConvLayout::Nchw)
+                },
+                true,
+            ),
+            [TensorCoreBulkFromNchwNarrow, Phases, TensorCoreGrad],
+        ),
+        (
+            case(
+                2,
+                [16, 32],
+                [1, 1],
+                [9, 12],
+                Conv2dParams {
+                    stride: [2, 2],
+                    ..tf32(ConvLayout::Nhwc)
+                },
+                true,
+            ),
+            [TensorCoreBulkNarrow, Phases, TensorCoreGrad],
+        ),
+        (
+            case(
+                2,
+                [12, 20],
+                [2, 3],
+                [10, 11],
+                Conv2dParams {
+                    stride: [3, 2],
+                    padding: [2, 0],
+                    ..tf32(ConvLayout::Nhwc)
+                },
+                true,
+            ),
+            [TensorCoreBulkNarrow, Phases, TensorCoreGrad],
+        ),
         // A stem: 3 input channels, a 7x7 window at stride 2, NCHW then NHWC: x
         // gathered one element at a time, the weights too (K = 147); dx by the direct
         // kernel (over NCHW tensors in either layout).
@@ -819,6 +872,10 @@ fn every_conv_kernel_matches_the_reference_on_fixed_cases() {
                     ConvAlgorithm::Stencil(plan) => {
                         assert_eq!(plan.layout(), c.params.layout, "{c:?} {pass:?}");
                         Stencil
+                    }
+                    ConvAlgorithm::Phases(plan) => {
+                        assert_eq!(plan.layout(), c.params.layout, "{c:?} {pass:?}");
+                        Phases
                     }
                     ConvAlgorithm::ImplicitGemm(plan) if plan.split > 1 => SplitGemm,
                     ConvAlgorithm::ImplicitGemm(_) => Gemm,
