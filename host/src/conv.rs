@@ -318,17 +318,24 @@ impl Gpu {
         let x = self.as_layout(x, params.layout, operands, &mut x_copy)?;
         let w = self.as_layout(w, params.layout, operands, &mut w_copy)?;
         if output == params.layout {
-            return self.forward(&problem, algorithm, x, w, epilogue(residual), y);
+            return self.forward(
+                &problem,
+                algorithm,
+                x.ptr(),
+                w.ptr(),
+                epilogue(residual),
+                y.ptr_mut(),
+            );
         }
         let residual = residual.map(|r| self.relayout(r, params.layout)).transpose()?;
         let mut y_native = self.temporary(&in_layout(problem.output_shape().map(|d| d as usize), output))?;
         self.forward(
             &problem,
             algorithm,
-            x,
-            w,
+            x.ptr(),
+            w.ptr(),
             epilogue(residual.as_deref()),
-            &mut y_native,
+            y_native.ptr_mut(),
         )?;
         self.change_layout(&y_native, y, output)
     }
@@ -338,12 +345,11 @@ impl Gpu {
         &self,
         problem: &ConvProblem,
         algorithm: ConvAlgorithm,
-        x: &DeviceArray<f32>,
-        w: &DeviceArray<f32>,
+        x: DevicePtr<f32>,
+        w: DevicePtr<f32>,
         epilogue: ConvEpilogue,
-        y: &mut DeviceArray<f32>,
+        y: DevicePtrMut<f32>,
     ) -> Result<()> {
-        let (x, w, y) = (x.ptr(), w.ptr(), y.ptr_mut());
         match algorithm {
             ConvAlgorithm::Winograd(winograd) => self.winograd(&winograd, x, w, epilogue, y),
             ConvAlgorithm::ImplicitGemm(plan) => self.launch(&plan.forward(problem, x, w, epilogue, y)),
@@ -610,7 +616,14 @@ impl Gpu {
                 Some(transposed) => self.input_grad_as_forward(problem, &transposed, plan, grad_y, w, dx)?,
                 None => return Ok(Some(dx)),
             },
-            ConvAlgorithm::Phases(plan) => self.input_grad_by_phases(problem, &plan, grad_y, w, dx)?,
+            ConvAlgorithm::Phases(plan) => {
+                let (layout, native) = (params.layout, plan.layout());
+                let mut w_copy = None;
+                let w = self.as_layout(w, layout, native, &mut w_copy)?;
+                self.through_layout(layout, native, problem.input_shape(), dx, |dx| {
+                    self.input_grad_by_phases(problem, &plan, grad_y, w, dx)
+                })?
+            }
             ConvAlgorithm::ImplicitGemm(_)
             | ConvAlgorithm::Winograd(_)
             | ConvAlgorithm::TensorCoreWeightGrad(_)
@@ -805,8 +818,9 @@ impl Gpu {
     }
 
     /// The strided input gradient by phases ([`phases`]): each phase with taps a
-    /// forward pass on the tensor cores into its slot of the phases' gradients, dx
-    /// interleaved from them, all in the tensors' layout.
+    /// forward pass (on the tensor cores or the CUDA cores, as the plan says) into its
+    /// slot of the phases' gradients, dx interleaved from them; w and dx in the plan's
+    /// layout.
     fn input_grad_by_phases<'g>(
         &'g self,
         problem: &ConvProblem,
@@ -823,8 +837,11 @@ impl Gpu {
             let Some(phase) = plan.phase(problem, q) else {
                 continue;
             };
-            let forward = TensorCorePlan::forward(&phase, layout, &limits);
-            let operands = forward.layout();
+            let algorithm = match plan.tensor_cores {
+                1 => ConvAlgorithm::TensorCore(TensorCorePlan::forward(&phase, layout, &limits)),
+                _ => self.cuda_core_algorithm(&phase, ConvPass::Forward).into(),
+            };
+            let operands = algorithm.layout();
             let dy = grad_y.in_layout(self, operands)?.ptr();
             let w = match (&w_copy, operands == layout) {
                 (_, true) => w.ptr(),
@@ -836,8 +853,14 @@ impl Gpu {
                 phases::phase_filters(problem, plan, q, &phase, operands, w, filters.ptr_mut());
             self.launch(&filters_launch)?;
             let slot = outputs.ptr_mut().offset(q as u64 * plan.slot_len);
-            let weights = Weights::Tf32(filters.ptr());
-            self.tensor_core_forward(&phase, forward, dy, weights, ConvEpilogue::NONE, slot)?;
+            match algorithm {
+                // Rounded by the filters' gathering.
+                ConvAlgorithm::TensorCore(forward) => {
+                    let weights = Weights::Tf32(filters.ptr());
+                    self.tensor_core_forward(&phase, forward, dy, weights, ConvEpilogue::NONE, slot)?
+                }
+                other => self.forward(&phase, other, dy, filters.ptr(), ConvEpilogue::NONE, slot)?,
+            }
         }
         self.launch(&phases::interleave(problem, plan, outputs.ptr(), dx.ptr_mut()))
     }

@@ -183,9 +183,10 @@ impl ConvAlgorithm {
 /// pass, the stride-1 input gradient and the weight gradient (3x3 and 5x5 windows) of
 /// one input channel per group where its window fits, in every precision; the direct kernels for the other passes of one input
 /// channel per group, and for the input gradient of few
-/// input channels per group; in TF32, the tensor cores: in the tensors' layout for the
-/// forward pass, for the strided input gradient by phases where [`PhasePlan::of`] takes
-/// it, else for the input gradient where it is the forward pass of
+/// input channels per group; the strided input gradient by phases where
+/// [`PhasePlan::of`] takes it (on the tensor cores in TF32, over NCHW tensors in FP32);
+/// in TF32, the tensor cores: in the tensors' layout for the
+/// forward pass, and for the input gradient where it is the forward pass of
 /// [`ConvProblem::input_grad_as_forward`] (the plan is that problem's), for the weight
 /// gradient on `wgmma` in the tensors' layout where it suits the problem, else on
 /// `mma.sync` in NHWC; else
@@ -215,13 +216,18 @@ pub fn algorithm(
     {
         return ConvAlgorithm::Direct(plan);
     }
+    // The CUDA cores' kernels read NCHW.
+    let tensor_cores = precision == ConvPrecision::Tf32;
+    let native = if tensor_cores { layout } else { ConvLayout::Nchw };
+    if pass == ConvPass::InputGrad
+        && let Some(plan) = PhasePlan::of(problem, native, tensor_cores)
+    {
+        return ConvAlgorithm::Phases(plan);
+    }
     if precision == ConvPrecision::Tf32 {
         let forward = match pass {
             ConvPass::Forward => Some(*problem),
-            ConvPass::InputGrad => match PhasePlan::of(problem, layout) {
-                Some(plan) => return ConvAlgorithm::Phases(plan),
-                None => problem.input_grad_as_forward(),
-            },
+            ConvPass::InputGrad => problem.input_grad_as_forward(),
             ConvPass::WeightGrad => {
                 return match WarpgroupWeightGradPlan::of(problem, layout, device) {
                     Some(plan) => ConvAlgorithm::WarpgroupWeightGrad(plan),

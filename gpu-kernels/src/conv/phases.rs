@@ -2,7 +2,8 @@
 //! stride (sh, sw) the input positions (sh i + qh, sw j + qw) of phase (qh, qw) take dy
 //! only through the window's taps congruent to (qh + ph, qw + pw) modulo the stride: a
 //! stride-1 convolution of dy by those taps, flipped and group-transposed
-//! ([`phase_filters`]). Each phase with taps runs as a forward pass of its own into a
+//! ([`phase_filters`]). Each phase with taps runs as a forward pass of its own (on the
+//! tensor cores in TF32, on the CUDA cores in FP32, over NCHW tensors) into a
 //! compact gradient, and [`interleave`] writes dx from them, zeros where a phase has no
 //! taps: none of the products over the zeros of an upsampled dy, which cost the
 //! stride's square in work.
@@ -108,14 +109,18 @@ pub struct PhasePlan {
     pub div_channels: FastDiv,
     /// Whether the tensors are channels last (NHWC), as 1 or 0 (NCHW).
     pub channels_last: u32,
+    /// Whether the phases run on the tensor cores (TF32, their weights rounded to it),
+    /// as 1 or 0 (FP32 on the CUDA cores).
+    pub tensor_cores: u32,
 }
 
 impl PhasePlan {
-    /// The phases of `problem`'s input gradient over tensors in `layout`: where it is
+    /// The phases of `problem`'s input gradient over tensors in `layout`, on the tensor
+    /// cores or not: where it is
     /// strided (at most `MAX_PHASE_STRIDE` along each axis) and undilated, some phase
     /// has no taps, x holds fewer than 2^31 elements, and every phase with taps is a
     /// valid problem; `None` otherwise.
-    pub const fn of(problem: &ConvProblem, layout: ConvLayout) -> Option<Self> {
+    pub const fn of(problem: &ConvProblem, layout: ConvLayout, tensor_cores: bool) -> Option<Self> {
         let p = problem;
         let (sh, sw) = (p.stride_h, p.stride_w);
         let strided = sh > 1 || sw > 1;
@@ -138,6 +143,7 @@ impl PhasePlan {
             slot_len: 0,
             div_channels: FastDiv::new(p.in_channels),
             channels_last: matches!(layout, ConvLayout::Nhwc) as u32,
+            tensor_cores: tensor_cores as u32,
         };
         let (mut most_h, mut most_w) = (0, 0);
         let mut tapless = false;
@@ -228,7 +234,7 @@ impl PhasePlan {
 kernel_args! {
     /// The phase filters' arguments: `filters`, the weights of phase `(row, column)`'s
     /// forward problem `phase`, from `w`, both in the layout `channels_last` names,
-    /// rounded to TF32.
+    /// rounded to TF32 when `round` is 1.
     pub struct PhaseFiltersArgs {
         pub w: DevicePtr<f32>,
         pub filters: DevicePtrMut<f32>,
@@ -237,6 +243,7 @@ kernel_args! {
         pub row: AxisPhase,
         pub column: AxisPhase,
         pub channels_last: u32,
+        pub round: u32,
     }
     /// Gathers a phase's weights, one thread per element.
     pub const CONV_PHASE_FILTERS = "conv_phase_filters_f32" => kernel::phase_filters;
@@ -277,6 +284,7 @@ pub const fn phase_filters(
         row,
         column,
         channels_last: matches!(layout, ConvLayout::Nhwc) as u32,
+        round: plan.tensor_cores,
     };
     Launch::new(
         CONV_PHASE_FILTERS,
@@ -312,7 +320,8 @@ mod kernel {
     use crate::conv::problem::{element_index, element_place};
     use crate::device::{block_idx_x, thread_idx_x, to_tf32};
 
-    /// `filters[ci][co][t][u] = tf32(w[g co][ci][r][s])`, the taps reversed: `r =
+    /// `filters[ci][co][t][u] = w[g co][ci][r][s]` (rounded to TF32 when asked), the
+    /// taps reversed: `r =
     /// first_h + sh (T_h - 1 - t)`, `s = first_w + sw (T_w - 1 - u)` (NCHW; NHWC keeps
     /// the taps before the channels), ci a channel of x in group g.
     ///
@@ -358,7 +367,12 @@ mod kernel {
         // SAFETY: (o, c, r, s) is a weight of the problem, j one of the phase's.
         unsafe {
             let value = *args.w.as_ptr().add(i as usize);
-            *args.filters.as_mut_ptr().add(j as usize) = f32::from_bits(to_tf32(value));
+            let value = if args.round == 1 {
+                f32::from_bits(to_tf32(value))
+            } else {
+                value
+            };
+            *args.filters.as_mut_ptr().add(j as usize) = value;
         }
     }
 
@@ -480,7 +494,7 @@ mod tests {
         };
         let nchw = ConvLayout::Nchw;
         let strided = problem([2, 4], [1, 0], [1, 1]);
-        let plan = PhasePlan::of(&strided, nchw).expect("phases");
+        let plan = PhasePlan::of(&strided, nchw, true).expect("phases");
         assert_eq!((plan.phases(), plan.stride_h, plan.stride_w), (8, 2, 4));
         // Along w, phase 3 has no taps: (3 + 0) mod 4 is past the window.
         assert_eq!((plan.columns[3].taps, plan.columns[0].taps), (0, 1));
@@ -495,7 +509,7 @@ mod tests {
             ([2, 4], [2, 1]),
             ([5, 4], [1, 1]),
         ] {
-            assert!(PhasePlan::of(&problem(stride, [1, 1], dilation), nchw).is_none());
+            assert!(PhasePlan::of(&problem(stride, [1, 1], dilation), nchw, true).is_none());
         }
     }
 }

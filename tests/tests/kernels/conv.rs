@@ -462,6 +462,23 @@ fn every_conv_kernel_matches_the_reference_on_fixed_cases() {
             ),
             [Gemm, Gemm, SplitGemm],
         ),
+        // FP32 by phases: a 1x1 window at strides 2 x 3 over NHWC tensors (the phases
+        // on the implicit GEMM over NCHW), one phase of six with a tap.
+        (
+            case(
+                2,
+                [8, 12],
+                [1, 1],
+                [9, 10],
+                Conv2dParams {
+                    stride: [2, 3],
+                    layout: ConvLayout::Nhwc,
+                    ..p
+                },
+                true,
+            ),
+            [Gemm, Phases, SplitGemm],
+        ),
         // A weight gradient short enough for one split (no partials).
         // dx by the direct kernel (2 input channels).
         (case(1, [2, 3], [1, 1], [2, 2], p, false), [Gemm, Direct, Gemm]),
@@ -874,7 +891,13 @@ fn every_conv_kernel_matches_the_reference_on_fixed_cases() {
                         Stencil
                     }
                     ConvAlgorithm::Phases(plan) => {
-                        assert_eq!(plan.layout(), c.params.layout, "{c:?} {pass:?}");
+                        // FP32 phases run on the CUDA cores' kernels, over NCHW.
+                        let layout = match c.params.precision {
+                            ConvPrecision::Tf32 => c.params.layout,
+                            _ => ConvLayout::Nchw,
+                        };
+                        assert_eq!(plan.layout(), layout, "{c:?} {pass:?}");
+                        assert_eq!(plan.tensor_cores == 1, c.params.precision == ConvPrecision::Tf32);
                         Phases
                     }
                     ConvAlgorithm::ImplicitGemm(plan) if plan.split > 1 => SplitGemm,
