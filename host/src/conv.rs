@@ -595,21 +595,18 @@ impl Gpu {
             return Ok(None);
         }
         let algorithm = self.algorithm(problem, ConvPass::InputGrad, params);
+        let layouts = [params.layout, algorithm.layout()];
         match algorithm {
-            ConvAlgorithm::Direct(_) | ConvAlgorithm::Stencil(_) => {
-                let (layout, native) = (params.layout, algorithm.layout());
-                let mut w_copy = None;
-                let w = self.as_layout(w, layout, native, &mut w_copy)?;
-                let grad_y = grad_y.in_layout(self, native)?;
-                self.through_layout(layout, native, problem.input_shape(), dx, |dx| {
-                    let (dy, w, dx) = (grad_y.ptr(), w.ptr(), dx.ptr_mut());
-                    match algorithm {
-                        ConvAlgorithm::Stencil(plan) => {
-                            self.launch(&plan.launch(dy, w, ConvEpilogue::NONE, dx))
-                        }
-                        ConvAlgorithm::Direct(plan) => self.launch(&plan.input_grad(problem, dy, w, dx)),
-                        other => Err(invalid("algorithm", format!("{other:?} is no direct plan"))),
-                    }
+            ConvAlgorithm::Stencil(plan) => {
+                self.input_grad_native(problem, layouts, grad_y, w, dx, |grad_y, w, dx| {
+                    let dy = grad_y.in_layout(self, plan.layout())?.ptr();
+                    self.launch(&plan.launch(dy, w.ptr(), ConvEpilogue::NONE, dx.ptr_mut()))
+                })?
+            }
+            ConvAlgorithm::Direct(plan) => {
+                self.input_grad_native(problem, layouts, grad_y, w, dx, |grad_y, w, dx| {
+                    let dy = grad_y.in_layout(self, plan.layout())?.ptr();
+                    self.launch(&plan.input_grad(problem, dy, w.ptr(), dx.ptr_mut()))
                 })?
             }
             ConvAlgorithm::TensorCore(plan) => match problem.input_grad_as_forward() {
@@ -617,10 +614,7 @@ impl Gpu {
                 None => return Ok(Some(dx)),
             },
             ConvAlgorithm::Phases(plan) => {
-                let (layout, native) = (params.layout, plan.layout());
-                let mut w_copy = None;
-                let w = self.as_layout(w, layout, native, &mut w_copy)?;
-                self.through_layout(layout, native, problem.input_shape(), dx, |dx| {
+                self.input_grad_native(problem, layouts, grad_y, w, dx, |grad_y, w, dx| {
                     self.input_grad_by_phases(problem, &plan, grad_y, w, dx)
                 })?
             }
@@ -632,6 +626,26 @@ impl Gpu {
             }
         }
         Ok(None)
+    }
+
+    /// `pass` computing dx from dy and w in a layout of its own, `layouts` the tensors'
+    /// and the pass's: w changed to it, and dx through a temporary in it where they
+    /// differ.
+    fn input_grad_native<'g>(
+        &'g self,
+        problem: &ConvProblem,
+        layouts: [ConvLayout; 2],
+        grad_y: &mut GradY<'_, 'g>,
+        w: &DeviceArray<f32>,
+        dx: &mut DeviceArray<f32>,
+        pass: impl FnOnce(&mut GradY<'_, 'g>, &DeviceArray<f32>, &mut DeviceArray<f32>) -> Result<()>,
+    ) -> Result<()> {
+        let [layout, native] = layouts;
+        let mut w_copy = None;
+        let w = self.as_layout(w, layout, native, &mut w_copy)?;
+        self.through_layout(layout, native, problem.input_shape(), dx, |dx| {
+            pass(grad_y, w, dx)
+        })
     }
 
     /// The weight gradient where its plan reads a layout of its own: the depthwise
