@@ -132,7 +132,7 @@ impl PhasePlan {
         {
             return None;
         }
-        if p.batch as u64 * p.in_channels as u64 * p.pixels() as u64 >= 1 << 31 {
+        if p.input_count() >= 1 << 31 {
             return None;
         }
         let mut plan = Self {
@@ -300,7 +300,7 @@ pub const fn interleave(
     phases: DevicePtr<f32>,
     dx: DevicePtrMut<f32>,
 ) -> Launch<InterleaveArgs> {
-    let count = problem.batch as u64 * problem.in_channels as u64 * problem.pixels() as u64;
+    let count = problem.input_count();
     let args = InterleaveArgs {
         phases,
         dx,

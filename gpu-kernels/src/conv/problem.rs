@@ -279,6 +279,16 @@ impl ConvProblem {
         self.out_channels as u64 * self.in_per_group() as u64 * self.taps() as u64
     }
 
+    /// Elements of x (and of the input gradient).
+    pub const fn input_count(&self) -> u64 {
+        self.batch as u64 * self.in_channels as u64 * self.pixels() as u64
+    }
+
+    /// Elements of y (and of the residual).
+    pub const fn output_count(&self) -> u64 {
+        self.batch as u64 * self.out_channels as u64 * self.out_pixels() as u64
+    }
+
     /// y's shape: `[batch, out_channels, out_h, out_w]`.
     pub const fn output_shape(&self) -> [u32; 4] {
         [self.batch, self.out_channels, self.out_h, self.out_w]

@@ -102,7 +102,7 @@ pub fn split_epilogue(
     epilogue: ConvEpilogue,
     y: DevicePtrMut<f32>,
 ) -> Launch<SplitEpilogueArgs> {
-    let count = problem.batch as u64 * problem.out_pixels() as u64 * problem.out_channels as u64;
+    let count = problem.output_count();
     let run = match layout {
         ConvLayout::Nhwc => 1,
         ConvLayout::Nchw => problem.out_pixels(),

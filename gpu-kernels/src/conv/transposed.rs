@@ -110,7 +110,7 @@ pub const fn upsample(
     up: DevicePtrMut<f32>,
 ) -> Launch<UpsampleArgs> {
     let t = transposed;
-    let count = t.batch as u64 * t.in_channels as u64 * t.pixels() as u64;
+    let count = t.input_count();
     let args = UpsampleArgs {
         dy,
         up,

@@ -153,8 +153,7 @@ impl TensorCorePlan {
         } else {
             (in_group * problem.taps()).div_ceil(TC_BK)
         };
-        let outputs = m * problem.out_channels as u64;
-        let splits = if warpgroup_mma && outputs < 1 << 31 {
+        let splits = if warpgroup_mma && problem.output_count() < 1 << 31 {
             split_count(tiles, k_tiles, device.multiprocessors)
         } else {
             1
@@ -250,8 +249,7 @@ impl TensorCorePlan {
 
     /// The scratch of the partial sums of a split K: none when it is not split.
     pub const fn partials_scratch(&self, problem: &ConvProblem) -> ScratchLayout {
-        let outputs = problem.batch as u64 * problem.out_pixels() as u64 * problem.out_channels as u64;
-        reduce::partials_scratch(self.splits, outputs)
+        reduce::partials_scratch(self.splits, problem.output_count())
     }
 
     /// The forward launches: `y = epilogue(conv(x, w))` in the plan's layout. Split,

@@ -406,7 +406,7 @@ where
     [[f32; 4]; J]: WarpgroupAccumulators,
 {
     let p = &args.problem;
-    let outputs = p.batch as u64 * p.out_pixels() as u64 * p.out_channels as u64;
+    let outputs = p.output_count();
     let warp = thread_idx_x() / 32 % 4;
     let rows = consumer * CONSUMER_ROWS;
     let mut fills = 0;
