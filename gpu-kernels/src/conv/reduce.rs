@@ -82,11 +82,17 @@ pub const fn grid_split(wanted_blocks: u64, blocks: u64, most: u64) -> u32 {
     }
 }
 
-/// The launch adding `args.split` partials of `args.count` values, one thread each.
+/// Outputs of a split-sum block, a lane each; its warps share the partials, so a sum
+/// of many partials (a bias gradient's thousands of parts) is not one thread's chain of
+/// loads.
+const SPLIT_SUM_LANES: u32 = 32;
+
+/// The launch adding `args.split` partials of `args.count` values.
 pub const fn split_sum(args: SplitSumArgs) -> Launch<SplitSumArgs> {
+    let blocks = args.count.div_ceil(SPLIT_SUM_LANES as u64);
     Launch::new(
         CONV_SPLIT_SUM,
-        LaunchGeometry::per_item(args.count, REDUCE_THREADS),
+        LaunchGeometry::linear(blocks, REDUCE_THREADS).with_shared(REDUCE_THREADS * 8),
         args,
     )
 }
@@ -231,26 +237,61 @@ mod kernel {
     use crate::device::{SharedCarver, block_idx_x, block_idx_y, sync_threads, thread_idx_x};
     use crate::warp;
 
-    /// `out[i] = sum over s of partials[s * count + i]`, added in order in FP64.
+    /// Warps of a split-sum block, each taking every `SPLIT_SUM_ROWS`-th partial.
+    const SPLIT_SUM_ROWS: u32 = REDUCE_THREADS / SPLIT_SUM_LANES;
+
+    /// `out[i] = sum over s of partials[s * count + i]` in FP64 in a fixed order: warp
+    /// `r` of the block adds partials `r`, `r + SPLIT_SUM_ROWS`, ... in order (four
+    /// loads in flight), then the first warp adds the warps' sums in order.
     ///
     /// # Safety
-    /// `partials` holds `split * count` values, `out` `count`; the grid covers `count`
-    /// threads.
+    /// `partials` holds `split * count` values, `out` `count`; the launch is
+    /// [`split_sum`](super::split_sum)'s.
     #[inline(always)]
     pub unsafe fn split_sum(args: SplitSumArgs) {
         let SplitSumArgs { count, split, .. } = args;
         let (partials, out) = (args.partials.as_ptr(), args.out.as_mut_ptr());
-        let i = block_idx_x() as u64 * REDUCE_THREADS as u64 + thread_idx_x() as u64;
-        if i >= count {
-            return;
-        }
+        let t = thread_idx_x();
+        let (lane, row) = (t % SPLIT_SUM_LANES, t / SPLIT_SUM_LANES);
+        let i = block_idx_x() as u64 * SPLIT_SUM_LANES as u64 + lane as u64;
+        // SAFETY: the launch provides REDUCE_THREADS f64.
+        let sums: *mut f64 = unsafe { SharedCarver::new().take(REDUCE_THREADS as usize) };
+        // SAFETY: s < split and i < count: s * count + i < split * count.
+        let load = |s: u32| unsafe { *partials.add((s as u64 * count + i) as usize) } as f64;
         let mut sum = 0.0f64;
-        for s in 0..split as u64 {
-            // SAFETY: s * count + i < split * count.
-            sum += unsafe { *partials.add((s * count + i) as usize) } as f64;
+        if i < count {
+            let mut s = row;
+            while s + 3 * SPLIT_SUM_ROWS < split {
+                let loaded = [
+                    load(s),
+                    load(s + SPLIT_SUM_ROWS),
+                    load(s + 2 * SPLIT_SUM_ROWS),
+                    load(s + 3 * SPLIT_SUM_ROWS),
+                ];
+                for value in loaded {
+                    sum += value;
+                }
+                s += 4 * SPLIT_SUM_ROWS;
+            }
+            while s < split {
+                sum += load(s);
+                s += SPLIT_SUM_ROWS;
+            }
         }
-        // SAFETY: i < count.
-        unsafe { *out.add(i as usize) = sum as f32 };
+        // SAFETY: each thread its own slot, read after the barrier.
+        unsafe {
+            *sums.add(t as usize) = sum;
+            sync_threads();
+        }
+        if row == 0 && i < count {
+            let mut total = 0.0f64;
+            for r in 0..SPLIT_SUM_ROWS {
+                // SAFETY: written before the barrier.
+                total += unsafe { *sums.add((r * SPLIT_SUM_LANES + lane) as usize) };
+            }
+            // SAFETY: i < count.
+            unsafe { *out.add(i as usize) = total as f32 };
+        }
     }
 
     /// `y[i] = epilogue(sum of the partials at i + bias)`, the partials added in order
