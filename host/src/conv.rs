@@ -917,7 +917,11 @@ impl Gpu {
                 let (_scratch, partials) = self.scratch(split.scratch(&winograd))?;
                 let partials = partials.cast::<f32>();
                 self.launch(&split.weight_grad(&winograd, x, dy, partials))?;
-                self.launch(&split.finish(&winograd, partials.as_const(), dw))
+                let (sum, finish) = split.finish(&winograd, partials, dw);
+                if let Some(sum) = sum {
+                    self.launch(&sum)?;
+                }
+                self.launch(&finish)
             }
             CudaCoreAlgorithm::ImplicitGemm(plan) => {
                 let (_scratch, partials) = self.scratch(plan.weight_grad_scratch(problem))?;

@@ -242,17 +242,16 @@ pub unsafe fn weight_grad(args: WeightGradArgs) {
     }
 }
 
-/// `dw[k][c] = G^T (sum over splits of the products) G`, the splits added in order in
-/// FP64, one thread per (group, out channel, in channel).
+/// `dw[k][c] = G^T (the products) G`, one thread per (group, out channel, in channel).
 ///
 /// # Safety
-/// `partials` holds what [`weight_grad`] wrote for `split` splits,
-/// `dw` the weight gradient; the grid covers `out_channels * in_per_group` threads of
-/// `FILTER_THREADS`.
+/// `products` holds the sum of what [`weight_grad`] wrote for its splits (one split's
+/// layout), `dw` the weight gradient; the grid covers `out_channels * in_per_group`
+/// threads of `FILTER_THREADS`.
 #[inline(always)]
 pub unsafe fn weight_grad_finish(args: FinishArgs) {
-    let FinishArgs { problem, split, .. } = args;
-    let (partials, dw) = (args.partials.as_ptr(), args.dw.as_mut_ptr());
+    let problem = args.problem;
+    let (products, dw) = (args.products.as_ptr(), args.dw.as_mut_ptr());
     let p = &problem;
     let (cg, kg) = (p.in_per_group() as u64, p.out_per_group() as u64);
     let i = block_idx_x() as u64 * FILTER_THREADS as u64 + thread_idx_x() as u64;
@@ -262,14 +261,11 @@ pub unsafe fn weight_grad_finish(args: FinishArgs) {
     let (out_channel, c) = (i / cg, i % cg);
     let (group, k) = (out_channel / kg, out_channel % kg);
     let (cp, op) = (p.channels_padded as u64, p.out_padded as u64);
-    let mut m = [0.0f64; 16];
-    for s in 0..split as u64 {
-        for (xi, sum) in m.iter_mut().enumerate() {
-            let at = ((s * p.groups as u64 + group) * 16 + xi as u64) * cp * op + c * op + k;
-            // SAFETY: inside the split's padded products.
-            *sum += unsafe { *partials.add(at as usize) } as f64;
-        }
-    }
+    let m: [f64; 16] = core::array::from_fn(|xi| {
+        let at = (group * 16 + xi as u64) * cp * op + c * op + k;
+        // SAFETY: inside the padded products.
+        (unsafe { *products.add(at as usize) }) as f64
+    });
     let columns = [0, 1, 2, 3].map(|b| filter_rows_back([m[b], m[4 + b], m[8 + b], m[12 + b]]));
     for r in 0..3 {
         let taps = filter_rows_back(columns.map(|column| column[r]));

@@ -7,6 +7,7 @@ mod kernels;
 mod transform;
 
 use super::gemm::{WGRAD_BLOCKS_PER_SM, WGRAD_MAX_CHUNK};
+use super::reduce::{self, SplitSumArgs};
 use super::{ConvEpilogue, ConvPass, ConvProblem, FastDiv, MAIN_BLOCKS_PER_SM};
 use crate::launch::{DevicePtr, DevicePtrMut, Launch, LaunchGeometry, ScratchLayout, kernel_args};
 
@@ -248,13 +249,12 @@ kernel_args! {
 }
 
 kernel_args! {
-    /// The weight gradient's finishing arguments: the `split` splits of products added
-    /// and transformed back into `dw`.
+    /// The weight gradient's finishing arguments: the sum of the splits' `products`
+    /// transformed back into `dw`.
     pub struct FinishArgs {
-        pub partials: DevicePtr<f32>,
+        pub products: DevicePtr<f32>,
         pub dw: DevicePtrMut<f32>,
         pub problem: WinogradProblem,
-        pub split: u32,
     }
     /// The Winograd weight gradient's finishing pass.
     pub const CONV_WINOGRAD_WEIGHT_GRAD_FINISH = "conv_winograd_weight_grad_finish_f32" => kernels::weight_grad_finish;
@@ -306,10 +306,12 @@ impl WinogradProblem {
 }
 
 impl WinogradSplit {
-    /// The scratch of the weight gradient's partial products.
+    /// The scratch of the weight gradient's partial products, and of their sum when
+    /// split.
     pub const fn scratch(&self, problem: &WinogradProblem) -> ScratchLayout {
+        let slots = if self.split > 1 { self.split + 1 } else { 1 };
         ScratchLayout {
-            bytes: self.split as u64 * problem.filter_len() * 4,
+            bytes: slots as u64 * problem.filter_len() * 4,
             zeroed: 0,
         }
     }
@@ -338,25 +340,40 @@ impl WinogradSplit {
         Launch::new(CONV_WINOGRAD_WEIGHT_GRAD, geometry, args)
     }
 
-    /// The finishing pass from the `partials` of [`Self::weight_grad`] into `dw`, one
-    /// thread per (out channel, in channel).
-    pub const fn finish(
+    /// The finishing pass from the `partials` of [`Self::weight_grad`] into `dw`: when
+    /// split, the sum of the splits into the scratch's last slot first (over the
+    /// products, so many splits of a few channels still fill the GPU), then the
+    /// transform back, one thread per (out channel, in channel).
+    pub fn finish(
         &self,
         problem: &WinogradProblem,
-        partials: DevicePtr<f32>,
+        partials: DevicePtrMut<f32>,
         dw: DevicePtrMut<f32>,
-    ) -> Launch<FinishArgs> {
+    ) -> (Option<Launch<SplitSumArgs>>, Launch<FinishArgs>) {
+        let len = problem.filter_len();
+        let (products, sum) = if self.split > 1 {
+            let total = partials.offset(self.split as u64 * len);
+            let sum = reduce::split_sum(SplitSumArgs {
+                partials: partials.as_const(),
+                out: total,
+                count: len,
+                split: self.split,
+            });
+            (total, Some(sum))
+        } else {
+            (partials, None)
+        };
         let pairs = problem.out_channels as u64 * problem.in_per_group() as u64;
         let args = FinishArgs {
-            partials,
+            products: products.as_const(),
             dw,
             problem: *problem,
-            split: self.split,
         };
-        Launch::new(
+        let finish = Launch::new(
             CONV_WINOGRAD_WEIGHT_GRAD_FINISH,
             LaunchGeometry::per_item(pairs, FILTER_THREADS),
             args,
-        )
+        );
+        (sum, finish)
     }
 }
