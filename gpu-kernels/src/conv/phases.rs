@@ -8,12 +8,15 @@
 //! taps: none of the products over the zeros of an upsampled dy, which cost the
 //! stride's square in work.
 //!
-//! The phases run where a window narrower than the stride leaves phases without taps
-//! (a 1x1 window at stride 2 has one phase of four), whose products the upsampled pass
-//! would spend on zeros whole. Where every phase has taps (3x3 at stride 2), the one
-//! upsampled pass over 36 k-tiles of 128 channels beats four passes of 4 to 16 k-tiles
-//! that leave SMs idle, and an interleaving as costly as the upsampling (R6 on the
-//! H100: 0.316 ms against 0.394 ms for the whole backward pass).
+//! In FP32 the phases always run: the implicit GEMM's input gradient computes the
+//! products of the zero taps too (3x3 at stride 2 on the H100: 1.22 ms against about a
+//! third of that by phases). On the tensor cores they run where a window narrower than
+//! the stride leaves phases without taps (a 1x1 window at stride 2 has one phase of
+//! four), whose products the upsampled pass would spend on zeros whole. Where every
+//! phase has taps (3x3 at stride 2), the one upsampled pass over 36 k-tiles of 128
+//! channels beats four passes of 4 to 16 k-tiles that leave SMs idle, and an
+//! interleaving as costly as the upsampling (R6 on the H100: 0.316 ms against 0.394 ms
+//! for the whole backward pass).
 //!
 //! Along an axis of stride s, padding p and k taps, position `s i + q` takes dy at
 //! `i + (q + p - r) / s` by tap r, for the taps `r = first + s t` with `first = (q + p)
@@ -116,10 +119,9 @@ pub struct PhasePlan {
 
 impl PhasePlan {
     /// The phases of `problem`'s input gradient over tensors in `layout`, on the tensor
-    /// cores or not: where it is
-    /// strided (at most `MAX_PHASE_STRIDE` along each axis) and undilated, some phase
-    /// has no taps, x holds fewer than 2^31 elements, and every phase with taps is a
-    /// valid problem; `None` otherwise.
+    /// cores or not: where it is strided (at most `MAX_PHASE_STRIDE` along each axis)
+    /// and undilated, on the tensor cores some phase has no taps, x holds fewer than
+    /// 2^31 elements, and every phase with taps is a valid problem; `None` otherwise.
     pub const fn of(problem: &ConvProblem, layout: ConvLayout, tensor_cores: bool) -> Option<Self> {
         let p = problem;
         let (sh, sw) = (p.stride_h, p.stride_w);
@@ -167,7 +169,7 @@ impl PhasePlan {
             }
             q += 1;
         }
-        if !tapless {
+        if tensor_cores && !tapless {
             return None;
         }
         plan.slot_len = p.batch as u64 * p.in_channels as u64 * most_h as u64 * most_w as u64;
@@ -501,15 +503,17 @@ mod tests {
         assert!(plan.phase(&strided, 3).is_none());
         let phase = plan.phase(&strided, 0).expect("taps");
         assert_eq!((phase.in_channels, phase.out_channels, phase.groups), (4, 6, 2));
-        // Stride 1, every phase with taps, dilated, or past the largest stride: no
-        // phases.
-        for (stride, dilation) in [
-            ([1, 1], [1, 1]),
-            ([2, 3], [1, 1]),
-            ([2, 4], [2, 1]),
-            ([5, 4], [1, 1]),
-        ] {
-            assert!(PhasePlan::of(&problem(stride, [1, 1], dilation), nchw, true).is_none());
+        // Stride 1, dilated, or past the largest stride: no phases.
+        for (stride, dilation) in [([1, 1], [1, 1]), ([2, 4], [2, 1]), ([5, 4], [1, 1])] {
+            for tensor_cores in [false, true] {
+                let problem = problem(stride, [1, 1], dilation);
+                assert!(PhasePlan::of(&problem, nchw, tensor_cores).is_none());
+            }
         }
+        // Every phase with taps: by phases in FP32 only.
+        let every_phase = problem([2, 3], [1, 1], [1, 1]);
+        assert!(PhasePlan::of(&every_phase, nchw, true).is_none());
+        let plan = PhasePlan::of(&every_phase, nchw, false).expect("FP32 phases");
+        assert!((0..plan.phases()).all(|q| plan.phase(&every_phase, q).is_some()));
     }
 }

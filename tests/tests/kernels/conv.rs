@@ -479,6 +479,23 @@ fn every_conv_kernel_matches_the_reference_on_fixed_cases() {
             ),
             [Gemm, Phases, SplitGemm],
         ),
+        // FP32 by phases where every phase has taps: 3x3 at stride 2 (phases of 1, 2,
+        // 2 and 4 taps; odd extents, so the last row and column phases are one short).
+        (
+            case(
+                2,
+                [6, 10],
+                [3, 3],
+                [9, 11],
+                Conv2dParams {
+                    stride: [2, 2],
+                    padding: [1, 1],
+                    ..p
+                },
+                true,
+            ),
+            [Gemm, Phases, SplitGemm],
+        ),
         // A weight gradient short enough for one split (no partials).
         // dx by the direct kernel (2 input channels).
         (case(1, [2, 3], [1, 1], [2, 2], p, false), [Gemm, Direct, Gemm]),
