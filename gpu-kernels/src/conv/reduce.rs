@@ -82,14 +82,29 @@ pub const fn grid_split(wanted_blocks: u64, blocks: u64, most: u64) -> u32 {
     }
 }
 
-/// Outputs of a split-sum block, a lane each; its warps share the partials, so a sum
-/// of many partials (a bias gradient's thousands of parts) is not one thread's chain of
-/// loads.
-const SPLIT_SUM_LANES: u32 = 32;
+/// Most warps-worth of rows a split-sum block spreads an output's partials over.
+const SPLIT_SUM_MAX_ROWS: u32 = 8;
+/// Threads that fill a large GPU (an H100 holds 270336): a split sum with fewer
+/// outputs spreads each output's partials over rows of threads, so a sum of many
+/// partials (a bias gradient's thousands of parts) is not one thread's chain of loads.
+const SPLIT_SUM_THREADS: u64 = 1 << 18;
 
-/// The launch adding `args.split` partials of `args.count` values.
+/// Rows of threads per output of a split sum of `count` outputs of `split` partials:
+/// a power of two, at most `split` and `SPLIT_SUM_MAX_ROWS`, the fewest that give
+/// `SPLIT_SUM_THREADS`.
+const fn split_sum_rows(count: u64, split: u32) -> u32 {
+    let mut rows = 1;
+    while rows < SPLIT_SUM_MAX_ROWS && 2 * rows <= split && count * (rows as u64) < SPLIT_SUM_THREADS {
+        rows *= 2;
+    }
+    rows
+}
+
+/// The launch adding `args.split` partials of `args.count` values: a block takes
+/// `REDUCE_THREADS / rows` outputs, a lane each, by `rows` rows of threads.
 pub const fn split_sum(args: SplitSumArgs) -> Launch<SplitSumArgs> {
-    let blocks = args.count.div_ceil(SPLIT_SUM_LANES as u64);
+    let lanes = REDUCE_THREADS / split_sum_rows(args.count, args.split);
+    let blocks = args.count.div_ceil(lanes as u64);
     Launch::new(
         CONV_SPLIT_SUM,
         LaunchGeometry::linear(blocks, REDUCE_THREADS).with_shared(REDUCE_THREADS * 8),
@@ -237,12 +252,9 @@ mod kernel {
     use crate::device::{SharedCarver, block_idx_x, block_idx_y, sync_threads, thread_idx_x};
     use crate::warp;
 
-    /// Warps of a split-sum block, each taking every `SPLIT_SUM_ROWS`-th partial.
-    const SPLIT_SUM_ROWS: u32 = REDUCE_THREADS / SPLIT_SUM_LANES;
-
-    /// `out[i] = sum over s of partials[s * count + i]` in FP64 in a fixed order: warp
-    /// `r` of the block adds partials `r`, `r + SPLIT_SUM_ROWS`, ... in order (four
-    /// loads in flight), then the first warp adds the warps' sums in order.
+    /// `out[i] = sum over s of partials[s * count + i]` in FP64 in a fixed order: row
+    /// `r` of the block's [`split_sum_rows`] adds partials `r`, `r + rows`, ... in
+    /// order (four loads in flight), then the first row adds the rows' sums in order.
     ///
     /// # Safety
     /// `partials` holds `split * count` values, `out` `count`; the launch is
@@ -251,46 +263,49 @@ mod kernel {
     pub unsafe fn split_sum(args: SplitSumArgs) {
         let SplitSumArgs { count, split, .. } = args;
         let (partials, out) = (args.partials.as_ptr(), args.out.as_mut_ptr());
+        let rows = split_sum_rows(count, split);
+        let lanes = REDUCE_THREADS / rows;
         let t = thread_idx_x();
-        let (lane, row) = (t % SPLIT_SUM_LANES, t / SPLIT_SUM_LANES);
-        let i = block_idx_x() as u64 * SPLIT_SUM_LANES as u64 + lane as u64;
-        // SAFETY: the launch provides REDUCE_THREADS f64.
-        let sums: *mut f64 = unsafe { SharedCarver::new().take(REDUCE_THREADS as usize) };
+        let (lane, row) = (t % lanes, t / lanes);
+        let i = block_idx_x() as u64 * lanes as u64 + lane as u64;
         // SAFETY: s < split and i < count: s * count + i < split * count.
         let load = |s: u32| unsafe { *partials.add((s as u64 * count + i) as usize) } as f64;
         let mut sum = 0.0f64;
         if i < count {
             let mut s = row;
-            while s + 3 * SPLIT_SUM_ROWS < split {
-                let loaded = [
-                    load(s),
-                    load(s + SPLIT_SUM_ROWS),
-                    load(s + 2 * SPLIT_SUM_ROWS),
-                    load(s + 3 * SPLIT_SUM_ROWS),
-                ];
+            while s + 3 * rows < split {
+                let loaded = [load(s), load(s + rows), load(s + 2 * rows), load(s + 3 * rows)];
                 for value in loaded {
                     sum += value;
                 }
-                s += 4 * SPLIT_SUM_ROWS;
+                s += 4 * rows;
             }
             while s < split {
                 sum += load(s);
-                s += SPLIT_SUM_ROWS;
+                s += rows;
             }
         }
-        // SAFETY: each thread its own slot, read after the barrier.
-        unsafe {
-            *sums.add(t as usize) = sum;
-            sync_threads();
-        }
-        if row == 0 && i < count {
-            let mut total = 0.0f64;
-            for r in 0..SPLIT_SUM_ROWS {
+        if rows > 1 {
+            // SAFETY: the launch provides REDUCE_THREADS f64.
+            let sums: *mut f64 = unsafe { SharedCarver::new().take(REDUCE_THREADS as usize) };
+            // SAFETY: each thread its own slot, read after the barrier (`rows` is the
+            // same for the whole block).
+            unsafe {
+                *sums.add(t as usize) = sum;
+                sync_threads();
+            }
+            if row > 0 {
+                return;
+            }
+            sum = 0.0;
+            for r in 0..rows {
                 // SAFETY: written before the barrier.
-                total += unsafe { *sums.add((r * SPLIT_SUM_LANES + lane) as usize) };
+                sum += unsafe { *sums.add((r * lanes + lane) as usize) };
             }
+        }
+        if i < count {
             // SAFETY: i < count.
-            unsafe { *out.add(i as usize) = total as f32 };
+            unsafe { *out.add(i as usize) = sum as f32 };
         }
     }
 
@@ -402,6 +417,18 @@ mod kernel {
 mod tests {
     use super::*;
     use crate::conv::ConvShape;
+
+    #[test]
+    fn split_sums_of_few_outputs_spread_their_partials_over_rows() {
+        // A bias gradient's 64 channels of 2112 parts, and a depthwise weight
+        // gradient's 2304 weights of 512: every row.
+        assert_eq!(split_sum_rows(64, 2112), SPLIT_SUM_MAX_ROWS);
+        assert_eq!(split_sum_rows(2304, 512), SPLIT_SUM_MAX_ROWS);
+        // No more rows than partials; none where the outputs fill the GPU.
+        assert_eq!(split_sum_rows(64, 3), 2);
+        assert_eq!(split_sum_rows(512 * 512 * 9, 5), 1);
+        assert_eq!(split_sum_rows(SPLIT_SUM_THREADS / 2, 64), 2);
+    }
 
     #[test]
     fn the_bias_gradient_splits_the_fixed_test_cases_pixels() {
