@@ -23,6 +23,7 @@
 //! a second pass.
 
 use super::reduce::{self, SplitSumArgs};
+use super::staged_input_grad;
 use super::{ConvEpilogue, ConvLayout, ConvProblem, FastDiv};
 use crate::launch::{
     DevicePtr, DevicePtrMut, Launch, LaunchGeometry, ScratchLayout, THREADS_PER_SM, kernel_args,
@@ -67,6 +68,9 @@ pub struct DirectPlan {
     /// Groups of an input gradient's block (a power of two, the threads' fastest
     /// index: in NHWC a warp's loads of dy then span its groups' channels).
     pub input_grad_groups: u32,
+    /// Whether the input gradient takes the staged kernel (`staged_input_grad.rs`),
+    /// as 1 or 0.
+    pub staged_input_grad: u32,
     /// Whether the tensors are channels last (NHWC), as 1 or 0 (NCHW).
     pub channels_last: u32,
 }
@@ -144,6 +148,7 @@ impl DirectPlan {
             div_phase_columns: FastDiv::new(phase_columns),
             input_grad_chunk: input_grad_chunk(p, groups, dy_vector),
             input_grad_groups: groups,
+            staged_input_grad: (!channels_last && staged_input_grad::takes(p)) as u32,
             channels_last: channels_last as u32,
         })
     }
@@ -187,6 +192,17 @@ impl DirectPlan {
         w: DevicePtr<f32>,
         dx: DevicePtrMut<f32>,
     ) -> Launch<DirectInputGradArgs> {
+        let args = DirectInputGradArgs {
+            dy,
+            w,
+            dx,
+            problem: *problem,
+            plan: *self,
+        };
+        if self.staged_input_grad == 1 {
+            let geometry = staged_input_grad::geometry(problem);
+            return Launch::new(CONV_DIRECT_INPUT_GRAD_STAGED, geometry, args);
+        }
         let p = problem;
         let phases = p.stride_h as u64 * p.stride_w as u64;
         let pixels = phases * self.div_phase_pixels.divisor as u64;
@@ -199,13 +215,6 @@ impl DirectPlan {
             ],
             threads: DEPTHWISE_THREADS,
             shared_bytes: groups * self.input_grad_chunk * p.taps() * 16,
-        };
-        let args = DirectInputGradArgs {
-            dy,
-            w,
-            dx,
-            problem: *problem,
-            plan: *self,
         };
         let kernel = if self.channels_last == 1 {
             CONV_DIRECT_INPUT_GRAD_NHWC
@@ -336,6 +345,9 @@ kernel_args! {
     /// The direct input gradient over NHWC tensors.
     pub const CONV_DIRECT_INPUT_GRAD_NHWC = "conv_direct_input_grad_nhwc_f32" =>
         kernel::input_grad::<true>, bounds(DEPTHWISE_THREADS, INPUT_GRAD_BLOCKS_PER_SM);
+    /// The input gradient of one group over staged dy tiles, NCHW.
+    pub const CONV_DIRECT_INPUT_GRAD_STAGED = "conv_direct_input_grad_staged_f32" =>
+        staged_input_grad::kernel::input_grad, bounds(DEPTHWISE_THREADS, INPUT_GRAD_BLOCKS_PER_SM);
     entry points in INPUT_GRAD_ENTRY_POINTS;
 }
 

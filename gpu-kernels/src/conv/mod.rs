@@ -41,6 +41,7 @@ mod outer_product;
 pub mod phases;
 mod problem;
 pub mod reduce;
+pub mod staged_input_grad;
 pub mod stencil;
 pub mod tensor_core;
 pub mod transposed;

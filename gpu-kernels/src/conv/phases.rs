@@ -33,6 +33,19 @@ pub const MAX_PHASE_STRIDE: u32 = 4;
 /// Threads per block of the filter and interleaving kernels.
 pub const PHASE_THREADS: u32 = 256;
 
+/// The taps of `phase` along an axis of `kernel` undilated taps at `stride` with
+/// `pad`: the first, how many, and the offset: position `stride i + phase` takes dy
+/// at `i + offset - t` by tap `first + stride t`.
+pub const fn axis_taps(phase: u32, kernel: u32, stride: u32, pad: u32) -> (u32, u32, u32) {
+    let first = (phase + pad) % stride;
+    let taps = if first < kernel {
+        (kernel - 1 - first) / stride + 1
+    } else {
+        0
+    };
+    (first, taps, (phase + pad - first) / stride)
+}
+
 /// One phase of one axis (see the module's docs).
 #[repr(C)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -63,12 +76,7 @@ impl AxisPhase {
     /// Phase `phase` of an axis of `input` positions and `output` outputs, by a window
     /// of `kernel` undilated taps at `stride` with `pad`.
     pub const fn new(phase: u32, input: u32, output: u32, kernel: u32, stride: u32, pad: u32) -> Self {
-        let first = (phase + pad) % stride;
-        let taps = if first < kernel {
-            (kernel - 1 - first) / stride + 1
-        } else {
-            0
-        };
+        let (first, taps, offset) = axis_taps(phase, kernel, stride, pad);
         let positions = if input > phase {
             (input - phase).div_ceil(stride)
         } else {
@@ -80,8 +88,7 @@ impl AxisPhase {
                 ..Self::NONE
             };
         }
-        let offset = ((phase + pad - first) / stride) as i64;
-        let padding = taps as i64 - 1 - offset;
+        let padding = taps as i64 - 1 - offset as i64;
         let natural = output as i64 + 2 * padding - taps as i64 + 1;
         let mut skip = if padding < 0 { -padding } else { 0 };
         if natural + skip < positions as i64 {

@@ -364,6 +364,8 @@ fn every_conv_kernel_matches_the_reference_on_fixed_cases() {
         Phases,
         /// The direct kernels (depthwise, or the input gradient of few channels).
         Direct,
+        /// The input gradient of few channels and one group over staged dy tiles.
+        DirectStaged,
         /// The depthwise stencil (forward, and the input gradient at stride 1).
         Stencil,
         /// The tensor cores' weight gradient, x and dy copied 16 bytes at a time, in
@@ -376,7 +378,7 @@ fn every_conv_kernel_matches_the_reference_on_fixed_cases() {
         WarpgroupGrad,
     }
     use Path::{
-        Direct, Gemm, Phases, SplitGemm, SplitTensorCoreBulkNarrow, SplitTensorCoreGrad,
+        Direct, DirectStaged, Gemm, Phases, SplitGemm, SplitTensorCoreBulkNarrow, SplitTensorCoreGrad,
         SplitTensorCoreScalar, Stencil, TensorCore, TensorCoreBulk, TensorCoreBulkFromNchw,
         TensorCoreBulkFromNchwNarrow, TensorCoreBulkNarrow, TensorCoreGrad, TensorCoreGradScalar,
         TensorCoreScalar, WarpgroupGrad, Winograd,
@@ -498,7 +500,28 @@ fn every_conv_kernel_matches_the_reference_on_fixed_cases() {
         ),
         // A weight gradient short enough for one split (no partials).
         // dx by the direct kernel (2 input channels).
-        (case(1, [2, 3], [1, 1], [2, 2], p, false), [Gemm, Direct, Gemm]),
+        (
+            case(1, [2, 3], [1, 1], [2, 2], p, false),
+            [Gemm, DirectStaged, Gemm],
+        ),
+        // dx over staged dy tiles: 3 input channels, 5x5 at stride 2, phases of 20 rows
+        // and 75 columns (two tiles along each axis, the second partial), 10 output
+        // channels (a partial second chunk of 8).
+        (
+            case(
+                2,
+                [3, 10],
+                [5, 5],
+                [40, 150],
+                Conv2dParams {
+                    stride: [2, 2],
+                    padding: [2, 2],
+                    ..p
+                },
+                true,
+            ),
+            [Gemm, DirectStaged, SplitGemm],
+        ),
         // TF32 on the tensor cores, channels last, with a bias: bulk tensor copies on
         // Hopper, else 16-byte copies (8 input channels); several blocks of outputs and
         // of output channels (130 > 128). The input gradient is the forward pass of dy
@@ -707,15 +730,15 @@ fn every_conv_kernel_matches_the_reference_on_fixed_cases() {
             [TensorCoreBulkNarrow, Phases, TensorCoreGrad],
         ),
         // A stem: 3 input channels, a 7x7 window at stride 2, NCHW then NHWC: x
-        // gathered one element at a time, the weights too (K = 147); dx by the direct
-        // kernel (over NCHW tensors in either layout).
+        // gathered one element at a time, the weights too (K = 147); dx over staged dy
+        // tiles (over NCHW tensors in either layout).
         (
             stem(ConvLayout::Nchw),
-            [TensorCoreScalar, Direct, TensorCoreGradScalar],
+            [TensorCoreScalar, DirectStaged, TensorCoreGradScalar],
         ),
         (
             stem(ConvLayout::Nhwc),
-            [TensorCoreScalar, Direct, TensorCoreGradScalar],
+            [TensorCoreScalar, DirectStaged, TensorCoreGradScalar],
         ),
         // Groups of 4 channels (the input gradient on the direct kernel), dilation,
         // channels last.
@@ -901,7 +924,11 @@ fn every_conv_kernel_matches_the_reference_on_fixed_cases() {
                         // gradient's sums.
                         let depthwise = c.in_channels == c.params.groups;
                         assert!(!depthwise || plan.split > 1, "{c:?} {pass:?}");
-                        Direct
+                        if pass == ConvPass::InputGrad && plan.staged_input_grad == 1 {
+                            DirectStaged
+                        } else {
+                            Direct
+                        }
                     }
                     ConvAlgorithm::Stencil(plan) => {
                         assert_eq!(plan.layout(), c.params.layout, "{c:?} {pass:?}");
