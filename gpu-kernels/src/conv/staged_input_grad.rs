@@ -30,6 +30,9 @@ const STAGED_CHANNELS: u32 = 8;
 /// last of a thread's 8 loaded columns inside it).
 const STAGE_ROWS: u32 = STAGED_ROWS + STAGED_MAX_TAPS - 1;
 const STAGE_PITCH: u32 = STAGED_COLUMNS + PIXELS;
+/// A staged row's segments, each copied by one thread.
+const SEGMENTS: u32 = 4;
+const SEGMENT: u32 = STAGE_PITCH / SEGMENTS;
 /// Floats of staged dy and of staged weights (4 per output channel and tap).
 const DY_STAGE: u32 = STAGED_CHANNELS * STAGE_ROWS * STAGE_PITCH;
 const W_STAGE: u32 = STAGED_CHANNELS * STAGED_MAX_TAPS * STAGED_MAX_TAPS * 4;
@@ -37,6 +40,7 @@ const W_STAGE: u32 = STAGED_CHANNELS * STAGED_MAX_TAPS * STAGED_MAX_TAPS * 4;
 pub const STAGED_SHARED_BYTES: u32 = (DY_STAGE + W_STAGE) * 4;
 
 const _: () = assert!(STAGED_ROWS * STAGED_COLUMNS / PIXELS == DEPTHWISE_THREADS);
+const _: () = assert!(SEGMENT * SEGMENTS == STAGE_PITCH);
 const _: () = assert!(DIRECT_MAX_IN_GROUP == 4 && STAGED_MAX_TAPS + PIXELS - 1 <= 2 * 4);
 
 /// Whether the staged kernel takes `problem`'s input gradient: one group of at most
@@ -115,21 +119,33 @@ pub(super) mod kernel {
             unsafe { sync_threads() };
             // Every copy of the chunk in flight at once, zeros past dy's edges and
             // channels and past the phase's taps.
+            // A thread copies a segment of a staged row: the index arithmetic once per
+            // `SEGMENT` copies.
             let mut e = t;
-            while e < DY_STAGE {
-                let (k, at) = (e / (STAGE_ROWS * STAGE_PITCH), e % (STAGE_ROWS * STAGE_PITCH));
-                let (oh, ow) = (oh0 + (at / STAGE_PITCH) as i32, ow0 + (at % STAGE_PITCH) as i32);
-                let channel = first + k;
-                let inside = channel < channels && (oh as u32) < p.out_h && (ow as u32) < p.out_w;
-                let at = (image * channels as usize + channel as usize) * out_pixels
-                    + oh as usize * p.out_w as usize
-                    + ow as usize;
-                // SAFETY: e < DY_STAGE, inside the launch's shared memory, untouched until
-                // the barrier after the wait; inside, (image, channel, oh, ow) is an
-                // element of dy, and outside nothing is read.
-                unsafe {
-                    let source = if inside { dy.wrapping_add(at) } else { dy };
-                    async_copy::<4>(dy_stage + e * 4, source.cast(), 4 * inside as u32);
+            while e < STAGED_CHANNELS * STAGE_ROWS * SEGMENTS {
+                let (k, rest) = (e / (STAGE_ROWS * SEGMENTS), e % (STAGE_ROWS * SEGMENTS));
+                let (staged_row, segment) = (rest / SEGMENTS, rest % SEGMENTS);
+                let (channel, oh) = (first + k, oh0 + staged_row as i32);
+                let row_inside = channel < channels && (oh as u32) < p.out_h;
+                let ow_first = ow0 + (segment * SEGMENT) as i32;
+                let row = (image * channels as usize + channel as usize) * out_pixels
+                    + oh as usize * p.out_w as usize;
+                let destination =
+                    dy_stage + ((k * STAGE_ROWS + staged_row) * STAGE_PITCH + segment * SEGMENT) * 4;
+                for x in 0..SEGMENT {
+                    let ow = ow_first + x as i32;
+                    let inside = row_inside && (ow as u32) < p.out_w;
+                    // SAFETY: inside the launch's shared memory, untouched until the
+                    // barrier after the wait; inside, (image, channel, oh, ow) is an
+                    // element of dy, and outside nothing is read.
+                    unsafe {
+                        let source = if inside {
+                            dy.wrapping_add(row + ow as usize)
+                        } else {
+                            dy
+                        };
+                        async_copy::<4>(destination + x * 4, source.cast(), 4 * inside as u32);
+                    }
                 }
                 e += DEPTHWISE_THREADS;
             }
