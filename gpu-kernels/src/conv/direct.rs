@@ -201,7 +201,12 @@ impl DirectPlan {
         };
         if self.staged_input_grad == 1 {
             let geometry = staged_input_grad::geometry(problem);
-            return Launch::new(CONV_DIRECT_INPUT_GRAD_STAGED, geometry, args);
+            let kernel = if problem.in_channels == 3 {
+                CONV_DIRECT_INPUT_GRAD_STAGED_3
+            } else {
+                CONV_DIRECT_INPUT_GRAD_STAGED_4
+            };
+            return Launch::new(kernel, geometry, args);
         }
         let p = problem;
         let phases = p.stride_h as u64 * p.stride_w as u64;
@@ -345,9 +350,12 @@ kernel_args! {
     /// The direct input gradient over NHWC tensors.
     pub const CONV_DIRECT_INPUT_GRAD_NHWC = "conv_direct_input_grad_nhwc_f32" =>
         kernel::input_grad::<true>, bounds(DEPTHWISE_THREADS, INPUT_GRAD_BLOCKS_PER_SM);
-    /// The input gradient of one group over staged dy tiles, NCHW.
-    pub const CONV_DIRECT_INPUT_GRAD_STAGED = "conv_direct_input_grad_staged_f32" =>
-        staged_input_grad::kernel::input_grad, bounds(DEPTHWISE_THREADS, INPUT_GRAD_BLOCKS_PER_SM);
+    /// The input gradient of one group of 3 input channels (a stem's), and of 1, 2 or
+    /// 4, over staged dy tiles, NCHW.
+    pub const CONV_DIRECT_INPUT_GRAD_STAGED_3 = "conv_direct_input_grad_staged3_f32" =>
+        staged_input_grad::kernel::input_grad::<3>, bounds(DEPTHWISE_THREADS, INPUT_GRAD_BLOCKS_PER_SM);
+    pub const CONV_DIRECT_INPUT_GRAD_STAGED_4 = "conv_direct_input_grad_staged4_f32" =>
+        staged_input_grad::kernel::input_grad::<4>, bounds(DEPTHWISE_THREADS, INPUT_GRAD_BLOCKS_PER_SM);
     entry points in INPUT_GRAD_ENTRY_POINTS;
 }
 

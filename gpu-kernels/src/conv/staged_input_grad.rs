@@ -8,7 +8,8 @@
 //! and a tile of `STAGED_ROWS x STAGED_COLUMNS` of its pixels; it stages the dy rows
 //! and columns those reach, `STAGED_CHANNELS` output channels at a time, with the
 //! phase's weights (the input channels zero-padded to 4), by `cp.async` copies all in
-//! flight at once. A thread takes 4
+//! flight at once. A stem's 3 input channels have an entry point of their own, whose
+//! multiply-adds skip the padding; fewer channels take the 4-channel one. A thread takes 4
 //! consecutive pixels of a row: per output channel and tap row, two 16-byte loads of
 //! dy and one of weights per tap column feed 16 multiply-adds. Sums run in a fixed
 //! order (channel, tap row, tap column).
@@ -86,13 +87,15 @@ pub(super) mod kernel {
         load_shared_v4_f32, shared_base, sync_threads, thread_idx_x,
     };
 
-    /// dx of the block's phase tile (see the module's docs).
+    /// dx of the block's phase tile (see the module's docs), summed for `CHANNELS`
+    /// input channels (those past the problem's stay zero: their weights are).
     ///
     /// # Safety
-    /// dy, w and dx hold the problem's tensors in NCHW; [`takes`] holds; the launch is
-    /// [`geometry`]'s.
+    /// dy, w and dx hold the problem's tensors in NCHW, at most `CHANNELS` input
+    /// channels;
+    /// [`takes`] holds; the launch is [`geometry`]'s.
     #[inline(always)]
-    pub unsafe fn input_grad(args: DirectInputGradArgs) {
+    pub unsafe fn input_grad<const CHANNELS: usize>(args: DirectInputGradArgs) {
         let p = args.problem;
         let (t, image) = (thread_idx_x(), block_idx_z() as usize);
         let (row_tiles, column_tiles) = tiles(&p);
@@ -111,7 +114,7 @@ pub(super) mod kernel {
         let dy = args.dy.as_ptr();
         let dy_stage = shared_base();
         let w_stage = dy_stage + DY_STAGE * 4;
-        let mut sums = [[0.0f32; 4]; PIXELS as usize];
+        let mut sums = [[0.0f32; CHANNELS]; PIXELS as usize];
         let mut first = 0;
         while first < channels {
             // SAFETY: the whole block stages and waits, the same chunks; the previous
@@ -194,7 +197,7 @@ pub(super) mod kernel {
                         // SAFETY: the tap's 4 staged weights, 16-byte aligned.
                         let w = unsafe { load_shared_v4_f32(w_at) };
                         for (x, sum) in sums.iter_mut().enumerate() {
-                            for c in 0..4 {
+                            for c in 0..CHANNELS {
                                 sum[c] = fma_f32(d[x + v as usize], w[c], sum[c]);
                             }
                         }
