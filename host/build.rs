@@ -1,9 +1,10 @@
 //! Builds the kernels to PTX (and cubins) through ptx-builder, the same path as
-//! `cargo xtask build-ptx`, and generates the table of images that `Gpu` embeds.
+//! `cargo xtask build-ptx`, and generates the table of images that `Gpu` embeds,
+//! each LZ4-compressed.
 
 use std::env;
 use std::fmt::Write;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 fn main() {
     let manifest = PathBuf::from(env::var_os("CARGO_MANIFEST_DIR").expect("set by cargo"));
@@ -54,17 +55,28 @@ fn main() {
             images.push(("Ptx", &a.ptx));
         }
         for (format, path) in images {
+            let compressed = compress(path, &out_dir);
             writeln!(
                 table,
-                "    KernelImage {{ arch: {:?}, format: ImageFormat::{format}, bytes: include_bytes!({:?}) }},",
+                "    KernelImage {{ arch: {:?}, format: ImageFormat::{format}, lz4: include_bytes!({:?}) }},",
                 a.arch,
-                path.display().to_string()
+                compressed.display().to_string()
             )
             .expect("writing to a String");
         }
     }
     table.push(']');
     std::fs::write(out_dir.join("kernel_images.rs"), table).expect("OUT_DIR is writable");
+}
+
+/// Writes `path` LZ4-compressed (its size prepended) beside the table, and returns where.
+fn compress(path: &Path, out_dir: &Path) -> PathBuf {
+    let bytes = std::fs::read(path).unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
+    let mut name = path.file_name().expect("an image is a file").to_owned();
+    name.push(".lz4");
+    let compressed = out_dir.join(name);
+    std::fs::write(&compressed, lz4_flex::compress_prepend_size(&bytes)).expect("OUT_DIR is writable");
+    compressed
 }
 
 /// The number of `sm_XY`, for ordering architectures.

@@ -30,6 +30,9 @@ pub enum Error {
         available: String,
     },
 
+    #[error("the embedded kernel image for {arch} is unreadable: {detail}")]
+    CorruptKernelImage { arch: &'static str, detail: String },
+
     #[error("out of device memory: allocating {bytes} bytes for an array of shape {shape:?} failed")]
     OutOfMemory { bytes: usize, shape: Vec<usize> },
 

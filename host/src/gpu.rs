@@ -135,10 +135,11 @@ impl Gpu {
         })?;
 
         let context = Context::new(device).map_err(|e| cust_error("cuDevicePrimaryCtxRetain", e))?;
+        let bytes = chosen.decompress()?;
         let module = match chosen.format {
-            ImageFormat::Cubin => Module::from_cubin(chosen.bytes, &[]),
+            ImageFormat::Cubin => Module::from_cubin(&bytes, &[]),
             ImageFormat::Ptx => Module::from_ptx(
-                std::str::from_utf8(chosen.bytes).expect("ptx-builder writes ASCII PTX"),
+                std::str::from_utf8(&bytes).expect("ptx-builder writes ASCII PTX"),
                 &[],
             ),
         }

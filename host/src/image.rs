@@ -1,5 +1,7 @@
 //! The PTX and cubins embedded at build time, and the choice of one for a device.
 
+use crate::Error;
+
 /// How an embedded image is loaded.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum ImageFormat {
@@ -15,10 +17,19 @@ pub(crate) struct KernelImage {
     /// `sm_XY`.
     pub arch: &'static str,
     pub format: ImageFormat,
-    pub bytes: &'static [u8],
+    /// The image, LZ4-compressed with its size prepended.
+    pub lz4: &'static [u8],
 }
 
 impl KernelImage {
+    /// The image itself.
+    pub fn decompress(&self) -> Result<Vec<u8>, Error> {
+        lz4_flex::decompress_size_prepended(self.lz4).map_err(|e| Error::CorruptKernelImage {
+            arch: self.arch,
+            detail: e.to_string(),
+        })
+    }
+
     /// Whether the image is for an architecture-specific target (`sm_90a`), which runs
     /// only on devices of exactly its capability.
     pub fn arch_specific(&self) -> bool {
@@ -76,22 +87,22 @@ mod tests {
         KernelImage {
             arch: "sm_80",
             format: ImageFormat::Cubin,
-            bytes: b"",
+            lz4: b"",
         },
         KernelImage {
             arch: "sm_90",
             format: ImageFormat::Cubin,
-            bytes: b"",
+            lz4: b"",
         },
         KernelImage {
             arch: "sm_90a",
             format: ImageFormat::Cubin,
-            bytes: b"",
+            lz4: b"",
         },
         KernelImage {
             arch: "sm_90",
             format: ImageFormat::Ptx,
-            bytes: b"",
+            lz4: b"",
         },
     ];
 
@@ -118,7 +129,7 @@ mod tests {
             KERNEL_IMAGES
                 .iter()
                 .find(|i| i.arch == arch && i.format == format)
-                .is_some_and(|i| !i.bytes.is_empty())
+                .is_some_and(|i| !i.lz4.is_empty())
         };
         assert!(
             ["sm_80", "sm_90", "sm_90a"]
@@ -128,5 +139,32 @@ mod tests {
         assert!(embedded("sm_90", ImageFormat::Ptx));
         assert!(!embedded("sm_80", ImageFormat::Ptx) && !embedded("sm_90a", ImageFormat::Ptx));
         assert_eq!(describe(KERNEL_IMAGES), "sm_80, sm_90, sm_90a");
+    }
+
+    #[test]
+    fn embedded_images_decompress_to_cubins_and_ptx() {
+        for image in KERNEL_IMAGES {
+            let bytes = image.decompress().expect("an embedded image decompresses");
+            match image.format {
+                ImageFormat::Cubin => assert_eq!(&bytes[..4], b"\x7fELF", "{} cubin", image.arch),
+                ImageFormat::Ptx => {
+                    let text = std::str::from_utf8(&bytes).expect("PTX is text");
+                    assert!(text.contains(".entry conv_"), "{} PTX", image.arch);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_damaged_image_is_an_error() {
+        let damaged = KernelImage {
+            arch: "sm_90",
+            format: ImageFormat::Cubin,
+            lz4: b"\x40\x00\x00\x00\xff\xff",
+        };
+        assert!(matches!(
+            damaged.decompress(),
+            Err(Error::CorruptKernelImage { arch: "sm_90", .. })
+        ));
     }
 }
