@@ -648,9 +648,30 @@ impl Gpu {
         })
     }
 
+    /// `pass` computing dw from x and dy in a layout of its own, `layouts` the tensors'
+    /// and the pass's: x and dy changed to it, and dw through a temporary in it where
+    /// they differ.
+    fn weight_grad_native<'g>(
+        &'g self,
+        problem: &ConvProblem,
+        layouts: [ConvLayout; 2],
+        x: &DeviceArray<f32>,
+        grad_y: &mut GradY<'_, 'g>,
+        dw: &mut DeviceArray<f32>,
+        pass: impl FnOnce(DevicePtr<f32>, DevicePtr<f32>, DevicePtrMut<f32>) -> Result<()>,
+    ) -> Result<()> {
+        let [layout, native] = layouts;
+        let mut x_copy = None;
+        let x = self.as_layout(x, layout, native, &mut x_copy)?;
+        let dy = grad_y.in_layout(self, native)?;
+        self.through_layout(layout, native, problem.weight_shape(), dw, |dw| {
+            pass(x.ptr(), dy.ptr(), dw.ptr_mut())
+        })
+    }
+
     /// The weight gradient where its plan reads a layout of its own: the depthwise
-    /// kernels and `wgmma` (the tensors'), `mma.sync` (NHWC); `dw` back
-    /// when the plan is another.
+    /// kernels (the tensors'), `wgmma` (the tensors' where it reads them, else NHWC),
+    /// `mma.sync` (NHWC); `dw` back when the plan's is another.
     fn weight_grad_in_layout<'a, 'g>(
         &'g self,
         problem: &ConvProblem,
@@ -683,27 +704,22 @@ impl Gpu {
                 }
             }
             ConvAlgorithm::WarpgroupWeightGrad(plan) => {
-                // The tensors' layout: the plan takes no other.
-                let grad_y = grad_y.in_layout(self, plan.layout())?;
-                let (_scratch, scratch) = self.scratch(plan.scratch(problem))?;
-                let specs = plan.tensor_maps(problem, x.ptr(), grad_y.ptr());
-                let maps = self.write_tensor_maps(&specs, plan.maps_at(problem, scratch))?;
-                let (products, sum) = plan.launches(problem, maps, scratch, dw.ptr_mut());
-                self.launch(&products)?;
-                if let Some(sum) = sum {
-                    self.launch(&sum)?;
-                }
+                let native = [params.layout, plan.layout()];
+                self.weight_grad_native(problem, native, x, grad_y, dw, |x, dy, dw| {
+                    let (_scratch, scratch) = self.scratch(plan.scratch(problem))?;
+                    let specs = plan.tensor_maps(problem, x, dy);
+                    let maps = self.write_tensor_maps(&specs, plan.maps_at(problem, scratch))?;
+                    let (products, sum) = plan.launches(problem, maps, scratch, dw);
+                    self.launch(&products)?;
+                    sum.map_or(Ok(()), |sum| self.launch(&sum))
+                })?
             }
             ConvAlgorithm::TensorCoreWeightGrad(_) if problem.batch == 0 => self.fill_zero(dw)?,
             ConvAlgorithm::TensorCoreWeightGrad(plan) => {
-                let (layout, native) = (params.layout, ConvLayout::Nhwc);
-                let mut x_copy = None;
-                let x = self.as_layout(x, layout, native, &mut x_copy)?;
-                let grad_y = grad_y.in_layout(self, native)?;
-                let (_scratch, partials) = self.scratch(plan.scratch(problem))?;
-                self.through_layout(layout, native, problem.weight_shape(), dw, |dw| {
-                    let (products, sum) =
-                        plan.launches(problem, x.ptr(), grad_y.ptr(), partials, dw.ptr_mut());
+                let native = [params.layout, ConvLayout::Nhwc];
+                self.weight_grad_native(problem, native, x, grad_y, dw, |x, dy, dw| {
+                    let (_scratch, partials) = self.scratch(plan.scratch(problem))?;
+                    let (products, sum) = plan.launches(problem, x, dy, partials, dw);
                     self.launch(&products)?;
                     sum.map_or(Ok(()), |sum| self.launch(&sum))
                 })?

@@ -230,7 +230,11 @@ pub fn algorithm(
             ConvPass::Forward => Some(*problem),
             ConvPass::InputGrad => problem.input_grad_as_forward(),
             ConvPass::WeightGrad => {
-                return match WarpgroupWeightGradPlan::of(problem, layout, device) {
+                // NCHW tensors the `wgmma` kernel cannot read in place are transposed
+                // for its NHWC variant.
+                let warpgroup = WarpgroupWeightGradPlan::of(problem, layout, device)
+                    .or_else(|| WarpgroupWeightGradPlan::of(problem, ConvLayout::Nhwc, device));
+                return match warpgroup {
                     Some(plan) => ConvAlgorithm::WarpgroupWeightGrad(plan),
                     None => {
                         ConvAlgorithm::TensorCoreWeightGrad(WeightGradPlan::new(problem, multiprocessors))

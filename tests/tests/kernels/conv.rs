@@ -373,15 +373,16 @@ fn every_conv_kernel_matches_the_reference_on_fixed_cases() {
         TensorCoreGrad,
         SplitTensorCoreGrad,
         TensorCoreGradScalar,
-        /// The weight gradient on `wgmma` (NCHW or NHWC), Hopper only:
-        /// `TensorCoreGrad` elsewhere.
+        /// The weight gradient on `wgmma` (NCHW or NHWC) in one split or several,
+        /// Hopper only: `TensorCoreGrad` elsewhere (in one split or several).
         WarpgroupGrad,
+        SplitWarpgroupGrad,
     }
     use Path::{
         Direct, DirectStaged, Gemm, Phases, SplitGemm, SplitTensorCoreBulkNarrow, SplitTensorCoreGrad,
-        SplitTensorCoreScalar, Stencil, TensorCore, TensorCoreBulk, TensorCoreBulkFromNchw,
-        TensorCoreBulkFromNchwNarrow, TensorCoreBulkNarrow, TensorCoreGrad, TensorCoreGradScalar,
-        TensorCoreScalar, WarpgroupGrad, Winograd,
+        SplitTensorCoreScalar, SplitWarpgroupGrad, Stencil, TensorCore, TensorCoreBulk,
+        TensorCoreBulkFromNchw, TensorCoreBulkFromNchwNarrow, TensorCoreBulkNarrow, TensorCoreGrad,
+        TensorCoreGradScalar, TensorCoreScalar, WarpgroupGrad, Winograd,
     };
     let tf32 = |layout| Conv2dParams {
         layout,
@@ -390,7 +391,8 @@ fn every_conv_kernel_matches_the_reference_on_fixed_cases() {
     };
     // 68 input channels (a partial second chunk of 64), 136 output channels (a partial
     // second tile of 128), a 2x2 window dilated along w (4 taps: 8 column blocks, the
-    // last tile of three one short), output rows of 40 pixels (a partial second k-tile),
+    // last tile of three one short), output rows of 40 pixels (in NCHW a partial second
+    // k-tile, split three ways; in NHWC 240 pixels of the batch, a partial 8th k-tile),
     // windows past every edge.
     let warpgroup_grad = |layout| {
         case(
@@ -562,11 +564,50 @@ fn every_conv_kernel_matches_the_reference_on_fixed_cases() {
         // gradient on `wgmma` on Hopper.
         (
             warpgroup_grad(ConvLayout::Nchw),
-            [TensorCoreBulkFromNchw, TensorCoreBulkFromNchw, WarpgroupGrad],
+            [TensorCoreBulkFromNchw, TensorCoreBulkFromNchw, SplitWarpgroupGrad],
         ),
         (
             warpgroup_grad(ConvLayout::Nhwc),
             [TensorCoreBulk, TensorCoreBulk, WarpgroupGrad],
+        ),
+        // The NHWC weight gradient over im2col boxes at stride 2: 48 input channels
+        // (three column blocks of a partial chunk), 136 output channels in two tiles,
+        // 540 output pixels of 4 images of 15 x 9 (17 k-tiles across rows and images,
+        // the last partial) split in two.
+        (
+            case(
+                4,
+                [48, 136],
+                [3, 3],
+                [29, 17],
+                Conv2dParams {
+                    stride: [2, 2],
+                    padding: [1, 1],
+                    ..tf32(ConvLayout::Nhwc)
+                },
+                true,
+            ),
+            [TensorCoreBulk, SplitTensorCoreBulkNarrow, SplitWarpgroupGrad],
+        ),
+        // 7 x 7 maps over NCHW: rows too short for the NCHW `wgmma` weight gradient, so
+        // x and dy go to NHWC for its im2col variant.
+        (
+            case(
+                12,
+                [64, 40],
+                [3, 3],
+                [7, 7],
+                Conv2dParams {
+                    padding: [1, 1],
+                    ..tf32(ConvLayout::Nchw)
+                },
+                true,
+            ),
+            [
+                TensorCoreBulkFromNchwNarrow,
+                TensorCoreBulkFromNchwNarrow,
+                WarpgroupGrad,
+            ],
         ),
         // A weight gradient over 4500 pixels: its sums split over blocks, and the bias
         // gradient's (NHWC).
@@ -659,7 +700,7 @@ fn every_conv_kernel_matches_the_reference_on_fixed_cases() {
                 },
                 true,
             ),
-            [SplitTensorCoreBulkNarrow, TensorCoreBulk, TensorCoreGrad],
+            [SplitTensorCoreBulkNarrow, TensorCoreBulk, WarpgroupGrad],
         ),
         (
             case(
@@ -946,10 +987,8 @@ fn every_conv_kernel_matches_the_reference_on_fixed_cases() {
                     }
                     ConvAlgorithm::ImplicitGemm(plan) if plan.split > 1 => SplitGemm,
                     ConvAlgorithm::ImplicitGemm(_) => Gemm,
-                    ConvAlgorithm::WarpgroupWeightGrad(plan) => {
-                        assert!(plan.split > 1, "{c:?} {pass:?}");
-                        WarpgroupGrad
-                    }
+                    ConvAlgorithm::WarpgroupWeightGrad(plan) if plan.split > 1 => SplitWarpgroupGrad,
+                    ConvAlgorithm::WarpgroupWeightGrad(_) => WarpgroupGrad,
                     ConvAlgorithm::TensorCoreWeightGrad(plan) => {
                         match (plan.a_vector & plan.b_vector, plan.split) {
                             (0, _) => TensorCoreGradScalar,
@@ -976,14 +1015,19 @@ fn every_conv_kernel_matches_the_reference_on_fixed_cases() {
                         }
                     }
                 };
-                let expected = match expected {
-                    TensorCoreBulk | TensorCoreBulkNarrow if warpgroup_mma == 0 => TensorCore,
-                    TensorCoreBulkFromNchw | TensorCoreBulkFromNchwNarrow if warpgroup_mma == 0 => {
-                        TensorCoreScalar
+                let (path, expected) = match (path, expected) {
+                    (path, TensorCoreBulk | TensorCoreBulkNarrow) if warpgroup_mma == 0 => (path, TensorCore),
+                    (path, TensorCoreBulkFromNchw | TensorCoreBulkFromNchwNarrow) if warpgroup_mma == 0 => {
+                        (path, TensorCoreScalar)
                     }
-                    WarpgroupGrad if warpgroup_mma == 0 => TensorCoreGrad,
-                    SplitTensorCoreBulkNarrow if warpgroup_mma == 0 => TensorCore,
-                    SplitTensorCoreScalar if warpgroup_mma == 0 => TensorCoreScalar,
+                    (SplitTensorCoreGrad, WarpgroupGrad | SplitWarpgroupGrad) if warpgroup_mma == 0 => {
+                        (TensorCoreGrad, TensorCoreGrad)
+                    }
+                    (path, WarpgroupGrad | SplitWarpgroupGrad) if warpgroup_mma == 0 => {
+                        (path, TensorCoreGrad)
+                    }
+                    (path, SplitTensorCoreBulkNarrow) if warpgroup_mma == 0 => (path, TensorCore),
+                    (path, SplitTensorCoreScalar) if warpgroup_mma == 0 => (path, TensorCoreScalar),
                     other => other,
                 };
                 assert_eq!(path, expected, "{c:?} {pass:?}");

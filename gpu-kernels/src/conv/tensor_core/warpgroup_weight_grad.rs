@@ -1,21 +1,22 @@
-//! The weight gradient on warpgroup MMA (`wgmma` TF32, sm_90a) over NCHW or NHWC
-//! tensors, for stride-1 convolutions. Per output channel and weight it is the GEMM
+//! The weight gradient on warpgroup MMA (`wgmma` TF32, sm_90a) over NCHW tensors of
+//! stride-1 convolutions, or NHWC tensors of any stride. Per output channel and weight it is the GEMM
 //! `dw = dy patches(x)^T` over the pixels. `wgmma` reads TF32 operands from shared
 //! memory only K-major (contiguous along the pixels); A may come from registers in any
 //! layout. So dy is A, read from registers, and x is B: in NCHW it is K-major as it
 //! lies, in NHWC (channels fastest) it is transposed in shared memory.
 //!
 //! Bulk tensor copies (TMA) stage both, zeros outside the tensors, but fault unless a
-//! box starts at a 16-byte multiple along its innermost dimension. So the k-tiles run
-//! over x's columns in aligned runs of `TC_BK`. In NCHW x's rows (one per window row)
-//! land as they lie in the swizzled layout `wgmma` reads, and dy, which a window column
+//! box starts at a 16-byte multiple along its innermost dimension. In NCHW the k-tiles
+//! run over x's columns in aligned runs of `TC_BK`: x's rows (one per window row) land
+//! as they lie in the swizzled layout `wgmma` reads, and dy, which a window column
 //! displaces by a few pixels, is copied from its image's plane (rows of any length) in
-//! plain rows 4 floats wider from the aligned pixel before. In NHWC, x lands in swizzled
-//! boxes of `TC_BK` pixels by 32 channels, each the transpose of the K-major layout of
-//! the same bytes, and dy from the displaced pixel itself, rows of `DY_NHWC_ROW`
-//! channels (a few past the tile's, so that a warp's fragment reads fall in distinct
-//! banks). The consumers read their fragments from the displaced pixel on, zeros where
-//! the output pixel lies outside the row.
+//! plain rows 4 floats wider from the aligned pixel before; the consumers read their
+//! fragments from the displaced pixel on, zeros where the output pixel lies outside the
+//! row. In NHWC the k-tiles run over the batch's output pixels, `TC_BK` at a time
+//! across rows and images (maps of any width): dy is copied as it lies, pixels of
+//! `DY_NHWC_ROW` channels (a few past the tile's, so that a warp's fragment reads fall
+//! in distinct banks), and x by im2col boxes of those pixels' window taps (zeros in the
+//! padding), swizzled, each the transpose of the K-major layout of the same bytes.
 //!
 //! A tile is `WGMMA_WGRAD_ROWS` output channels (64 per consumer warpgroup) by
 //! `WGMMA_WGRAD_BLOCKS` column blocks of one window column, each a window row and
@@ -27,17 +28,17 @@
 //! `reduce::split_sum` adds in FP64 in a fixed order: results are the same from run to
 //! run.
 //!
-//! Columns of a k-tile whose output pixel lies outside the output row have no dy
-//! (zeros), so their x values add nothing unless they are infinite or NaN.
+//! In NCHW, columns of a k-tile whose output pixel lies outside the output row have no
+//! dy (zeros), so their x values add nothing unless they are infinite or NaN.
 
 use super::weight_grad::wave_filling_split;
-use super::{TC_BK, WGMMA_BARRIER_BYTES, WGMMA_THREADS, tile_bytes};
+use super::{TC_BK, WGMMA_BARRIER_BYTES, WGMMA_THREADS, bulk_copies_fit, tile_bytes};
 use crate::conv::reduce::{self, SplitSumArgs};
 use crate::conv::{ConvLayout, ConvProblem};
 use crate::launch::{
     DeviceLimits, DevicePtr, DevicePtrMut, Launch, LaunchGeometry, ScratchLayout, kernel_args,
 };
-use crate::tensor_map::{TensorMapPair, TensorMapSpec, TensorMapSwizzle};
+use crate::tensor_map::{TensorMapMode, TensorMapPair, TensorMapSpec, TensorMapSwizzle};
 
 /// Output channels per tile: 64 for each of the two consumer warpgroups.
 pub const WGMMA_WGRAD_ROWS: u32 = 128;
@@ -88,9 +89,11 @@ pub struct WarpgroupWeightGradPlan {
     /// `WGMMA_WGRAD_CHANNELS` input channels, chunks fastest.
     pub column_blocks: u32,
     pub channel_chunks: u32,
-    /// k-tiles per row of x: `TC_BK` columns each, the last one partial.
+    /// k-tiles per row of x in NCHW: `TC_BK` columns each, the last one partial (0 in
+    /// NHWC).
     pub row_tiles: u32,
-    /// k-tiles of the batch: images by output rows by `row_tiles`.
+    /// k-tiles of the batch: in NCHW images by output rows by `row_tiles`, in NHWC
+    /// output pixels by `TC_BK`.
     pub total_k_tiles: u32,
     /// Parts of the k-tiles summed separately.
     pub split: u32,
@@ -102,35 +105,45 @@ pub struct WarpgroupWeightGradPlan {
 
 impl WarpgroupWeightGradPlan {
     /// The plan of `problem`'s weight gradient over tensors in `layout`, when the
-    /// device has the kernel and the problem suits it: one group, stride 1, the tensor
-    /// maps' strides in 16-byte multiples (in NCHW rows of x and planes of dy, in NHWC
-    /// pixels of both), at least half a chunk of input channels, three column blocks per
-    /// window column and half a k-tile of row (the tiles mostly full), a batch, and
-    /// tensors the maps can describe.
+    /// device has the kernel and the problem suits it: one group, at least half a chunk
+    /// of input channels and three column blocks per window column (the tiles mostly
+    /// full), a batch, and tensors the maps can describe. In NCHW: stride 1, rows of x
+    /// and planes of dy in 16-byte multiples, and half a k-tile of row; in NHWC: pixels
+    /// of x and dy in 16-byte multiples, within the im2col limits, and the batch's
+    /// output pixels under 2^32.
     pub const fn of(problem: &ConvProblem, layout: ConvLayout, device: &DeviceLimits) -> Option<Self> {
         let p = problem;
         let channels_last = matches!(layout, ConvLayout::Nhwc);
-        let strides_fit = if channels_last {
-            p.in_channels.is_multiple_of(4) && p.out_channels.is_multiple_of(4)
+        let batch_pixels = p.batch as u64 * p.out_pixels() as u64;
+        let layout_suits = if channels_last {
+            p.out_channels.is_multiple_of(4)
+                && bulk_copies_fit(p)
+                && batch_pixels <= u32::MAX as u64
+                && fits_a_map(p.out_channels, batch_pixels)
         } else {
-            p.width.is_multiple_of(4) && p.out_pixels().is_multiple_of(4)
+            p.width.is_multiple_of(4)
+                && p.out_pixels().is_multiple_of(4)
+                && p.stride_h == 1
+                && p.stride_w == 1
+                && p.width >= TC_BK / 2
+                && fits_a_map(p.out_channels, p.out_pixels() as u64)
         };
         let suits = device.warpgroup_mma
             && device.tensor_maps
             && device.max_shared_bytes_per_block >= SHARED_BYTES
-            && strides_fit
+            && layout_suits
             && p.groups == 1
-            && p.stride_h == 1
-            && p.stride_w == 1
             && p.in_channels >= WGMMA_WGRAD_CHANNELS / 2
-            && p.width >= TC_BK / 2
             && p.batch > 0
-            && fits_a_map(p.in_channels, p.pixels())
-            && fits_a_map(p.out_channels, p.out_pixels());
+            && fits_a_map(p.in_channels, p.pixels() as u64);
         let channel_chunks = p.in_channels.div_ceil(WGMMA_WGRAD_CHANNELS);
         let column_blocks = p.kernel_h * channel_chunks;
-        let row_tiles = p.width.div_ceil(TC_BK);
-        let total = p.batch as u64 * p.out_h as u64 * row_tiles as u64;
+        let row_tiles = if channels_last { 0 } else { p.width.div_ceil(TC_BK) };
+        let total = if channels_last {
+            batch_pixels.div_ceil(TC_BK as u64)
+        } else {
+            p.batch as u64 * p.out_h as u64 * row_tiles as u64
+        };
         if !suits || column_blocks < WGMMA_WGRAD_BLOCKS || total > u32::MAX as u64 {
             return None;
         }
@@ -249,31 +262,51 @@ fn nchw_tensor_maps(problem: &ConvProblem, x: DevicePtr<f32>, dy: DevicePtr<f32>
     [dy, x]
 }
 
-/// The NHWC tensor maps: of dy, as `[c][pixels][n]`, in boxes of `TC_BK` pixels of
-/// `DY_NHWC_ROW` output channels as they lie; of x, as `[c][w][h][n]`, in boxes of
-/// `TC_BK` pixels of one row by `X_NHWC_BOX_CHANNELS` input channels, swizzled.
+/// The NHWC tensor maps: of dy, as `[c][pixels of the batch][1]`, in boxes of `TC_BK`
+/// pixels of `DY_NHWC_ROW` output channels as they lie; of x, as `[c][w][h][n]` for
+/// im2col, in boxes of `TC_BK` output pixels' taps by `X_NHWC_BOX_CHANNELS` input
+/// channels, swizzled.
 fn nhwc_tensor_maps(problem: &ConvProblem, x: DevicePtr<f32>, dy: DevicePtr<f32>) -> [TensorMapSpec; 2] {
     let p = problem;
-    let (batch, in_channels, out_channels) = (p.batch as u64, p.in_channels as u64, p.out_channels as u64);
+    let (c, bytes) = (p.in_channels as u64, 4);
+    let batch_pixels = p.batch as u64 * p.out_pixels() as u64;
     let dy = TensorMapSpec::tiled(
         dy.address(),
-        &[out_channels, p.out_pixels() as u64, batch],
+        &[p.out_channels as u64, batch_pixels, 1],
         &[DY_NHWC_ROW, TC_BK, 1],
         TensorMapSwizzle::None,
     );
-    let x = TensorMapSpec::tiled(
-        x.address(),
-        &[in_channels, p.width as u64, p.height as u64, batch],
-        &[X_NHWC_BOX_CHANNELS, TC_BK, 1, 1],
-        TensorMapSwizzle::Bytes128,
-    );
+    let window = |kernel: u32, dilation: u32| ((kernel - 1) * dilation) as i32;
+    let x = TensorMapSpec {
+        address: x.address(),
+        rank: 4,
+        dims: [c, p.width as u64, p.height as u64, p.batch as u64, 0],
+        strides: [
+            c * bytes,
+            c * bytes * p.width as u64,
+            c * bytes * p.pixels() as u64,
+            0,
+        ],
+        element_strides: [1, p.stride_w, p.stride_h, 1, 0],
+        mode: TensorMapMode::Im2col {
+            lower: [-(p.pad_w as i32), -(p.pad_h as i32), 0],
+            upper: [
+                p.pad_w as i32 - window(p.kernel_w, p.dilation_w),
+                p.pad_h as i32 - window(p.kernel_h, p.dilation_h),
+                0,
+            ],
+            channels: X_NHWC_BOX_CHANNELS,
+            pixels: TC_BK,
+        },
+        swizzle: TensorMapSwizzle::Bytes128,
+    };
     [dy, x]
 }
 
 /// Whether an image of `channels` planes of `pixels` floats is under the 2^40 bytes
 /// that a tensor map's strides may reach.
-const fn fits_a_map(channels: u32, pixels: u32) -> bool {
-    (channels as u64 * pixels as u64 * 4) < 1 << 40
+const fn fits_a_map(channels: u32, pixels: u64) -> bool {
+    (channels as u64 * pixels * 4) < 1 << 40
 }
 
 kernel_args! {
@@ -355,7 +388,7 @@ mod kernel {
     /// copied again a band later (the other window rows), and the 16 bytes past a row
     /// of dy at once (the next k-tile's), while L2 holds them: the bands of all blocks
     /// take a few megabytes.
-    #[derive(Clone, Copy)]
+    #[derive(Clone, Copy, Default)]
     struct KTile {
         image: u32,
         row: u32,
@@ -517,49 +550,95 @@ mod kernel {
             fence_tensor_map(dy_map);
             fence_tensor_map(x_map);
         }
+        if CHANNELS_LAST {
+            // SAFETY: forwarded.
+            unsafe { produce_nhwc(args, work, pipeline, dy_map, x_map) };
+            return;
+        }
         let mut k_tile = KTile::at(p, plan, work.first);
         for fill in 0..work.count {
             let stage = fill % STAGES;
             let (image, column) = (k_tile.image as i32, k_tile.column() as i32);
-            let dy_pixel = k_tile.dy_pixel(p, work.displacement);
-            // In NCHW dy from the 16-byte-aligned pixel at or before the first one the
-            // k-tile's products take.
-            let (bytes, dy_at) = if CHANNELS_LAST {
-                (STAGE_NHWC_COPY_BYTES, [work.m0 as i32, dy_pixel, image])
-            } else {
-                (STAGE_BYTES, [dy_pixel & !3, work.m0 as i32, image])
-            };
+            // dy from the 16-byte-aligned pixel at or before the first one the k-tile's
+            // products take.
+            let dy_at = [k_tile.dy_pixel(p, work.displacement) & !3, work.m0 as i32, image];
             // SAFETY: the stage is released before the copies start; the full barrier
             // expects every box's bytes (zero-filled parts included).
             unsafe {
                 pipeline.acquire(stage, fill / STAGES);
-                pipeline.arrive_expecting(stage, bytes);
+                pipeline.arrive_expecting(stage, STAGE_BYTES);
                 pipeline.load_tile_3d(stage, stage_dy(stage), dy_map, dy_at);
             }
             for j in 0..WGMMA_WGRAD_BLOCKS {
-                // Blocks past the window column's copy the last one again; their sums
-                // are not stored.
-                let block = (work.column_tile * WGMMA_WGRAD_BLOCKS + j).min(plan.column_blocks - 1);
-                let (window_row, chunk) = (block / plan.channel_chunks, block % plan.channel_chunks);
+                let (window_row, channel, to) = stage_block(plan, work, stage, j);
                 let row = (k_tile.row + window_row * p.dilation_h) as i32 - p.pad_h as i32;
-                let (channel, to) = (
-                    (chunk * WGMMA_WGRAD_CHANNELS) as i32,
-                    stage_x(stage) + j * BLOCK_BYTES,
-                );
                 // SAFETY: as above.
-                unsafe {
-                    if CHANNELS_LAST {
-                        // Two boxes of 32 channels: rows 0-31 and 32-63 of the block.
-                        let half = X_NHWC_BOX_CHANNELS;
-                        pipeline.load_tile_4d(stage, to, x_map, [channel, column, row, image]);
-                        let at = [channel + half as i32, column, row, image];
-                        pipeline.load_tile_4d(stage, to + half * TC_BK * 4, x_map, at);
-                    } else {
-                        pipeline.load_tile_4d(stage, to, x_map, [column, row, channel, image]);
-                    }
-                }
+                unsafe { pipeline.load_tile_4d(stage, to, x_map, [column, row, channel as i32, image]) };
             }
             k_tile.advance(p, plan);
+        }
+    }
+
+    /// Where column block `j` of a stage goes and what it holds: its window row, its
+    /// first input channel and its address. Blocks past the window column's copy the
+    /// last one again; their sums are not stored.
+    #[inline(always)]
+    fn stage_block(plan: &WarpgroupWeightGradPlan, work: &Work, stage: u32, j: u32) -> (u32, u32, u32) {
+        let block = (work.column_tile * WGMMA_WGRAD_BLOCKS + j).min(plan.column_blocks - 1);
+        let (window_row, chunk) = (block / plan.channel_chunks, block % plan.channel_chunks);
+        (
+            window_row,
+            chunk * WGMMA_WGRAD_CHANNELS,
+            stage_x(stage) + j * BLOCK_BYTES,
+        )
+    }
+
+    /// The copying thread in NHWC: k-tile `kt` is the batch's output pixels
+    /// `TC_BK kt ..`; dy as it lies, and per column block two im2col boxes of 32
+    /// channels (rows 0-31 and 32-63 of the block) at the block's window tap.
+    ///
+    /// # Safety
+    /// As [`produce`]; `dy_map` and `x_map` are the plan's fenced tensor maps.
+    #[inline(always)]
+    unsafe fn produce_nhwc(
+        args: &WarpgroupWeightGradArgs,
+        work: &Work,
+        pipeline: &StagePipeline,
+        dy_map: *const u8,
+        x_map: *const u8,
+    ) {
+        let (p, plan) = (&args.problem, &args.plan);
+        let column_offset = (work.window_column * p.dilation_w) as u16;
+        for fill in 0..work.count {
+            let stage = fill % STAGES;
+            let first_pixel = (work.first + fill) * TC_BK;
+            // The window origin of the k-tile's first output pixel.
+            let (image, pixel) = p.div_out_pixels.divmod(first_pixel);
+            let (oy, ox) = p.div_out_w.divmod(pixel);
+            let origin = [
+                (ox * p.stride_w) as i32 - p.pad_w as i32,
+                (oy * p.stride_h) as i32 - p.pad_h as i32,
+                image as i32,
+            ];
+            // SAFETY: the stage is released before the copies start; the full barrier
+            // expects every box's bytes (zero-filled parts included).
+            unsafe {
+                pipeline.acquire(stage, fill / STAGES);
+                pipeline.arrive_expecting(stage, STAGE_NHWC_COPY_BYTES);
+                let dy_at = [work.m0 as i32, first_pixel as i32, 0];
+                pipeline.load_tile_3d(stage, stage_dy(stage), dy_map, dy_at);
+            }
+            for j in 0..WGMMA_WGRAD_BLOCKS {
+                let (window_row, channel, to) = stage_block(plan, work, stage, j);
+                let offsets = [column_offset, (window_row * p.dilation_h) as u16];
+                for half in 0..2 {
+                    let channel = (channel + half * X_NHWC_BOX_CHANNELS) as i32;
+                    let at = [channel, origin[0], origin[1], origin[2]];
+                    let to = to + half * X_NHWC_BOX_CHANNELS * TC_BK * 4;
+                    // SAFETY: as above.
+                    unsafe { pipeline.load_im2col(stage, to, x_map, at, offsets) };
+                }
+            }
         }
     }
 
@@ -634,20 +713,22 @@ mod kernel {
     }
 
     impl DyView {
-        /// In NHWC dy is staged from the k-tile's first product on.
+        /// The view of an NCHW k-tile.
         #[inline(always)]
-        fn of<const CHANNELS_LAST: bool>(problem: &ConvProblem, displacement: i32, k_tile: &KTile) -> Self {
+        fn of(problem: &ConvProblem, displacement: i32, k_tile: &KTile) -> Self {
             let first = displacement - k_tile.column() as i32;
-            let shift = if CHANNELS_LAST {
-                0
-            } else {
-                (k_tile.dy_pixel(problem, displacement) & 3) as u32
-            };
             Self {
-                shift,
+                shift: (k_tile.dy_pixel(problem, displacement) & 3) as u32,
                 valid: (first, first + problem.out_w as i32),
             }
         }
+
+        /// In NHWC dy is staged from the k-tile's first pixel on, and every column is
+        /// a product (x holds zeros in the padding).
+        const WHOLE: Self = Self {
+            shift: 0,
+            valid: (0, TC_BK as i32),
+        };
     }
 
     /// This thread's A fragment of the `wgmma` over rows `rows ..` (64) and columns
@@ -734,17 +815,30 @@ mod kernel {
     ) {
         let (p, plan) = (&args.problem, &args.plan);
         let rows = consumer * 64;
-        let mut k_tile = KTile::at(p, plan, work.first);
+        // NHWC k-tiles need no place: every one is read whole.
+        let mut k_tile = if CHANNELS_LAST {
+            KTile::default()
+        } else {
+            KTile::at(p, plan, work.first)
+        };
+        let view = |k_tile: &KTile| {
+            if CHANNELS_LAST {
+                DyView::WHOLE
+            } else {
+                DyView::of(p, work.displacement, k_tile)
+            }
+        };
         let mut sums: Sums = [[0.0; 4]; 24];
         sums.pin();
         // The first k-tile runs before the loop, so that the sums enter it defined by a
         // `wgmma` as they leave it: else ptxas serializes every `wgmma` of the loop.
-        let view = DyView::of::<CHANNELS_LAST>(p, work.displacement, &k_tile);
         // SAFETY: forwarded; a split has at least one k-tile.
-        unsafe { multiply_k_tile::<CHANNELS_LAST>(&mut sums, pipeline, rounded, 0, rows, view) };
+        unsafe { multiply_k_tile::<CHANNELS_LAST>(&mut sums, pipeline, rounded, 0, rows, view(&k_tile)) };
         for kt in 1..work.count {
-            k_tile.advance(p, plan);
-            let view = DyView::of::<CHANNELS_LAST>(p, work.displacement, &k_tile);
+            if !CHANNELS_LAST {
+                k_tile.advance(p, plan);
+            }
+            let view = view(&k_tile);
             // SAFETY: as above.
             unsafe { multiply_k_tile::<CHANNELS_LAST>(&mut sums, pipeline, rounded, kt, rows, view) };
         }
