@@ -57,10 +57,59 @@ pub fn launch(
     ))
 }
 
+/// Moves the block's tile (`block_idx_x` along the columns, `block_idx_y` along the
+/// rows) of a `rows x cols` matrix through shared memory: element `(row, col)` is read
+/// from `x` at `from(row, col)` and written, through `map`, to `y` at `to(row, col)`,
+/// where `to` runs along the rows (a transpose).
+///
+/// # Safety
+/// Every thread of a block of `THREADS` with `SHARED_BYTES` of dynamic shared memory
+/// calls it; `from` and `to` of every element of the matrix lie inside `x` and `y`,
+/// which do not overlap.
+#[cfg(target_arch = "nvptx64")]
+#[inline(always)]
+pub(crate) unsafe fn transpose_tile(
+    x: *const u32,
+    y: *mut u32,
+    [rows, cols]: [u64; 2],
+    from: impl Fn(u64, u64) -> u64,
+    to: impl Fn(u64, u64) -> u64,
+    map: impl Fn(u32) -> u32,
+) {
+    use crate::device::{SharedCarver, block_idx_x, block_idx_y, sync_threads, thread_idx_x};
+    // SAFETY: the launch gives one padded tile.
+    let tile: *mut u32 = unsafe { SharedCarver::new().take((TILE * (TILE + 1)) as usize) };
+    let (col0, row0) = (
+        block_idx_x() as u64 * TILE as u64,
+        block_idx_y() as u64 * TILE as u64,
+    );
+    let (tx, ty) = (thread_idx_x() % TILE, thread_idx_x() / TILE);
+    for i in 0..ROWS_PER_THREAD {
+        let (r, c) = (ty + i * (TILE / ROWS_PER_THREAD), tx);
+        let (row, col) = (row0 + r as u64, col0 + c as u64);
+        if row < rows && col < cols {
+            // SAFETY: (row, col) is inside the matrix; the slot is this thread's.
+            unsafe { *tile.add((r * (TILE + 1) + c) as usize) = *x.add(from(row, col) as usize) };
+        }
+    }
+    // SAFETY: every thread reaches it; the tile is read after it.
+    unsafe { sync_threads() };
+    for i in 0..ROWS_PER_THREAD {
+        // Output row `c` (a column of x), output column `r` (a row of x).
+        let (c, r) = (ty + i * (TILE / ROWS_PER_THREAD), tx);
+        let (row, col) = (row0 + r as u64, col0 + c as u64);
+        if row < rows && col < cols {
+            // SAFETY: (row, col) is inside the matrix; its slot was written before the
+            // barrier.
+            unsafe { *y.add(to(row, col) as usize) = map(*tile.add((r * (TILE + 1) + c) as usize)) };
+        }
+    }
+}
+
 #[cfg(target_arch = "nvptx64")]
 mod kernel {
     use super::*;
-    use crate::device::{SharedCarver, block_idx_x, block_idx_y, block_idx_z, sync_threads, thread_idx_x};
+    use crate::device::block_idx_z;
 
     /// # Safety
     /// x and y hold `batch * rows * cols` elements and do not overlap; the grid is
@@ -69,38 +118,18 @@ mod kernel {
     #[inline(always)]
     pub unsafe fn transpose(args: TransposeArgs) {
         let TransposeArgs { rows, cols, .. } = args;
-        let (x, y) = (args.x.as_ptr(), args.y.as_mut_ptr());
-        // SAFETY: the launch gives one padded tile.
-        let tile: *mut u32 = unsafe { SharedCarver::new().take((TILE * (TILE + 1)) as usize) };
         let matrix = block_idx_z() as u64 * rows * cols;
-        let (col0, row0) = (
-            block_idx_x() as u64 * TILE as u64,
-            block_idx_y() as u64 * TILE as u64,
-        );
-        let (tx, ty) = (thread_idx_x() % TILE, thread_idx_x() / TILE);
-        for i in 0..ROWS_PER_THREAD {
-            let (r, c) = (ty + i * (TILE / ROWS_PER_THREAD), tx);
-            let (row, col) = (row0 + r as u64, col0 + c as u64);
-            if row < rows && col < cols {
-                // SAFETY: (row, col) is inside the matrix; the slot is this thread's.
-                unsafe {
-                    *tile.add((r * (TILE + 1) + c) as usize) = *x.add((matrix + row * cols + col) as usize)
-                };
-            }
-        }
-        // SAFETY: every thread reaches it; the tile is read after it.
-        unsafe { sync_threads() };
-        for i in 0..ROWS_PER_THREAD {
-            // Output row `c` (a column of x), output column `r` (a row of x).
-            let (c, r) = (ty + i * (TILE / ROWS_PER_THREAD), tx);
-            let (row, col) = (row0 + r as u64, col0 + c as u64);
-            if row < rows && col < cols {
-                // SAFETY: (col, row) is inside the transposed matrix; written before the
-                // barrier.
-                unsafe {
-                    *y.add((matrix + col * rows + row) as usize) = *tile.add((r * (TILE + 1) + c) as usize)
-                };
-            }
-        }
+        // SAFETY: the caller's contract: every element of matrix `block_idx_z` lies
+        // inside x and y.
+        unsafe {
+            transpose_tile(
+                args.x.as_ptr(),
+                args.y.as_mut_ptr(),
+                [rows, cols],
+                |row, col| matrix + row * cols + col,
+                |row, col| matrix + col * rows + row,
+                |value| value,
+            )
+        };
     }
 }

@@ -14,6 +14,10 @@
 
 use super::{ConvLayout, ConvProblem, ConvShape, FastDiv};
 use crate::launch::{DevicePtr, DevicePtrMut, Launch, LaunchGeometry, kernel_args};
+use crate::transpose;
+
+/// Blocks along a grid's z, at most.
+const MAX_GRID_Z: u64 = 65535;
 
 /// Threads per block of the filter preparation.
 pub const PREPARE_THREADS: u32 = 256;
@@ -74,6 +78,9 @@ kernel_args! {
     }
     /// Rounds (and flips) the weights, one thread per element.
     pub const CONV_PREPARE_FILTERS = "conv_prepare_filters_f32" => kernel::prepare_filters;
+    /// Rounds and flips NHWC weights, a tile of a tap's (output, input) channel matrix
+    /// per block, through shared memory.
+    pub const CONV_FLIP_FILTERS_NHWC = "conv_flip_filters_nhwc_f32" => kernel::flip_filters_nhwc;
     entry points in PREPARE_ENTRY_POINTS;
 }
 
@@ -127,14 +134,31 @@ pub const fn upsample(
 }
 
 /// The launch writing `problem`'s weights `w` (in `layout`) to `flipped` (as many
-/// elements, in the same layout) flipped, group-transposed and rounded to TF32.
+/// elements, in the same layout) flipped, group-transposed and rounded to TF32. In
+/// NHWC a tap's weights of a group are a matrix, `[out][in]` in `w` and `[in][out]`
+/// in `flipped`, transposed by tiles (one thread per element would scatter its
+/// writes); in NCHW each (out, in) pair's taps lie together on both sides.
 pub const fn flip_filters(
     problem: &ConvProblem,
     layout: ConvLayout,
     w: DevicePtr<f32>,
     flipped: DevicePtrMut<f32>,
 ) -> Launch<PrepareFiltersArgs> {
-    prepare_filters(problem, layout, w, flipped, true)
+    let matrices = problem.groups as u64 * problem.taps() as u64;
+    if !matches!(layout, ConvLayout::Nhwc) || matrices > MAX_GRID_Z {
+        return prepare_filters(problem, layout, w, flipped, true);
+    }
+    let geometry = LaunchGeometry {
+        grid: [
+            problem.in_per_group().div_ceil(transpose::TILE) as u64,
+            problem.out_per_group().div_ceil(transpose::TILE) as u64,
+            matrices,
+        ],
+        threads: transpose::THREADS,
+        shared_bytes: transpose::SHARED_BYTES,
+    };
+    let args = prepare_args(problem, layout, w, flipped, true);
+    Launch::new(CONV_FLIP_FILTERS_NHWC, geometry, args)
 }
 
 /// The launch writing `problem`'s weights `w` to `rounded` (as many elements, in the
@@ -147,6 +171,22 @@ pub const fn round_filters(
     prepare_filters(problem, ConvLayout::Nchw, w, rounded, false)
 }
 
+const fn prepare_args(
+    problem: &ConvProblem,
+    layout: ConvLayout,
+    w: DevicePtr<f32>,
+    prepared: DevicePtrMut<f32>,
+    flip: bool,
+) -> PrepareFiltersArgs {
+    PrepareFiltersArgs {
+        w,
+        prepared,
+        problem: *problem,
+        channels_last: matches!(layout, ConvLayout::Nhwc) as u32,
+        flip: flip as u32,
+    }
+}
+
 const fn prepare_filters(
     problem: &ConvProblem,
     layout: ConvLayout,
@@ -154,13 +194,7 @@ const fn prepare_filters(
     prepared: DevicePtrMut<f32>,
     flip: bool,
 ) -> Launch<PrepareFiltersArgs> {
-    let args = PrepareFiltersArgs {
-        w,
-        prepared,
-        problem: *problem,
-        channels_last: matches!(layout, ConvLayout::Nhwc) as u32,
-        flip: flip as u32,
-    };
+    let args = prepare_args(problem, layout, w, prepared, flip);
     Launch::new(
         CONV_PREPARE_FILTERS,
         LaunchGeometry::per_item(problem.weight_count(), PREPARE_THREADS),
@@ -198,11 +232,23 @@ pub const fn flipped_index(problem: &ConvProblem, channels_last: bool, i: u64) -
     }
 }
 
+/// Where weight `(co, ci)` of an NHWC group's tap lies in the weights and in the
+/// flipped weights.
+#[inline(always)]
+pub const fn nhwc_flip_places(problem: &ConvProblem, [group, tap]: [u64; 2], co: u64, ci: u64) -> (u64, u64) {
+    let (in_group, out_group) = (problem.in_per_group() as u64, problem.out_per_group() as u64);
+    let taps = problem.taps() as u64;
+    (
+        ((group * out_group + co) * taps + tap) * in_group + ci,
+        ((group * in_group + ci) * taps + taps - 1 - tap) * out_group + co,
+    )
+}
+
 #[cfg(target_arch = "nvptx64")]
 mod kernel {
     use super::*;
     use crate::conv::problem::{element_index, element_place};
-    use crate::device::{block_idx_x, thread_idx_x, to_tf32};
+    use crate::device::{block_idx_x, block_idx_z, thread_idx_x, to_tf32};
 
     /// `prepared[j] = tf32(w[i])` for every weight `i`, `j` its [`flipped_index`]
     /// when flipping, else `i`.
@@ -228,6 +274,33 @@ mod kernel {
             let value = *args.w.as_ptr().add(i as usize);
             *args.prepared.as_mut_ptr().add(j as usize) = f32::from_bits(to_tf32(value));
         }
+    }
+
+    /// The NHWC flip: block z is group `g` and tap `t`; its matrix
+    /// `w[g out + co][t][ci]` goes to `prepared[g in + ci][taps - 1 - t][co]` (the
+    /// window turned: row `kh - 1 - r`, column `kw - 1 - s`), rounded to TF32.
+    ///
+    /// # Safety
+    /// As [`prepare_filters`], NHWC, flipping; the grid is the tiles of every group's
+    /// and tap's `out / groups x in / groups` matrix ([`flip_filters`]).
+    #[inline(always)]
+    pub unsafe fn flip_filters_nhwc(args: PrepareFiltersArgs) {
+        let p = &args.problem;
+        // In 32 bits: a 64-bit division costs a subroutine.
+        let (group, tap) = (block_idx_z() / p.taps(), block_idx_z() % p.taps());
+        let matrix = [group as u64, tap as u64];
+        let rows_cols = [p.out_per_group() as u64, p.in_per_group() as u64];
+        // SAFETY: every (co, ci) of the matrix indexes a weight of both tensors.
+        unsafe {
+            crate::transpose::transpose_tile(
+                args.w.as_ptr().cast(),
+                args.prepared.as_mut_ptr().cast(),
+                rows_cols,
+                |co, ci| nhwc_flip_places(p, matrix, co, ci).0,
+                |co, ci| nhwc_flip_places(p, matrix, co, ci).1,
+                |value| to_tf32(f32::from_bits(value)),
+            )
+        };
     }
 
     /// `up[n][c][y][x] = dy[n][c][y / sh][x / sw]` where both divide evenly and the
@@ -302,6 +375,14 @@ mod tests {
         })
         .unwrap();
         assert_eq!(large.input_grad_as_forward(), None);
+        // The NHWC flip by tiles moves every weight where the flip by elements does.
+        let taps = p.taps() as u64;
+        for matrix in (0..p.groups as u64 * taps).map(|m| [m / taps, m % taps]) {
+            for (co, ci) in (0..2).flat_map(|co| (0..3).map(move |ci| (co, ci))) {
+                let (from, to) = nhwc_flip_places(&p, matrix, co, ci);
+                assert_eq!(flipped_index(&p, true, from), to);
+            }
+        }
         // The flip is a permutation, in both layouts, and an involution through the
         // transposed problem.
         for channels_last in [false, true] {
