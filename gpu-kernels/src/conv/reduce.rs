@@ -82,8 +82,8 @@ pub const fn grid_split(wanted_blocks: u64, blocks: u64, most: u64) -> u32 {
     }
 }
 
-/// Most warps-worth of rows a split-sum block spreads an output's partials over.
-const SPLIT_SUM_MAX_ROWS: u32 = 8;
+/// Most rows of threads a split-sum block spreads an output's partials over.
+const SPLIT_SUM_MAX_ROWS: u32 = 32;
 /// Threads that fill a large GPU (an H100 holds 270336): a split sum with fewer
 /// outputs spreads each output's partials over rows of threads, so a sum of many
 /// partials (a bias gradient's thousands of parts) is not one thread's chain of loads.
@@ -362,25 +362,60 @@ mod kernel {
             let channel = block_idx_x() * BIAS_NHWC_CHANNELS + t % BIAS_NHWC_CHANNELS;
             let mut sum = 0.0f64;
             let mut pixel = first + (t / BIAS_NHWC_CHANNELS) as u64;
-            while channel < p.out_channels && pixel < last {
-                // SAFETY: a pixel of the batch, a channel of dy.
-                sum += unsafe { *dy.add((pixel * channels + channel as u64) as usize) } as f64;
-                pixel += (REDUCE_THREADS / BIAS_NHWC_CHANNELS) as u64;
+            // SAFETY: a pixel of the batch (below `last`), a channel of dy.
+            let load = |pixel: u64| unsafe { *dy.add((pixel * channels + channel as u64) as usize) } as f64;
+            let step = (REDUCE_THREADS / BIAS_NHWC_CHANNELS) as u64;
+            if channel < p.out_channels {
+                while pixel + 3 * step < last {
+                    let loaded = [
+                        load(pixel),
+                        load(pixel + step),
+                        load(pixel + 2 * step),
+                        load(pixel + 3 * step),
+                    ];
+                    for value in loaded {
+                        sum += value;
+                    }
+                    pixel += 4 * step;
+                }
+                while pixel < last {
+                    sum += load(pixel);
+                    pixel += step;
+                }
             }
             (channel, sum)
         } else {
             let channel = block_idx_x();
             let mut sum = 0.0f64;
-            let mut at = first + t as u64;
             let plane = p.out_pixels() as u64;
-            let (mut image, mut pixel) = (at / plane, at % plane);
-            while at < last {
-                // SAFETY: pixel `pixel` of image `image`'s plane of the channel.
-                sum +=
-                    unsafe { *dy.add(((image * channels + channel as u64) * plane + pixel) as usize) } as f64;
-                at += REDUCE_THREADS as u64;
-                let (images, rest) = p.div_out_pixels.divmod(pixel as u32 + REDUCE_THREADS);
-                (image, pixel) = (image + images as u64, rest as u64);
+            // The part's run of each image's plane in turn, four loads in flight.
+            let mut start = first;
+            while start < last {
+                let image = start / plane;
+                let end = last.min((image + 1) * plane);
+                let base = (image * channels + channel as u64) * plane - image * plane;
+                // SAFETY: `base + at` for `at` in [start, end) is a pixel of the image's
+                // plane of the channel.
+                let load = |at: u64| unsafe { *dy.add((base + at) as usize) } as f64;
+                let step = REDUCE_THREADS as u64;
+                let mut at = start + t as u64;
+                while at + 3 * step < end {
+                    let loaded = [
+                        load(at),
+                        load(at + step),
+                        load(at + 2 * step),
+                        load(at + 3 * step),
+                    ];
+                    for value in loaded {
+                        sum += value;
+                    }
+                    at += 4 * step;
+                }
+                while at < end {
+                    sum += load(at);
+                    at += step;
+                }
+                start = end;
             }
             (channel, warp::reduce(sum, |a, b| a + b))
         };
