@@ -80,11 +80,13 @@ fn label(mode: &str) -> String {
     mode.to_uppercase().replace('_', " ")
 }
 
-/// Every layer, each mode, both passes.
-pub(crate) fn layer_rows(gpu: &Gpu, reps: usize) -> Result<Vec<Row>> {
+/// Every layer named in `only` (all when `None`), each mode, both passes.
+pub(crate) fn layer_rows(gpu: &Gpu, reps: usize, only: Option<&[String]>) -> Result<Vec<Row>> {
     let mut rows = Vec::new();
     for layer in &LAYERS {
-        rows.extend(one_layer(gpu, reps, layer)?);
+        if only.is_none_or(|names| names.iter().any(|n| n == layer.name)) {
+            rows.extend(one_layer(gpu, reps, layer)?);
+        }
     }
     Ok(rows)
 }

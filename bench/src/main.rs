@@ -1,4 +1,4 @@
-//! `bench [--only scan,matvec,min,conv,layers,group] [--reps N] [--baseline torch.json] [--json OUT]`
+//! `bench [--only scan,matvec,min,conv,layers,group] [--layers R1,R4] [--reps N] [--baseline torch.json] [--json OUT]`
 //!
 //! Runs each workload on its headline shape (../shared/WORKLOADS.md), checks the result,
 //! times it with CUDA events (warm-up, then the median of `--reps` runs) and prints one
@@ -58,6 +58,8 @@ impl Row {
 
 struct Options {
     only: Option<Vec<String>>,
+    /// The layers of the suite to time (all when `None`).
+    layers: Option<Vec<String>>,
     reps: usize,
     baseline: Option<Value>,
     json: Option<String>,
@@ -79,6 +81,7 @@ fn parse_args() -> Result<Options> {
     };
     Ok(Options {
         only: value("--only").map(|s| s.split(',').map(String::from).collect()),
+        layers: value("--layers").map(|s| s.split(',').map(String::from).collect()),
         reps: value("--reps").map(|r| r.parse()).transpose()?.unwrap_or(30),
         baseline,
         json: value("--json"),
@@ -791,7 +794,7 @@ fn main() -> Result {
     let mut layer_rows = Vec::new();
     if wanted("layers") {
         let started = Instant::now();
-        layer_rows = layers::layer_rows(&gpu, opts.reps)?;
+        layer_rows = layers::layer_rows(&gpu, opts.reps, opts.layers.as_deref())?;
         eprintln!("layers: {:.1} s", started.elapsed().as_secs_f64());
     }
 
