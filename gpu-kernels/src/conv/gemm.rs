@@ -2,7 +2,7 @@
 //! mainloop and one epilogue, and differ in the gathers that feed the mainloop.
 
 use super::reduce::{self, SplitSumArgs};
-use super::{ConvEpilogue, ConvPass, ConvProblem, MAIN_BLOCKS_PER_SM};
+use super::{ConvEpilogue, ConvLayout, ConvPass, ConvProblem, MAIN_BLOCKS_PER_SM};
 use crate::launch::{DevicePtr, DevicePtrMut, Launch, LaunchGeometry, ScratchLayout, kernel_args};
 
 /// Threads of an implicit-GEMM block.
@@ -38,9 +38,25 @@ pub struct GemmPlan {
     /// K per split, a multiple of `TILE_K`.
     pub k_chunk: u32,
     pub groups: u32,
+    /// Whether the forward pass writes y (and reads the residual) channels last
+    /// (NHWC), as 1 or 0 (NCHW, and the other passes). x and w are NCHW either way.
+    pub y_channels_last: u32,
 }
 
 impl GemmPlan {
+    /// The forward plan writing y in `layout`.
+    pub const fn writing(self, layout: ConvLayout) -> Self {
+        Self {
+            y_channels_last: matches!(layout, ConvLayout::Nhwc) as u32,
+            ..self
+        }
+    }
+
+    /// The layout of y.
+    pub const fn output_layout(&self) -> ConvLayout {
+        ConvLayout::of_channels_last(self.y_channels_last)
+    }
+
     pub const fn blocks(&self) -> u64 {
         self.m_tiles as u64 * self.n_tiles as u64 * self.split as u64
     }
@@ -140,6 +156,7 @@ pub fn plan(problem: &ConvProblem, pass: ConvPass, multiprocessors: u32) -> Gemm
         split: k.div_ceil(k_chunk).max(1) as u32,
         k_chunk: k_chunk as u32,
         groups: problem.groups,
+        y_channels_last: 0,
     }
 }
 
@@ -360,6 +377,9 @@ mod kernel {
         }
     }
 
+    /// Division by 1: rows of one element.
+    const ONE: FastDiv = FastDiv::new(1);
+
     /// The (m, n, split) tile of this block.
     #[inline(always)]
     fn block_tile(plan: &GemmPlan) -> (u32, u32, u32) {
@@ -396,15 +416,27 @@ mod kernel {
             div: FastDiv::new(k),
             outer_stride: 0,
         };
+        // Row m is output pixel m of the batch: in NHWC its channels lie together.
+        let (row_div, image_stride, base, col_stride) = if plan.y_channels_last == 1 {
+            (ONE, problem.out_channels as u64, (group * n) as u64, 1)
+        } else {
+            let plane = problem.out_pixels() as u64;
+            (
+                problem.div_out_pixels,
+                problem.out_channels as u64 * plane,
+                (group * n) as u64 * plane,
+                plane,
+            )
+        };
         let out = Output {
             epilogue: args.epilogue,
             ptr: y,
             rows: m,
             cols: n,
-            row_div: problem.div_out_pixels,
-            image_stride: problem.out_channels as u64 * problem.out_pixels() as u64,
-            base: (group * n) as u64 * problem.out_pixels() as u64,
-            col_stride: problem.out_pixels() as u64,
+            row_div,
+            image_stride,
+            base,
+            col_stride,
             bias: if bias.is_null() {
                 bias
             } else {

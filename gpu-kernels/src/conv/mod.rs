@@ -175,6 +175,7 @@ impl ConvAlgorithm {
     pub const fn output_layout(&self) -> ConvLayout {
         match self {
             ConvAlgorithm::TensorCore(plan) => plan.output_layout(),
+            ConvAlgorithm::ImplicitGemm(plan) => plan.output_layout(),
             _ => self.layout(),
         }
     }
@@ -246,7 +247,13 @@ pub fn algorithm(
             return ConvAlgorithm::TensorCore(TensorCorePlan::forward(&forward, layout, device));
         }
     }
-    cuda_core_algorithm(problem, pass, multiprocessors).into()
+    match cuda_core_algorithm(problem, pass, multiprocessors) {
+        // The implicit GEMM's forward pass writes y in the tensors' layout.
+        CudaCoreAlgorithm::ImplicitGemm(plan) if pass == ConvPass::Forward => {
+            ConvAlgorithm::ImplicitGemm(plan.writing(layout))
+        }
+        other => other.into(),
+    }
 }
 
 /// The FP32 algorithm of a pass: Winograd for 3x3, stride-1, undilated windows, the
@@ -316,6 +323,38 @@ mod tests {
             );
             assert!((p.splits - 1) * p.split_k_tiles < p.k_tiles && p.splits * p.split_k_tiles >= p.k_tiles);
         }
+    }
+
+    #[test]
+    fn the_implicit_gemm_forward_writes_the_tensors_layout() {
+        let problem = ConvProblem::new(&ConvShape {
+            input: [32, 3, 224, 224],
+            weight: [64, 3, 7, 7],
+            stride: [2, 2],
+            padding: [3, 3],
+            dilation: [1, 1],
+            groups: 1,
+        })
+        .expect("the stem is a valid problem");
+        let h100 = DeviceLimits {
+            multiprocessors: 132,
+            max_shared_bytes_per_block: 227 * 1024,
+            warpgroup_mma: true,
+            tensor_maps: true,
+        };
+        for layout in [ConvLayout::Nchw, ConvLayout::Nhwc] {
+            let forward = algorithm(&problem, ConvPass::Forward, ConvPrecision::Fp32, layout, &h100);
+            assert!(matches!(forward, ConvAlgorithm::ImplicitGemm(_)), "{forward:?}");
+            assert_eq!((forward.layout(), forward.output_layout()), (ConvLayout::Nchw, layout));
+        }
+        let weight_grad = algorithm(
+            &problem,
+            ConvPass::WeightGrad,
+            ConvPrecision::Fp32,
+            ConvLayout::Nhwc,
+            &h100,
+        );
+        assert_eq!(weight_grad.output_layout(), ConvLayout::Nchw);
     }
 
     #[test]
