@@ -268,7 +268,8 @@ kernel_args! {
         pub problem: ConvProblem,
         pub plan: PhasePlan,
     }
-    /// Writes dx from the phases, one thread per element.
+    /// Writes dx from the phases, one thread per element, or per 4 channels of a pixel
+    /// ([`interleaved_per_thread`]).
     pub const CONV_INTERLEAVE_PHASES = "conv_interleave_phases_f32" => kernel::interleave;
     entry points in INTERLEAVE_ENTRY_POINTS;
 }
@@ -302,6 +303,17 @@ pub const fn phase_filters(
     )
 }
 
+/// Elements of dx each thread of the interleaving writes: 4 channels of a pixel in NHWC
+/// with channels in multiples of 4 (one place, one phase, 16-byte copies: the slots
+/// hold whole pixels too), else 1.
+pub const fn interleaved_per_thread(problem: &ConvProblem, plan: &PhasePlan) -> u32 {
+    if plan.channels_last == 1 && problem.in_channels.is_multiple_of(4) {
+        4
+    } else {
+        1
+    }
+}
+
 /// The launch writing `problem`'s dx from the phases' gradients.
 pub const fn interleave(
     problem: &ConvProblem,
@@ -316,9 +328,10 @@ pub const fn interleave(
         problem: *problem,
         plan: *plan,
     };
+    let threads = count.div_ceil(interleaved_per_thread(problem, plan) as u64);
     Launch::new(
         CONV_INTERLEAVE_PHASES,
-        LaunchGeometry::per_item(count, PHASE_THREADS),
+        LaunchGeometry::per_item(threads, PHASE_THREADS),
         args,
     )
 }
@@ -327,7 +340,7 @@ pub const fn interleave(
 mod kernel {
     use super::*;
     use crate::conv::problem::{element_index, element_place};
-    use crate::device::{block_idx_x, thread_idx_x, to_tf32};
+    use crate::device::{block_idx_x, load_global_v4, store_global_v4, thread_idx_x, to_tf32};
 
     /// `filters[ci][co][t][u] = w[g co][ci][r][s]` (rounded to TF32 when asked), the
     /// taps reversed: `r =
@@ -395,8 +408,9 @@ mod kernel {
     #[inline(always)]
     pub unsafe fn interleave(args: InterleaveArgs) {
         let (p, plan) = (&args.problem, &args.plan);
+        let per_thread = interleaved_per_thread(p, plan);
         // Every index of dx below 2^31: in 32 bits, divided by multiplies.
-        let i = block_idx_x() * PHASE_THREADS + thread_idx_x();
+        let i = (block_idx_x() * PHASE_THREADS + thread_idx_x()) * per_thread;
         if i >= p.batch * p.in_channels * p.pixels() {
             return;
         }
@@ -404,8 +418,8 @@ mod kernel {
         let [n, c, y, x] = element_place(i, channels_last, plan.div_channels, p.div_pixels, p.div_width);
         let ((i_h, qh), (i_w, qw)) = (p.div_stride_h.divmod(y), p.div_stride_w.divmod(x));
         let (row, column) = (pick(&plan.rows, qh), pick(&plan.columns, qw));
-        let value = if row.taps == 0 || column.taps == 0 {
-            0.0
+        let source = if row.taps == 0 || column.taps == 0 {
+            None
         } else {
             let (y, x) = (i_h + row.skip, i_w + column.skip);
             let at = element_index(
@@ -414,11 +428,21 @@ mod kernel {
                 [p.in_channels, row.extent, column.extent],
             );
             let slot = (qh * plan.stride_w + qw) as u64 * plan.slot_len;
-            // SAFETY: (n, c, y, x) lies inside the phase's output, in its slot.
-            unsafe { *args.phases.as_ptr().add((slot + at) as usize) }
+            Some(args.phases.as_ptr().wrapping_add((slot + at) as usize))
         };
-        // SAFETY: i is an element of dx.
-        unsafe { *args.dx.as_mut_ptr().add(i as usize) = value };
+        let dx = args.dx.as_mut_ptr().wrapping_add(i as usize);
+        if per_thread == 4 {
+            // SAFETY: channels c..c + 4 of the pixel, 16-byte aligned on both sides
+            // (channels, slots and allocations in multiples of 4 floats).
+            unsafe {
+                let values = source.map_or([0; 4], |from| load_global_v4(from.cast()));
+                store_global_v4(dx.cast(), values);
+            }
+        } else {
+            // SAFETY: (n, c, y, x) lies inside the phase's output, in its slot; i is an
+            // element of dx.
+            unsafe { *dx = source.map_or(0.0, |from| *from) };
+        }
     }
 
     /// `phases[q]` by selects over constant indices: an index the compiler cannot
