@@ -345,7 +345,10 @@ mod tests {
         for layout in [ConvLayout::Nchw, ConvLayout::Nhwc] {
             let forward = algorithm(&problem, ConvPass::Forward, ConvPrecision::Fp32, layout, &h100);
             assert!(matches!(forward, ConvAlgorithm::ImplicitGemm(_)), "{forward:?}");
-            assert_eq!((forward.layout(), forward.output_layout()), (ConvLayout::Nchw, layout));
+            assert_eq!(
+                (forward.layout(), forward.output_layout()),
+                (ConvLayout::Nchw, layout)
+            );
         }
         let weight_grad = algorithm(
             &problem,
