@@ -270,14 +270,17 @@ pub fn cuda_core_algorithm(problem: &ConvProblem, pass: ConvPass, multiprocessor
 mod tests {
     use super::*;
 
+    /// An H100's limits.
+    const H100: DeviceLimits = DeviceLimits {
+        multiprocessors: 132,
+        max_shared_bytes_per_block: 227 * 1024,
+        warpgroup_mma: true,
+        tensor_maps: true,
+    };
+
     #[test]
     fn tensor_core_forward_splits_k_where_tiles_leave_multiprocessors_idle() {
-        let h100 = DeviceLimits {
-            multiprocessors: 132,
-            max_shared_bytes_per_block: 227 * 1024,
-            warpgroup_mma: true,
-            tensor_maps: true,
-        };
+        let h100 = H100;
         let plan = |input, weight| {
             let problem = ConvProblem::new(&ConvShape {
                 input,
@@ -336,12 +339,7 @@ mod tests {
             groups: 1,
         })
         .expect("the stem is a valid problem");
-        let h100 = DeviceLimits {
-            multiprocessors: 132,
-            max_shared_bytes_per_block: 227 * 1024,
-            warpgroup_mma: true,
-            tensor_maps: true,
-        };
+        let h100 = H100;
         for layout in [ConvLayout::Nchw, ConvLayout::Nhwc] {
             let forward = algorithm(&problem, ConvPass::Forward, ConvPrecision::Fp32, layout, &h100);
             assert!(matches!(forward, ConvAlgorithm::ImplicitGemm(_)), "{forward:?}");
@@ -378,12 +376,7 @@ mod tests {
         assert!((plan.split as u64 - 1) * (plan.k_chunk as u64) < k);
         let forward = gemm::plan(&problem, ConvPass::Forward, 132);
         assert_eq!((forward.n_tiles, forward.split), (1, 1));
-        let h100 = DeviceLimits {
-            multiprocessors: 132,
-            max_shared_bytes_per_block: 227 * 1024,
-            warpgroup_mma: true,
-            tensor_maps: true,
-        };
+        let h100 = H100;
         // The headline's 3x3 stride-1 window takes Winograd in every pass.
         for pass in [ConvPass::Forward, ConvPass::InputGrad, ConvPass::WeightGrad] {
             assert!(matches!(

@@ -252,6 +252,30 @@ mod kernel {
     use crate::device::{SharedCarver, block_idx_x, block_idx_y, sync_threads, thread_idx_x};
     use crate::warp;
 
+    /// The sum in FP64 of `load(at)` for `at` from `first` below `end` by `step`, in
+    /// order, four loads in flight.
+    #[inline(always)]
+    fn strided_sum(first: u64, end: u64, step: u64, load: impl Fn(u64) -> f64) -> f64 {
+        let (mut sum, mut at) = (0.0, first);
+        while at + 3 * step < end {
+            let loaded = [
+                load(at),
+                load(at + step),
+                load(at + 2 * step),
+                load(at + 3 * step),
+            ];
+            for value in loaded {
+                sum += value;
+            }
+            at += 4 * step;
+        }
+        while at < end {
+            sum += load(at);
+            at += step;
+        }
+        sum
+    }
+
     /// `out[i] = sum over s of partials[s * count + i]` in FP64 in a fixed order: row
     /// `r` of the block's [`split_sum_rows`] adds partials `r`, `r + rows`, ... in
     /// order (four loads in flight), then the first row adds the rows' sums in order.
@@ -269,21 +293,10 @@ mod kernel {
         let (lane, row) = (t % lanes, t / lanes);
         let i = block_idx_x() as u64 * lanes as u64 + lane as u64;
         // SAFETY: s < split and i < count: s * count + i < split * count.
-        let load = |s: u32| unsafe { *partials.add((s as u64 * count + i) as usize) } as f64;
+        let load = |s: u64| unsafe { *partials.add((s * count + i) as usize) } as f64;
         let mut sum = 0.0f64;
         if i < count {
-            let mut s = row;
-            while s + 3 * rows < split {
-                let loaded = [load(s), load(s + rows), load(s + 2 * rows), load(s + 3 * rows)];
-                for value in loaded {
-                    sum += value;
-                }
-                s += 4 * rows;
-            }
-            while s < split {
-                sum += load(s);
-                s += rows;
-            }
+            sum = strided_sum(row as u64, split as u64, rows as u64, load);
         }
         if rows > 1 {
             // SAFETY: the launch provides REDUCE_THREADS f64.
@@ -360,29 +373,15 @@ mod kernel {
         let sums: *mut f64 = unsafe { SharedCarver::new().take(REDUCE_THREADS as usize) };
         let (channel, sum) = if CHANNELS_LAST {
             let channel = block_idx_x() * BIAS_NHWC_CHANNELS + t % BIAS_NHWC_CHANNELS;
-            let mut sum = 0.0f64;
-            let mut pixel = first + (t / BIAS_NHWC_CHANNELS) as u64;
+            let pixel = first + (t / BIAS_NHWC_CHANNELS) as u64;
             // SAFETY: a pixel of the batch (below `last`), a channel of dy.
             let load = |pixel: u64| unsafe { *dy.add((pixel * channels + channel as u64) as usize) } as f64;
             let step = (REDUCE_THREADS / BIAS_NHWC_CHANNELS) as u64;
-            if channel < p.out_channels {
-                while pixel + 3 * step < last {
-                    let loaded = [
-                        load(pixel),
-                        load(pixel + step),
-                        load(pixel + 2 * step),
-                        load(pixel + 3 * step),
-                    ];
-                    for value in loaded {
-                        sum += value;
-                    }
-                    pixel += 4 * step;
-                }
-                while pixel < last {
-                    sum += load(pixel);
-                    pixel += step;
-                }
-            }
+            let sum = if channel < p.out_channels {
+                strided_sum(pixel, last, step, load)
+            } else {
+                0.0
+            };
             (channel, sum)
         } else {
             let channel = block_idx_x();
@@ -397,24 +396,7 @@ mod kernel {
                 // SAFETY: `base + at` for `at` in [start, end) is a pixel of the image's
                 // plane of the channel.
                 let load = |at: u64| unsafe { *dy.add((base + at) as usize) } as f64;
-                let step = REDUCE_THREADS as u64;
-                let mut at = start + t as u64;
-                while at + 3 * step < end {
-                    let loaded = [
-                        load(at),
-                        load(at + step),
-                        load(at + 2 * step),
-                        load(at + 3 * step),
-                    ];
-                    for value in loaded {
-                        sum += value;
-                    }
-                    at += 4 * step;
-                }
-                while at < end {
-                    sum += load(at);
-                    at += step;
-                }
+                sum += strided_sum(start + t as u64, end, REDUCE_THREADS as u64, load);
                 start = end;
             }
             (channel, warp::reduce(sum, |a, b| a + b))

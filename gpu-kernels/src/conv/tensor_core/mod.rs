@@ -212,31 +212,7 @@ impl TensorCorePlan {
             return None;
         }
         let p = problem;
-        let (c, bytes) = (p.in_channels as u64, 4);
-        let window = |kernel: u32, dilation: u32| ((kernel - 1) * dilation) as i32;
-        let patches = TensorMapSpec {
-            address: x.address(),
-            rank: 4,
-            dims: [c, p.width as u64, p.height as u64, p.batch as u64, 0],
-            strides: [
-                c * bytes,
-                c * bytes * p.width as u64,
-                c * bytes * p.pixels() as u64,
-                0,
-            ],
-            element_strides: [1, p.stride_w, p.stride_h, 1, 0],
-            mode: TensorMapMode::Im2col {
-                lower: [-(p.pad_w as i32), -(p.pad_h as i32), 0],
-                upper: [
-                    p.pad_w as i32 - window(p.kernel_w, p.dilation_w),
-                    p.pad_h as i32 - window(p.kernel_h, p.dilation_h),
-                    0,
-                ],
-                channels: TC_BK,
-                pixels: WGMMA_BM,
-            },
-            swizzle: TensorMapSwizzle::Bytes128,
-        };
+        let patches = im2col_map(p, x, WGMMA_BM);
         let in_group = p.in_per_group() as u64;
         let filters = TensorMapSpec::tiled(
             w.address(),
@@ -337,6 +313,37 @@ const fn split_count(tiles: u64, k_tiles: u32, multiprocessors: u32) -> u32 {
 pub struct ForwardScratch {
     pub maps: DevicePtr<TensorMapPair>,
     pub partials: DevicePtrMut<u8>,
+}
+
+/// The im2col tensor map of NHWC x (`[C][W][H][N]`, swizzled): boxes of `TC_BK`
+/// channels of `pixels` output pixels' window taps, zeros in the padding.
+pub(crate) fn im2col_map(problem: &ConvProblem, x: DevicePtr<f32>, pixels: u32) -> TensorMapSpec {
+    let p = problem;
+    let (c, bytes) = (p.in_channels as u64, 4);
+    let window = |kernel: u32, dilation: u32| ((kernel - 1) * dilation) as i32;
+    TensorMapSpec {
+        address: x.address(),
+        rank: 4,
+        dims: [c, p.width as u64, p.height as u64, p.batch as u64, 0],
+        strides: [
+            c * bytes,
+            c * bytes * p.width as u64,
+            c * bytes * p.pixels() as u64,
+            0,
+        ],
+        element_strides: [1, p.stride_w, p.stride_h, 1, 0],
+        mode: TensorMapMode::Im2col {
+            lower: [-(p.pad_w as i32), -(p.pad_h as i32), 0],
+            upper: [
+                p.pad_w as i32 - window(p.kernel_w, p.dilation_w),
+                p.pad_h as i32 - window(p.kernel_h, p.dilation_h),
+                0,
+            ],
+            channels: TC_BK,
+            pixels,
+        },
+        swizzle: TensorMapSwizzle::Bytes128,
+    }
 }
 
 /// Whether the tensor maps of the bulk copies can describe `problem` (NHWC): 16-byte

@@ -32,13 +32,13 @@
 //! dy (zeros), so their x values add nothing unless they are infinite or NaN.
 
 use super::weight_grad::wave_filling_split;
-use super::{TC_BK, WGMMA_BARRIER_BYTES, WGMMA_THREADS, bulk_copies_fit, tile_bytes};
+use super::{TC_BK, WGMMA_BARRIER_BYTES, WGMMA_THREADS, bulk_copies_fit, im2col_map, tile_bytes};
 use crate::conv::reduce::{self, SplitSumArgs};
 use crate::conv::{ConvLayout, ConvProblem};
 use crate::launch::{
     DeviceLimits, DevicePtr, DevicePtrMut, Launch, LaunchGeometry, ScratchLayout, kernel_args,
 };
-use crate::tensor_map::{TensorMapMode, TensorMapPair, TensorMapSpec, TensorMapSwizzle};
+use crate::tensor_map::{TensorMapPair, TensorMapSpec, TensorMapSwizzle};
 
 /// Output channels per tile: 64 for each of the two consumer warpgroups.
 pub const WGMMA_WGRAD_ROWS: u32 = 128;
@@ -268,7 +268,6 @@ fn nchw_tensor_maps(problem: &ConvProblem, x: DevicePtr<f32>, dy: DevicePtr<f32>
 /// channels, swizzled.
 fn nhwc_tensor_maps(problem: &ConvProblem, x: DevicePtr<f32>, dy: DevicePtr<f32>) -> [TensorMapSpec; 2] {
     let p = problem;
-    let (c, bytes) = (p.in_channels as u64, 4);
     let batch_pixels = p.batch as u64 * p.out_pixels() as u64;
     let dy = TensorMapSpec::tiled(
         dy.address(),
@@ -276,30 +275,7 @@ fn nhwc_tensor_maps(problem: &ConvProblem, x: DevicePtr<f32>, dy: DevicePtr<f32>
         &[DY_NHWC_ROW, TC_BK, 1],
         TensorMapSwizzle::None,
     );
-    let window = |kernel: u32, dilation: u32| ((kernel - 1) * dilation) as i32;
-    let x = TensorMapSpec {
-        address: x.address(),
-        rank: 4,
-        dims: [c, p.width as u64, p.height as u64, p.batch as u64, 0],
-        strides: [
-            c * bytes,
-            c * bytes * p.width as u64,
-            c * bytes * p.pixels() as u64,
-            0,
-        ],
-        element_strides: [1, p.stride_w, p.stride_h, 1, 0],
-        mode: TensorMapMode::Im2col {
-            lower: [-(p.pad_w as i32), -(p.pad_h as i32), 0],
-            upper: [
-                p.pad_w as i32 - window(p.kernel_w, p.dilation_w),
-                p.pad_h as i32 - window(p.kernel_h, p.dilation_h),
-                0,
-            ],
-            channels: X_NHWC_BOX_CHANNELS,
-            pixels: TC_BK,
-        },
-        swizzle: TensorMapSwizzle::Bytes128,
-    };
+    let x = im2col_map(p, x, TC_BK);
     [dy, x]
 }
 
