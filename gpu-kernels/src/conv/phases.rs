@@ -269,7 +269,7 @@ kernel_args! {
         pub plan: PhasePlan,
     }
     /// Writes dx from the phases, one thread per element, or per 4 channels of a pixel
-    /// ([`interleaved_per_thread`]).
+    /// or 4 columns of a row ([`interleaved_per_thread`]).
     pub const CONV_INTERLEAVE_PHASES = "conv_interleave_phases_f32" => kernel::interleave;
     entry points in INTERLEAVE_ENTRY_POINTS;
 }
@@ -305,13 +305,15 @@ pub const fn phase_filters(
 
 /// Elements of dx each thread of the interleaving writes: 4 channels of a pixel in NHWC
 /// with channels in multiples of 4 (one place, one phase, 16-byte copies: the slots
-/// hold whole pixels too), else 1.
+/// hold whole pixels too), 4 columns of a row in NCHW with rows in multiples of 4 (one
+/// place and row phase, a 16-byte store), else 1.
 pub const fn interleaved_per_thread(problem: &ConvProblem, plan: &PhasePlan) -> u32 {
-    if plan.channels_last == 1 && problem.in_channels.is_multiple_of(4) {
-        4
+    let whole = if plan.channels_last == 1 {
+        problem.in_channels
     } else {
-        1
-    }
+        problem.width
+    };
+    if whole.is_multiple_of(4) { 4 } else { 1 }
 }
 
 /// The launch writing `problem`'s dx from the phases' gradients.
@@ -416,11 +418,16 @@ mod kernel {
         }
         let channels_last = plan.channels_last == 1;
         let [n, c, y, x] = element_place(i, channels_last, plan.div_channels, p.div_pixels, p.div_width);
-        let ((i_h, qh), (i_w, qw)) = (p.div_stride_h.divmod(y), p.div_stride_w.divmod(x));
-        let (row, column) = (pick(&plan.rows, qh), pick(&plan.columns, qw));
-        let source = if row.taps == 0 || column.taps == 0 {
-            None
-        } else {
+        let (i_h, qh) = p.div_stride_h.divmod(y);
+        let row = pick(&plan.rows, qh);
+        // The phases' element of dx's (n, c, y, x), at column x: none where the phase
+        // has no taps.
+        let source = |x: u32| {
+            let (i_w, qw) = p.div_stride_w.divmod(x);
+            let column = pick(&plan.columns, qw);
+            if row.taps == 0 || column.taps == 0 {
+                return None;
+            }
             let (y, x) = (i_h + row.skip, i_w + column.skip);
             let at = element_index(
                 [n, c, y, x],
@@ -431,17 +438,24 @@ mod kernel {
             Some(args.phases.as_ptr().wrapping_add((slot + at) as usize))
         };
         let dx = args.dx.as_mut_ptr().wrapping_add(i as usize);
-        if per_thread == 4 {
-            // SAFETY: channels c..c + 4 of the pixel, 16-byte aligned on both sides
-            // (channels, slots and allocations in multiples of 4 floats).
-            unsafe {
-                let values = source.map_or([0; 4], |from| load_global_v4(from.cast()));
-                store_global_v4(dx.cast(), values);
+        // SAFETY: each source lies inside its phase's output, in its slot; dx's
+        // elements i.. are the thread's.
+        unsafe {
+            match per_thread {
+                1 => *dx = source(x).map_or(0.0, |from| *from),
+                // Channels c..c + 4 of the pixel, 16-byte aligned on both sides
+                // (channels, slots and allocations in multiples of 4 floats).
+                _ if channels_last => {
+                    let values = source(x).map_or([0; 4], |from| load_global_v4(from.cast()));
+                    store_global_v4(dx.cast(), values);
+                }
+                // Columns x..x + 4 of the row (rows in multiples of 4 floats), each from
+                // its column phase.
+                _ => {
+                    let value = |k: u32| source(x + k).map_or(0.0, |from| *from).to_bits();
+                    store_global_v4(dx.cast(), [value(0), value(1), value(2), value(3)]);
+                }
             }
-        } else {
-            // SAFETY: (n, c, y, x) lies inside the phase's output, in its slot; i is an
-            // element of dx.
-            unsafe { *dx = source.map_or(0.0, |from| *from) };
         }
     }
 

@@ -500,6 +500,22 @@ fn every_conv_kernel_matches_the_reference_on_fixed_cases() {
             ),
             [Gemm, Phases, SplitGemm],
         ),
+        // The same with rows of 12: the phases interleaved 4 columns at a time.
+        (
+            case(
+                2,
+                [6, 10],
+                [3, 3],
+                [9, 12],
+                Conv2dParams {
+                    stride: [2, 2],
+                    padding: [1, 1],
+                    ..p
+                },
+                true,
+            ),
+            [Gemm, Phases, SplitGemm],
+        ),
         // A weight gradient short enough for one split (no partials).
         // dx by the direct kernel (2 input channels).
         (
