@@ -195,12 +195,16 @@ const fn prepare_filters(
     flip: bool,
 ) -> Launch<PrepareFiltersArgs> {
     let args = prepare_args(problem, layout, w, prepared, flip);
+    let per_thread = if flip { 1 } else { ROUNDED_PER_THREAD };
     Launch::new(
         CONV_PREPARE_FILTERS,
-        LaunchGeometry::per_item(problem.weight_count(), PREPARE_THREADS),
+        LaunchGeometry::per_item(problem.weight_count().div_ceil(per_thread), PREPARE_THREADS),
         args,
     )
 }
+
+/// Weights each thread rounds where the preparation does not flip: 16 bytes.
+const ROUNDED_PER_THREAD: u64 = 4;
 
 /// Where element `i` of `problem`'s weights goes among the flipped weights.
 pub const fn flipped_index(problem: &ConvProblem, channels_last: bool, i: u64) -> u64 {
@@ -248,19 +252,38 @@ pub const fn nhwc_flip_places(problem: &ConvProblem, [group, tap]: [u64; 2], co:
 mod kernel {
     use super::*;
     use crate::conv::problem::{element_index, element_place};
-    use crate::device::{block_idx_x, block_idx_z, thread_idx_x, to_tf32};
+    use crate::device::{block_idx_x, block_idx_z, load_global_v4, store_global_v4, thread_idx_x, to_tf32};
 
     /// `prepared[j] = tf32(w[i])` for every weight `i`, `j` its [`flipped_index`]
-    /// when flipping, else `i`.
+    /// when flipping, else `i` (`ROUNDED_PER_THREAD` weights a thread).
     ///
     /// # Safety
     /// `w` and `prepared` hold the problem's weights (`out * in / groups * taps`), in
-    /// the layout `channels_last` names; the grid covers them, `PREPARE_THREADS` a
-    /// block.
+    /// the layout `channels_last` names, from 16-byte-aligned addresses; the grid
+    /// covers them, `PREPARE_THREADS` a block.
     #[inline(always)]
     pub unsafe fn prepare_filters(args: PrepareFiltersArgs) {
         let p = args.problem;
-        let i = block_idx_x() as u64 * PREPARE_THREADS as u64 + thread_idx_x() as u64;
+        let thread = block_idx_x() as u64 * PREPARE_THREADS as u64 + thread_idx_x() as u64;
+        if args.flip == 0 {
+            let (first, count) = (thread * ROUNDED_PER_THREAD, p.weight_count());
+            let (w, rounded) = (args.w.as_ptr(), args.prepared.as_mut_ptr());
+            if first + ROUNDED_PER_THREAD <= count {
+                // SAFETY: weights first..first + 4, 16-byte aligned on both sides.
+                unsafe {
+                    let values = load_global_v4(w.add(first as usize).cast());
+                    let values = values.map(|v| to_tf32(f32::from_bits(v)));
+                    store_global_v4(rounded.add(first as usize).cast(), values);
+                }
+            } else {
+                for i in first..count {
+                    // SAFETY: i < count.
+                    unsafe { *rounded.add(i as usize) = f32::from_bits(to_tf32(*w.add(i as usize))) };
+                }
+            }
+            return;
+        }
+        let i = thread;
         if i >= p.weight_count() {
             return;
         }
