@@ -88,14 +88,7 @@ impl ConvEpilogue {
         const TWO_SQRT_2_OVER_PI: f32 = 2.0 * 0.797_884_6;
         match self.activation {
             0 => value,
-            // NaN stays NaN, as in torch.
-            1 => {
-                if value < 0.0 {
-                    0.0
-                } else {
-                    value
-                }
-            }
+            1 => self.rectify(value),
             kind => {
                 let (linear, cubic) = if kind == Activation::Silu as u32 {
                     (1.0, 0.0)
@@ -116,6 +109,30 @@ impl ConvEpilogue {
     #[inline(always)]
     pub fn is_plain(&self) -> bool {
         self.activation == Activation::Identity as u32 && self.residual.as_ptr().is_null()
+    }
+
+    /// Whether the outputs are the sums plus bias, rectified or not: what kernels that
+    /// store their sums straight from registers apply there ([`Self::rectify`]), a
+    /// comparison per output, where a longer activation or a residual would not fit
+    /// their unrolled stores.
+    #[cfg(target_arch = "nvptx64")]
+    #[inline(always)]
+    pub fn fits_register_stores(&self) -> bool {
+        (self.activation == Activation::Identity as u32 || self.activation == Activation::Relu as u32)
+            && self.residual.as_ptr().is_null()
+    }
+
+    /// `value` through ReLU when that is the activation, else as it is; the whole
+    /// epilogue when [`Self::fits_register_stores`].
+    #[cfg(target_arch = "nvptx64")]
+    #[inline(always)]
+    pub fn rectify(&self, value: f32) -> f32 {
+        // NaN stays NaN, as in torch.
+        if self.activation == Activation::Relu as u32 && value < 0.0 {
+            0.0
+        } else {
+            value
+        }
     }
 
     /// The activation of each of `values`, for kernels whose loops over register

@@ -64,7 +64,7 @@ pub unsafe fn store<const I: usize, const J: usize>(
 ) {
     // SAFETY: forwarded.
     unsafe {
-        if args.epilogue.is_plain() {
+        if args.epilogue.fits_register_stores() {
             store_plain(args, tile, warp)
         } else {
             store_fused(args, tile, warp)
@@ -72,13 +72,13 @@ pub unsafe fn store<const I: usize, const J: usize>(
     }
 }
 
-/// Writes the warp's sums as they are (the epilogue plain) to y: output pixel m and
-/// channel c of the group at `y[m][channel]` (NHWC) or `y[image][channel][pixel]`
+/// Writes the warp's sums, rectified where the activation is ReLU, to y: output pixel
+/// m and channel c of the group at `y[m][channel]` (NHWC) or `y[image][channel][pixel]`
 /// (NCHW).
 ///
 /// # Safety
-/// `args` are the launch's (y holds the problem's output in the plan's layout), `tile` a
-/// tile of its GEMM.
+/// `args` are the launch's (y holds the problem's output in the plan's layout, the
+/// epilogue [`ConvEpilogue::fits_register_stores`]), `tile` a tile of its GEMM.
 #[inline(always)]
 pub unsafe fn store_plain<const I: usize, const J: usize>(
     args: &TensorCoreArgs,
@@ -107,7 +107,7 @@ pub unsafe fn store_plain<const I: usize, const J: usize>(
                 if m >= m_total {
                     continue;
                 }
-                let values = [0, 1].map(|e| sums[2 * half as usize + e]);
+                let values = [0, 1].map(|e| args.epilogue.rectify(sums[2 * half as usize + e]));
                 if channels_last {
                     let at = m as usize * p.out_channels as usize + channels[0].1 as usize;
                     if pairs && channels[1].0 {

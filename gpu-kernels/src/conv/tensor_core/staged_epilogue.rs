@@ -1,4 +1,5 @@
-//! The epilogue of the `wgmma` kernel: a consumer warpgroup's sums (128 rows of 128 or
+//! The epilogue of the `wgmma` kernel with a residual or an activation past ReLU (the
+//! others store from registers): a consumer warpgroup's sums (128 rows of 128 or
 //! 64 columns) go out through shared memory, 32 columns at a time, so that every store to y (and every
 //! read of the residual) is coalesced in either layout, and the fused epilogue runs in
 //! loops over shared memory rather than over the registers (a loop over the registers

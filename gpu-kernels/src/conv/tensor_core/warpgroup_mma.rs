@@ -436,7 +436,7 @@ where
         unsafe {
             warpgroup_wait::<0>();
             let last = (fills - 1) % WGMMA_STAGES;
-            if args.epilogue.is_plain() {
+            if args.epilogue.fits_register_stores() {
                 // Straight from the registers, the stage already back with the producer.
                 pipeline.release(last);
                 let warp_tiles = WarpTiles {
