@@ -25,14 +25,17 @@ pub struct WarpTiles<const I: usize, const J: usize> {
 
 /// The sums a warp's tiles start from: the bias of each tile's columns (zero without
 /// one, or past the group's channels), so that the epilogue stores the sums as they are.
+/// `bias_of(c)` is the bias of output channel c.
 ///
 /// # Safety
-/// `args` are the launch's (bias null or `out_channels` floats).
+/// `args` are the launch's (bias null or `out_channels` floats); `bias_of` reads a
+/// channel's bias where there is one.
 #[inline(always)]
 pub unsafe fn bias_sums<const I: usize, const J: usize>(
     args: &TensorCoreArgs,
     tile: TileOrigin,
     column0: u32,
+    bias_of: impl Fn(u32) -> f32,
 ) -> [[[f32; 4]; J]; I] {
     let out_group = args.problem.out_per_group();
     let bias = args.epilogue.bias.as_ptr();
@@ -43,8 +46,7 @@ pub unsafe fn bias_sums<const I: usize, const J: usize>(
             if bias.is_null() || c >= out_group {
                 0.0
             } else {
-                // SAFETY: a channel of the bias (the group's channel c).
-                unsafe { *bias.add((tile.group * out_group + c) as usize) }
+                bias_of(tile.group * out_group + c)
             }
         })
     });

@@ -71,6 +71,10 @@ pub const WGMMA_STAGES: u32 = if WGMMA_CONSUMER_BLOCKS == 2 { 4 } else { 6 };
 pub const WGMMA_BARRIER_BYTES: u32 = 16;
 /// Bytes of the `wgmma` producer's table of window origins (NHWC), 16 per row.
 pub const WGMMA_TABLE_BYTES: u32 = 16 * WGMMA_BM;
+/// Output channels whose bias the `wgmma` forward kernel keeps in shared memory (the
+/// rest it reads from global memory), and their bytes.
+pub const WGMMA_SHARED_BIAS: u32 = 2048;
+pub const WGMMA_BIAS_BYTES: u32 = 4 * WGMMA_SHARED_BIAS;
 
 /// Fewest k-tiles of a split of K: fewer would spend more of each part filling and
 /// draining the pipeline than multiplying.
@@ -267,7 +271,8 @@ impl TensorCorePlan {
                 grid: [self.blocks as u64, 1, 1],
                 threads: WGMMA_THREADS,
                 shared_bytes: WGMMA_STAGES * (tile_bytes(WGMMA_BM) + tile_bytes(TC_BN) + WGMMA_BARRIER_BYTES)
-                    + WGMMA_TABLE_BYTES,
+                    + WGMMA_TABLE_BYTES
+                    + WGMMA_BIAS_BYTES,
             }
         } else {
             LaunchGeometry {

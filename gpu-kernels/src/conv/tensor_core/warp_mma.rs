@@ -113,8 +113,9 @@ unsafe fn product<A: Operand, B: Operand>(
     let warp = thread_idx_x() / 32;
     let (row0, col0) = ((warp % 2) * 64, (warp / 2) * 32);
     let lane = lane_id();
-    // SAFETY: the launch's arguments.
-    let acc = unsafe { bias_sums::<4, 4>(args, tile, col0) };
+    let bias = args.epilogue.bias.as_ptr();
+    // SAFETY: the launch's arguments; `bias_of` reads a channel of the bias.
+    let acc = unsafe { bias_sums::<4, 4>(args, tile, col0, |c| *bias.add(c as usize)) };
     let multiply = |(tile_a, tile_b): (u32, u32), mut acc: [[[f32; 4]; 4]; 4]| {
         // Lane `i` addresses row `i % 8` of matrix `i / 8` of each `ldmatrix.x4`.
         let (row_in, matrix) = (lane % 8, lane / 8);

@@ -18,8 +18,8 @@ use super::*;
 use crate::device::{
     PIPELINE_BARRIER_BYTES, Shuffle, StagePipeline, WarpgroupAccumulators, async_copy_commit,
     async_copy_wait, block_idx_x, fence_async_shared, fence_tensor_map, grid_dim_x, lane_id, load_matrix_x4,
-    set_max_registers, shared_base, swizzled_k_major_descriptor, sync_group, sync_threads, thread_idx_x,
-    to_tf32, warpgroup_commit, warpgroup_fence, warpgroup_wait,
+    load_shared_f32, set_max_registers, shared_base, store_shared_f32, swizzled_k_major_descriptor,
+    sync_group, sync_threads, thread_idx_x, to_tf32, warpgroup_commit, warpgroup_fence, warpgroup_wait,
 };
 use crate::tensor_map::TensorMap;
 
@@ -58,6 +58,48 @@ fn stage_b(stage: u32) -> u32 {
 #[inline(always)]
 fn origin_table() -> u32 {
     stage_a(WGMMA_STAGES) + WGMMA_STAGES * WGMMA_BARRIER_BYTES
+}
+
+/// The bias of the first `WGMMA_SHARED_BIAS` output channels, after the table: read at
+/// the start of every tile, from global memory its loads would hold back the tile's
+/// first `wgmma`.
+#[inline(always)]
+fn bias_table() -> u32 {
+    origin_table() + WGMMA_TABLE_BYTES
+}
+
+/// Copies the first `WGMMA_SHARED_BIAS` channels of the bias (if any) to the bias table.
+///
+/// # Safety
+/// Every thread of the block calls it before a barrier that precedes the table's reads;
+/// the bias is null or `out_channels` floats.
+#[inline(always)]
+unsafe fn stage_bias(args: &TensorCoreArgs) {
+    let bias = args.epilogue.bias.as_ptr();
+    if bias.is_null() {
+        return;
+    }
+    let channels = args.problem.out_channels.min(WGMMA_SHARED_BIAS);
+    for c in (thread_idx_x()..channels).step_by(WGMMA_THREADS as usize) {
+        // SAFETY: c is a channel of the bias and of the table.
+        unsafe { store_shared_f32(bias_table() + 4 * c, *bias.add(c as usize)) };
+    }
+}
+
+/// The bias of output channel `c`: from the bias table where it holds it.
+///
+/// # Safety
+/// The bias is `out_channels` floats, the table staged and published; c is a channel.
+#[inline(always)]
+unsafe fn bias_of(args: &TensorCoreArgs, c: u32) -> f32 {
+    // SAFETY: forwarded.
+    unsafe {
+        if c < WGMMA_SHARED_BIAS {
+            load_shared_f32(bias_table() + 4 * c)
+        } else {
+            *args.epilogue.bias.as_ptr().add(c as usize)
+        }
+    }
 }
 
 /// A unit of a block's work: a tile of the GEMM, and the k-tiles of its split of K.
@@ -108,10 +150,13 @@ where
     // With bulk copies one producer thread arrives per fill, else every producer.
     let bulk = CHANNELS_LAST && plan.bulk_copies == 1;
     let producers = if bulk { 1 } else { WARPGROUP };
-    // SAFETY: every thread calls it; the mbarriers follow the stages in the launch's
-    // shared memory, and the barrier below publishes them.
-    let pipeline =
-        unsafe { StagePipeline::new(stage_a(WGMMA_STAGES), WGMMA_STAGES, producers, 2 * WARPGROUP) };
+    // SAFETY: every thread calls them; the mbarriers follow the stages in the launch's
+    // shared memory, the bias table the producer's table, and the barrier below
+    // publishes both.
+    let pipeline = unsafe {
+        stage_bias(&args);
+        StagePipeline::new(stage_a(WGMMA_STAGES), WGMMA_STAGES, producers, 2 * WARPGROUP)
+    };
     // SAFETY: every thread reaches it.
     unsafe { sync_threads() };
     // Broadcast from lane 0 so that ptxas sees the role as warp-uniform: a `wgmma`
@@ -419,7 +464,7 @@ where
             ..*args
         };
         // SAFETY: the launch's arguments.
-        let mut sums = unsafe { bias_sums::<2, J>(args, tile, 0) };
+        let mut sums = unsafe { bias_sums::<2, J>(args, tile, 0, |c| bias_of(args, c)) };
         let [top, bottom] = &mut sums;
         top.pin();
         bottom.pin();
