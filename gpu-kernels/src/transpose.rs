@@ -11,8 +11,10 @@ use crate::launch::{DevicePtr, DevicePtrMut, Launch, LaunchGeometry, kernel_args
 
 /// Elements along each side of a tile.
 pub const TILE: u32 = 32;
-/// Rows of a tile each thread moves.
-pub const ROWS_PER_THREAD: u32 = 4;
+/// Rows of a tile each thread moves: eight loads in flight per thread, so that the
+/// blocks loading while others store keep enough bytes in flight for the copy
+/// bandwidth.
+pub const ROWS_PER_THREAD: u32 = 8;
 /// Threads per block: `TILE` columns by `TILE / ROWS_PER_THREAD` rows.
 pub const THREADS: u32 = TILE * TILE / ROWS_PER_THREAD;
 /// Dynamic shared memory: one padded tile.
