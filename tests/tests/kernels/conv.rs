@@ -577,6 +577,12 @@ fn every_conv_kernel_matches_the_reference_on_fixed_cases() {
             ),
             [TensorCoreBulkNarrow, TensorCoreBulkNarrow, TensorCoreGrad],
         ),
+        // 2056 output channels with a bias: the `wgmma` forward reads the first 2048
+        // channels' bias from shared memory, the rest from global memory.
+        (
+            case(1, [8, 2056], [1, 1], [4, 9], tf32(ConvLayout::Nhwc), true),
+            [TensorCoreBulk, SplitTensorCoreBulkNarrow, TensorCoreGrad],
+        ),
         // NCHW, then NHWC (x transposed in shared memory), in TF32, stride 1: the weight
         // gradient on `wgmma` on Hopper.
         (
