@@ -436,6 +436,19 @@ fn every_conv_kernel_matches_the_reference_on_fixed_cases() {
             ),
             [Winograd, Winograd, Winograd],
         ),
+        // Winograd on rows of 31 tiles, padded to runs of 32 slots; an odd width, stored
+        // a column at a time.
+        (
+            case(
+                2,
+                [5, 40],
+                [3, 3],
+                [5, 61],
+                Conv2dParams { padding: [1, 1], ..p },
+                true,
+            ),
+            [Winograd, Winograd, Winograd],
+        ),
         // Winograd forward and weight gradient; padding 3 sends dx to the implicit GEMM
         // (6 input channels: more than the direct kernel takes).
         (

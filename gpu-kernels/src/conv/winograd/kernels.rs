@@ -7,8 +7,8 @@ use super::transform::{
 };
 use super::*;
 use crate::device::{
-    block_idx_x, block_idx_y, load_shared_f32, shared_base, store_global_v4, store_shared_v4_f32,
-    sync_threads, thread_idx_x,
+    block_idx_x, block_idx_y, load_shared_f32, shared_base, store_global_v2_f32, store_global_v4,
+    store_shared_v4_f32, sync_threads, thread_idx_x,
 };
 
 /// `U[group][xi][c][k] = (G g G^T)[xi]` for every (group, c, k) of the padded layout,
@@ -71,25 +71,10 @@ pub unsafe fn winograd(args: WinogradArgs) {
     let t = thread_idx_x();
     let group = block_idx_y();
     let (tile_block, out_block) = (block_idx_x() / p.out_blocks(), block_idx_x() % p.out_blocks());
-    let cg = p.in_per_group();
     let k0 = out_block * WINOGRAD_OUT;
 
     let (slot, channel) = (t % WINOGRAD_ROWS, t / WINOGRAD_ROWS);
-    let tile = tile_block * WINOGRAD_ROWS + slot;
-    let (inside, (image, tile_row, tile_column)) = match tile < p.tile_count() {
-        true => (true, p.tile_place(tile)),
-        false => (false, (0, 0, 0)),
-    };
-    let tiles = InputTiles {
-        input,
-        problem,
-        inside,
-        first_plane: image as i64 * p.channels as i64 + (group * cg) as i64,
-        y0: (2 * tile_row) as i32 - p.pad_h as i32,
-        x0: (2 * tile_column) as i32 - p.pad_w as i32,
-        channel,
-        slot,
-    };
+    let tiles = InputTiles::new(input, p, group, tile_block * WINOGRAD_ROWS + slot, channel);
     let filter = FilterSlices {
         u: u.wrapping_add(group as usize * 16 * p.channels_padded as usize * p.out_padded as usize),
         problem,
@@ -127,8 +112,8 @@ pub unsafe fn winograd(args: WinogradArgs) {
 }
 
 /// The inverse transform of the block's products (`product_at` their shared-memory
-/// addresses), one (tile, out channel) per thread and step, through the epilogue when
-/// `FUSED` (else plus the bias alone).
+/// addresses): each thread takes one tile (slot `t % WINOGRAD_ROWS`) for every step's
+/// out channel, through the epilogue when `FUSED` (else plus the bias alone).
 ///
 /// # Safety
 /// As [`winograd`], after its products were written and published; `block` is its
@@ -139,20 +124,26 @@ unsafe fn write_outputs<const FUSED: bool>(
     product_at: impl Fn(u32, u32, u32) -> u32,
     block: (u32, u32, u32),
 ) {
+    const CHANNELS_PER_STEP: u32 = WINOGRAD_THREADS / WINOGRAD_ROWS;
     let (tile_block, group, k0) = block;
     let p = &args.problem;
     let (bias, output) = (args.epilogue.bias.as_ptr(), args.output.as_mut_ptr());
     let kg = p.out_per_group();
     let t = thread_idx_x();
-    for step in 0..WINOGRAD_ROWS * WINOGRAD_OUT / WINOGRAD_THREADS {
-        let pair = t + WINOGRAD_THREADS * step;
-        let (slot, k) = (pair % WINOGRAD_ROWS, pair / WINOGRAD_ROWS);
-        let tile = tile_block * WINOGRAD_ROWS + slot;
-        if k0 + k >= kg || tile >= p.tile_count() {
-            continue;
+    let slot = t % WINOGRAD_ROWS;
+    let tile = tile_block * WINOGRAD_ROWS + slot;
+    let Some((image, tile_row, tile_column)) = p.tile_place(tile) else {
+        return;
+    };
+    let (oy, ox) = (2 * tile_row, 2 * tile_column);
+    // Both columns of a tile row at once where they are 8-byte aligned: an even row
+    // length (and an aligned y) keeps every tile's first column so.
+    let pairs = ox + 1 < p.out_w && p.out_w.is_multiple_of(2) && output.addr().is_multiple_of(8);
+    for step in 0..WINOGRAD_OUT / CHANNELS_PER_STEP {
+        let k = t / WINOGRAD_ROWS + CHANNELS_PER_STEP * step;
+        if k0 + k >= kg {
+            break;
         }
-        let (image, tile_row, tile_column) = p.tile_place(tile);
-        let (oy, ox) = (2 * tile_row, 2 * tile_column);
         // SAFETY: written before the barrier, inside the shared memory.
         let m: [f32; 16] =
             core::array::from_fn(|xi| unsafe { load_shared_f32(product_at(xi as u32, k, slot)) });
@@ -167,20 +158,31 @@ unsafe fn write_outputs<const FUSED: bool>(
         let plane =
             (image as u64 * p.out_channels as u64 + channel as u64) * (p.out_h as u64 * p.out_w as u64);
         for i in 0..2 {
+            let row = oy + i as u32;
+            if row >= p.out_h {
+                break;
+            }
+            let first = (plane + row as u64 * p.out_w as u64 + ox as u64) as usize;
+            // Column j of the row, `first + j`, is an output wherever it is stored.
+            let value = |j: usize, sum: f32| {
+                if FUSED {
+                    // SAFETY: an element of y (above).
+                    unsafe { args.epilogue.apply(sum + offset, first + j) }
+                } else {
+                    sum + offset
+                }
+            };
             let y = output_rows(columns.map(|column| column[i]));
-            for (j, value) in y.into_iter().enumerate() {
-                let (row, col) = (oy + i as u32, ox + j as u32);
-                if row < p.out_h && col < p.out_w {
-                    let at = (plane + row as u64 * p.out_w as u64 + col as u64) as usize;
-                    // SAFETY: (row, col) is inside the output plane, and so inside the
-                    // residual.
-                    unsafe {
-                        *output.add(at) = if FUSED {
-                            args.epilogue.apply(value + offset, at)
-                        } else {
-                            value + offset
-                        }
-                    };
+            // SAFETY: (row, ox) and, where written, (row, ox + 1) are inside the output
+            // plane, and so inside the residual; paired, 8-byte aligned (above).
+            unsafe {
+                if pairs {
+                    store_global_v2_f32(output.add(first), [value(0, y[0]), value(1, y[1])]);
+                } else {
+                    *output.add(first) = value(0, y[0]);
+                    if ox + 1 < p.out_w {
+                        *output.add(first + 1) = value(1, y[1]);
+                    }
                 }
             }
         }

@@ -67,7 +67,8 @@ pub struct WinogradProblem {
     pub out_padded: u32,
     /// Whether U comes from the flipped, transposed weights (the input gradient).
     pub flip: u32,
-    /// Division by the output tiles along a row and along a column.
+    /// Division by the tile slots of a tile row (see `tile_pitch`) and by the tiles
+    /// along a column.
     pub div_tiles_w: FastDiv,
     pub div_tiles_h: FastDiv,
 }
@@ -99,7 +100,7 @@ impl WinogradProblem {
             channels_padded: ci.next_multiple_of(WINOGRAD_CHUNK),
             out_padded: co.next_multiple_of(WINOGRAD_OUT),
             flip: 0,
-            div_tiles_w: FastDiv::new(p.out_w.div_ceil(2)),
+            div_tiles_w: FastDiv::new(tile_pitch(p.out_w.div_ceil(2))),
             div_tiles_h: FastDiv::new(p.out_h.div_ceil(2)),
         };
         match pass {
@@ -120,7 +121,7 @@ impl WinogradProblem {
                 channels_padded: co.next_multiple_of(WINOGRAD_CHUNK),
                 out_padded: ci.next_multiple_of(WINOGRAD_OUT),
                 flip: 1,
-                div_tiles_w: FastDiv::new(p.width.div_ceil(2)),
+                div_tiles_w: FastDiv::new(tile_pitch(p.width.div_ceil(2))),
                 div_tiles_h: FastDiv::new(p.height.div_ceil(2)),
                 ..forward
             }),
@@ -138,18 +139,22 @@ impl WinogradProblem {
     pub const fn tiles(&self) -> (u32, u32) {
         (self.out_w.div_ceil(2), self.out_h.div_ceil(2))
     }
-    /// Output tiles of all images: below 2^31, as the problem's output pixels.
+    /// Tile slots of all images, `tile_pitch` per tile row: below 2^31, as the
+    /// problem's output pixels.
     pub const fn tile_count(&self) -> u32 {
-        let (along, rows) = self.tiles();
-        self.batch * rows * along
+        self.batch * self.tiles().1 * self.div_tiles_w.divisor
     }
-    /// The place of output tile `tile` (below [`Self::tile_count`]): (image, tile row,
-    /// tile column).
+    /// The place of the output tile in slot `tile`: (image, tile row, tile column), or
+    /// `None` past the last tile or in a row's padding.
     #[inline(always)]
-    pub const fn tile_place(&self, tile: u32) -> (u32, u32, u32) {
+    pub const fn tile_place(&self, tile: u32) -> Option<(u32, u32, u32)> {
         let (rest, column) = self.div_tiles_w.divmod(tile);
         let (image, row) = self.div_tiles_h.divmod(rest);
-        (image, row, column)
+        if image < self.batch && column < self.tiles().0 {
+            Some((image, row, column))
+        } else {
+            None
+        }
     }
     /// Blocks along the output channels of a group.
     pub const fn out_blocks(&self) -> u32 {
@@ -169,6 +174,20 @@ impl WinogradProblem {
     /// each.
     pub const fn tile_chunks(&self) -> u64 {
         self.tile_count().div_ceil(WINOGRAD_CHUNK) as u64
+    }
+}
+
+/// Tile slots per tile row of `tiles` tiles: rounded up to whole runs of
+/// `WINOGRAD_ROWS` where that leaves at most a sixteenth of the slots empty, so that
+/// the runs of wide maps start at aligned columns of one row (fewer sectors per load
+/// than runs across rows at any column); else the tiles themselves, so that the runs
+/// of narrow maps stay full across rows and images.
+const fn tile_pitch(tiles: u32) -> u32 {
+    let padded = tiles.next_multiple_of(WINOGRAD_ROWS);
+    if (padded - tiles) * 16 <= padded {
+        padded
+    } else {
+        tiles
     }
 }
 

@@ -3,10 +3,13 @@
 //! [`products`], the one mainloop of the forward, input-gradient and weight-gradient
 //! kernels: 16 small GEMMs, one per tile position.
 
-use super::{WINOGRAD_CHUNK, WINOGRAD_OUT, WINOGRAD_PART, WINOGRAD_PITCH, WINOGRAD_THREADS, WinogradProblem};
+use super::{
+    WINOGRAD_CHUNK, WINOGRAD_OUT, WINOGRAD_PART, WINOGRAD_PITCH, WINOGRAD_ROWS, WINOGRAD_THREADS,
+    WinogradProblem,
+};
 use crate::conv::outer_product::{Accumulators, accumulate_outer_product};
 use crate::device::{
-    load_global_nc_v4, shared_base, store_shared_f32, store_shared_v4_f32, sync_threads, thread_idx_x,
+    async_copy, async_copy_commit, async_copy_wait, shared_base, store_shared_f32, sync_threads, thread_idx_x,
 };
 
 /// `G t` for three taps: G = [[1, 0, 0], [1/2, 1/2, 1/2], [1/2, -1/2, 1/2], [0, 0, 1]].
@@ -77,11 +80,16 @@ pub fn staged(part: u32, xi: u32, k: u32, row: u32) -> u32 {
 /// it, transformed, into a stage `[16][WINOGRAD_CHUNK][WINOGRAD_PITCH]`.
 pub trait Producer {
     type Fetched;
-    /// This thread's share of `chunk` (zeros past the operand's end).
-    fn fetch(&self, chunk: u32) -> Self::Fetched;
+    /// This thread's share of `chunk` (zeros past the operand's end), bound for stage
+    /// `part`: an operand that needs no transform may start copying it there.
+    ///
     /// # Safety
-    /// `part` is a stage of the launch's shared memory that no thread reads before the
-    /// next barrier.
+    /// `part` is a stage of the launch's shared memory that no thread accesses from now
+    /// until the [`Self::stash`] of what this returns, and no thread reads before the
+    /// barrier after it.
+    unsafe fn fetch(&self, chunk: u32, part: u32) -> Self::Fetched;
+    /// # Safety
+    /// `part` is the stage of the fetch, which no thread reads before the next barrier.
     unsafe fn stash(&self, fetched: &Self::Fetched, part: u32);
 }
 
@@ -106,13 +114,21 @@ pub unsafe fn products<A: Producer, B: Producer>(a: &A, b: &B, first: u32, chunk
     let mut acc: Accumulators = [[0.0; 8]; 8];
     // SAFETY: stage 0 is unread until the barrier, which the whole block reaches.
     unsafe {
-        a.stash(&a.fetch(first), stage(0));
-        b.stash(&b.fetch(first), stage(0) + WINOGRAD_PART);
+        a.stash(&a.fetch(first, stage(0)), stage(0));
+        let b_part = stage(0) + WINOGRAD_PART;
+        b.stash(&b.fetch(first, b_part), b_part);
         sync_threads();
     }
     for chunk in 0..chunks {
         let s = chunk % 2;
-        let (next_a, next_b) = (a.fetch(first + chunk + 1), b.fetch(first + chunk + 1));
+        // SAFETY: the other stage was last read before the previous barrier, and is
+        // written only by the stashes below.
+        let (next_a, next_b) = unsafe {
+            (
+                a.fetch(first + chunk + 1, stage(1 - s)),
+                b.fetch(first + chunk + 1, stage(1 - s) + WINOGRAD_PART),
+            )
+        };
         for k in 0..WINOGRAD_CHUNK {
             let (a_at, b_at) = (
                 staged(stage(s), xi, k, ti * 8),
@@ -133,20 +149,27 @@ pub unsafe fn products<A: Producer, B: Producer>(a: &A, b: &B, first: u32, chunk
     acc
 }
 
-/// A 4x4 window of an image with its bounds: rows and columns inside it.
+/// A 4x4 window of an image with its bounds.
+#[derive(Clone, Copy)]
 pub struct Window {
     pub origin: i64,
-    pub row_inside: [bool; 4],
-    pub col_inside: [bool; 4],
+    /// Bit `4 i + j`: whether row i, column j of the window lie inside the image.
+    pub inside: u32,
 }
 
 impl Window {
     #[inline(always)]
     pub fn new(p: &WinogradProblem, plane: i64, y0: i32, x0: i32) -> Self {
+        let mut inside = 0;
+        for i in 0..4 {
+            for j in 0..4 {
+                let cell = ((y0 + i) as u32) < p.height && ((x0 + j) as u32) < p.width;
+                inside |= (cell as u32) << (4 * i + j);
+            }
+        }
         Self {
             origin: plane * p.height as i64 * p.width as i64 + y0 as i64 * p.width as i64 + x0 as i64,
-            row_inside: core::array::from_fn(|i| ((y0 + i as i32) as u32) < p.height),
-            col_inside: core::array::from_fn(|j| ((x0 + j as i32) as u32) < p.width),
+            inside,
         }
     }
 
@@ -159,7 +182,7 @@ impl Window {
         let mut d = [[0.0f32; 4]; 4];
         for (i, row) in d.iter_mut().enumerate() {
             for (j, value) in row.iter_mut().enumerate() {
-                if self.row_inside[i] && self.col_inside[j] {
+                if self.inside & (1 << (4 * i + j)) != 0 {
                     let at = self.origin + i as i64 * width as i64 + j as i64;
                     // SAFETY: (i, j) is inside the image.
                     *value = unsafe { *input.offset(at as isize) };
@@ -171,36 +194,67 @@ impl Window {
 }
 
 /// The data passes' first operand: input tiles, one per (tile `slot = t % 32` of the
-/// block's run, channel `t / 32` of each chunk).
+/// block's run, channel `t / 32` of each chunk). What the mainloop keeps of it is
+/// small (a window, its step per chunk, a count): more would spill in its loop.
 pub struct InputTiles {
-    pub input: *const f32,
-    pub problem: WinogradProblem,
-    /// Whether the slot's tile exists (the last run of tiles may stop short).
-    pub inside: bool,
-    pub first_plane: i64,
-    pub y0: i32,
-    pub x0: i32,
-    pub channel: u32,
-    pub slot: u32,
+    input: *const f32,
+    /// The window in this thread's channel of chunk 0.
+    window: Window,
+    /// Floats from one chunk's channel to the next's.
+    chunk_step: i64,
+    width: u32,
+    /// Chunks in which this thread's channel lies in the group (none for a slot past
+    /// the last tile).
+    chunks: u32,
+}
+
+impl InputTiles {
+    /// This thread's tiles: of output tile `tile` (zeros past the last), channels
+    /// `channel + WINOGRAD_CHUNK n` of group `group`.
+    #[inline(always)]
+    pub fn new(input: *const f32, p: &WinogradProblem, group: u32, tile: u32, channel: u32) -> Self {
+        let cg = p.in_per_group();
+        let place = p.tile_place(tile);
+        let (image, tile_row, tile_column) = place.unwrap_or((0, 0, 0));
+        let plane = image as i64 * p.channels as i64 + (group * cg + channel) as i64;
+        let y0 = (2 * tile_row) as i32 - p.pad_h as i32;
+        let x0 = (2 * tile_column) as i32 - p.pad_w as i32;
+        let chunks = if place.is_some() && channel < cg {
+            (cg - channel).div_ceil(WINOGRAD_CHUNK)
+        } else {
+            0
+        };
+        Self {
+            input,
+            window: Window::new(p, plane, y0, x0),
+            chunk_step: WINOGRAD_CHUNK as i64 * p.height as i64 * p.width as i64,
+            width: p.width,
+            chunks,
+        }
+    }
 }
 
 impl Producer for InputTiles {
     type Fetched = [[f32; 4]; 4];
     #[inline(always)]
-    fn fetch(&self, chunk: u32) -> Self::Fetched {
-        let channel = chunk * WINOGRAD_CHUNK + self.channel;
-        if !self.inside || channel >= self.problem.in_per_group() {
+    unsafe fn fetch(&self, chunk: u32, _part: u32) -> Self::Fetched {
+        if chunk >= self.chunks {
             return [[0.0; 4]; 4];
         }
-        let window = Window::new(&self.problem, self.first_plane + channel as i64, self.y0, self.x0);
+        let window = Window {
+            origin: self.window.origin + chunk as i64 * self.chunk_step,
+            ..self.window
+        };
         // SAFETY: the window is of a valid channel of the input.
-        unsafe { window.load(self.input, self.problem.width) }
+        unsafe { window.load(self.input, self.width) }
     }
     #[inline(always)]
     unsafe fn stash(&self, d: &Self::Fetched, part: u32) {
+        let t = thread_idx_x();
+        let (slot, channel) = (t % WINOGRAD_ROWS, t / WINOGRAD_ROWS);
         for (xi, value) in transform_input(d).into_iter().enumerate() {
             // SAFETY: inside the stage; one writer per element.
-            unsafe { store_shared_f32(staged(part, xi as u32, self.channel, self.slot), value) };
+            unsafe { store_shared_f32(staged(part, xi as u32, channel, slot), value) };
         }
     }
 }
@@ -224,31 +278,36 @@ impl FilterSlices {
 }
 
 impl Producer for FilterSlices {
-    type Fetched = [[f32; 4]; 4];
+    /// Nothing: the slices need no transform, so they are copied straight into the
+    /// stage (`cp.async`), holding no registers while the mainloop runs.
+    type Fetched = ();
     #[inline(always)]
-    fn fetch(&self, chunk: u32) -> Self::Fetched {
+    unsafe fn fetch(&self, chunk: u32, part: u32) {
         let p = &self.problem;
-        let mut pieces = [[0.0f32; 4]; 4];
-        if chunk < p.channels_padded / WINOGRAD_CHUNK {
-            for (i, piece) in pieces.iter_mut().enumerate() {
-                let (xi, c, quad) = Self::piece(i as u32);
-                let at =
-                    (xi * p.channels_padded + chunk * WINOGRAD_CHUNK + c) * p.out_padded + self.k0 + quad * 4;
-                // SAFETY: inside this group's padded U, 16-byte aligned (out_padded and k0
-                // are multiples of 32); U is not written during the launch.
-                *piece =
-                    unsafe { load_global_nc_v4(self.u.add(at as usize) as *const u32) }.map(f32::from_bits);
-            }
+        if chunk >= p.channels_padded / WINOGRAD_CHUNK {
+            return;
         }
-        pieces
+        for i in 0..4 {
+            let (xi, c, quad) = Self::piece(i);
+            let at =
+                (xi * p.channels_padded + chunk * WINOGRAD_CHUNK + c) * p.out_padded + self.k0 + quad * 4;
+            // SAFETY: inside this group's padded U, 16-byte aligned (out_padded and k0
+            // are multiples of 32), U not written during the launch; into the stage,
+            // 16-byte aligned, which no thread touches until the stash's wait.
+            unsafe {
+                async_copy::<16>(
+                    staged(part, xi, c, quad * 4),
+                    self.u.add(at as usize) as *const u8,
+                    16,
+                )
+            };
+        }
     }
     #[inline(always)]
-    unsafe fn stash(&self, pieces: &Self::Fetched, part: u32) {
-        for (i, piece) in pieces.iter().enumerate() {
-            let (xi, c, quad) = Self::piece(i as u32);
-            // SAFETY: inside the stage, 16-byte aligned; one writer per element.
-            unsafe { store_shared_v4_f32(staged(part, xi, c, quad * 4), *piece) };
-        }
+    unsafe fn stash(&self, _: &(), _part: u32) {
+        // This thread's copies landed; the barrier after publishes them.
+        async_copy_commit();
+        async_copy_wait::<0>();
     }
 }
 
@@ -275,10 +334,10 @@ impl<const GRADIENT: bool> ChunkTiles<GRADIENT> {
     fn place(&self, chunk: u32) -> Option<(u64, u32, u32)> {
         let plane = self.plane?;
         let tile = chunk * WINOGRAD_CHUNK + Self::lanes().0;
-        if chunk >= self.end || tile >= self.problem.tile_count() {
+        if chunk >= self.end {
             return None;
         }
-        let (image, row, column) = self.problem.tile_place(tile);
+        let (image, row, column) = self.problem.tile_place(tile)?;
         let channels = if GRADIENT {
             self.problem.out_channels
         } else {
@@ -291,7 +350,7 @@ impl<const GRADIENT: bool> ChunkTiles<GRADIENT> {
 impl Producer for ChunkTiles<false> {
     type Fetched = [[f32; 4]; 4];
     #[inline(always)]
-    fn fetch(&self, chunk: u32) -> Self::Fetched {
+    unsafe fn fetch(&self, chunk: u32, _part: u32) -> Self::Fetched {
         let p = &self.problem;
         let Some((plane, row, column)) = self.place(chunk) else {
             return [[0.0; 4]; 4];
@@ -314,7 +373,7 @@ impl Producer for ChunkTiles<false> {
 impl Producer for ChunkTiles<true> {
     type Fetched = [[f32; 2]; 2];
     #[inline(always)]
-    fn fetch(&self, chunk: u32) -> Self::Fetched {
+    unsafe fn fetch(&self, chunk: u32, _part: u32) -> Self::Fetched {
         let p = &self.problem;
         let mut g = [[0.0f32; 2]; 2];
         let Some((plane, row, column)) = self.place(chunk) else {
