@@ -59,10 +59,11 @@ pub fn launch(
     ))
 }
 
-/// Moves the block's tile (`block_idx_x` along the columns, `block_idx_y` along the
-/// rows) of a `rows x cols` matrix through shared memory: element `(row, col)` is read
-/// from `x` at `from(row, col)` and written, through `map`, to `y` at `to(row, col)`,
-/// where `to` runs along the rows (a transpose).
+/// Moves tile `[row tile, column tile]` of a `rows x cols` matrix through shared
+/// memory: element `(row, col)` is read from `x` at `from(row, col)` and written,
+/// through `map`, to `y` at `to(row, col)`, where `to` runs along the rows (a
+/// transpose). Each thread passes `map` elements of one row of x: row
+/// `TILE * row tile + thread_idx_x % TILE`.
 ///
 /// # Safety
 /// Every thread of a block of `THREADS` with `SHARED_BYTES` of dynamic shared memory
@@ -74,17 +75,15 @@ pub(crate) unsafe fn transpose_tile(
     x: *const u32,
     y: *mut u32,
     [rows, cols]: [u64; 2],
+    [row_tile, col_tile]: [u64; 2],
     from: impl Fn(u64, u64) -> u64,
     to: impl Fn(u64, u64) -> u64,
-    map: impl Fn(u32) -> u32,
+    mut map: impl FnMut(u32) -> u32,
 ) {
-    use crate::device::{SharedCarver, block_idx_x, block_idx_y, sync_threads, thread_idx_x};
+    use crate::device::{SharedCarver, sync_threads, thread_idx_x};
     // SAFETY: the launch gives one padded tile.
     let tile: *mut u32 = unsafe { SharedCarver::new().take((TILE * (TILE + 1)) as usize) };
-    let (col0, row0) = (
-        block_idx_x() as u64 * TILE as u64,
-        block_idx_y() as u64 * TILE as u64,
-    );
+    let (col0, row0) = (col_tile * TILE as u64, row_tile * TILE as u64);
     let (tx, ty) = (thread_idx_x() % TILE, thread_idx_x() / TILE);
     for i in 0..ROWS_PER_THREAD {
         let (r, c) = (ty + i * (TILE / ROWS_PER_THREAD), tx);
@@ -111,7 +110,7 @@ pub(crate) unsafe fn transpose_tile(
 #[cfg(target_arch = "nvptx64")]
 mod kernel {
     use super::*;
-    use crate::device::block_idx_z;
+    use crate::device::{block_idx_x, block_idx_y, block_idx_z};
 
     /// # Safety
     /// x and y hold `batch * rows * cols` elements and do not overlap; the grid is
@@ -128,6 +127,7 @@ mod kernel {
                 args.x.as_ptr(),
                 args.y.as_mut_ptr(),
                 [rows, cols],
+                [block_idx_y() as u64, block_idx_x() as u64],
                 |row, col| matrix + row * cols + col,
                 |row, col| matrix + col * rows + row,
                 |value| value,

@@ -13,7 +13,9 @@
 use gpu_kernels::conv::{
     self as kernel, ConvAlgorithm, ConvEpilogue, ConvPass, ConvProblem, ConvShape, ConvShapeError,
     CudaCoreAlgorithm, PhasePlan, TensorCorePlan, WinogradProblem, WinogradSplit, phases,
-    reduce::BiasGradPlan, tensor_core::ForwardScratch, transposed,
+    reduce::{BiasGradPlan, BiasGradToNhwc},
+    tensor_core::ForwardScratch,
+    transposed,
 };
 pub use gpu_kernels::conv::{Activation, ConvLayout, ConvPrecision};
 use gpu_kernels::launch::{DevicePtr, DevicePtrMut, ScratchLayout};
@@ -217,10 +219,13 @@ enum Weights {
 
 /// The output gradient of a backward pass as given, in its layout, and its copy in the
 /// other layout once a pass asked for it: made once for all the passes that read it so.
+/// The bias gradient, while still to compute, comes with an NCHW -> NHWC copy (which
+/// reads dy anyway), else from [`GradY::finish_bias_grad`].
 struct GradY<'a, 'g> {
     given: &'a DeviceArray<f32>,
     layout: ConvLayout,
     copy: Option<Temporary<'g, f32>>,
+    bias: Option<&'a mut DeviceArray<f32>>,
 }
 
 impl<'g> GradY<'_, 'g> {
@@ -228,10 +233,33 @@ impl<'g> GradY<'_, 'g> {
         if layout == self.layout {
             return Ok(self.given);
         }
-        Ok(match &mut self.copy {
-            Some(copy) => copy,
-            copy => copy.insert(gpu.relayout(self.given, self.layout)?),
-        })
+        if self.copy.is_none() {
+            let fused = match (self.layout, self.given.shape()) {
+                (ConvLayout::Nchw, &[n, c, h, w]) => {
+                    BiasGradToNhwc::new(n as u64, c as u64, (h * w) as u64).map(|plan| (plan, [n, h, w, c]))
+                }
+                _ => None,
+            };
+            let copy = match (fused, self.bias.take()) {
+                (Some((plan, shape)), Some(db)) => {
+                    gpu.to_nhwc_with_bias_grad(&plan, self.given, &shape, db)?
+                }
+                (_, bias) => {
+                    self.bias = bias;
+                    gpu.relayout(self.given, self.layout)?
+                }
+            };
+            self.copy = Some(copy);
+        }
+        Ok(self.copy.as_ref().expect("the copy was just made"))
+    }
+
+    /// The bias gradient, where no layout change computed it.
+    fn finish_bias_grad(&mut self, gpu: &Gpu, problem: &ConvProblem) -> Result<()> {
+        match self.bias.take() {
+            Some(db) => gpu.bias_grad(problem, self.given, self.layout, db),
+            None => Ok(()),
+        }
     }
 }
 
@@ -507,15 +535,14 @@ impl Gpu {
                 expect_shape(what, shape.to_vec(), g.shape())?;
             }
         }
-        // The bias gradient and the passes whose kernels read the tensors' layout (the
-        // tensor cores', the direct ones) run on them as they are.
-        if let Some(db) = bias {
-            self.bias_grad(&problem, grad_y, params.layout, db)?;
-        }
+        // The passes whose kernels read the tensors' layout (the tensor cores', the
+        // direct ones) run on them as they are; the bias gradient with the first change
+        // of dy's layout, or after them.
         let mut grad_y = GradY {
             given: grad_y,
             layout: params.layout,
             copy: None,
+            bias,
         };
         let input = match input {
             Some(dx) => self.input_grad_in_layout(&problem, params, &mut grad_y, w, dx)?,
@@ -525,6 +552,7 @@ impl Gpu {
             Some(dw) => self.weight_grad_in_layout(&problem, params, x, &mut grad_y, dw)?,
             None => None,
         };
+        grad_y.finish_bias_grad(self, &problem)?;
         // The rest on the CUDA cores in FP32 (more exact than TF32), over NCHW tensors:
         // NHWC ones change to it, and the gradients back.
         if input.is_none() && weight.is_none() {
@@ -960,5 +988,22 @@ impl Gpu {
         let (partials, sum) = plan.launches(problem, grad_y.ptr(), scratch, db.ptr_mut());
         self.launch(&partials)?;
         sum.map_or(Ok(()), |sum| self.launch(&sum))
+    }
+
+    /// NCHW `grad_y` moved to NHWC (`nhwc_shape`) by `plan`, its bias gradient summed
+    /// on the way into `db`.
+    fn to_nhwc_with_bias_grad(
+        &self,
+        plan: &BiasGradToNhwc,
+        grad_y: &DeviceArray<f32>,
+        nhwc_shape: &[usize],
+        db: &mut DeviceArray<f32>,
+    ) -> Result<Temporary<'_, f32>> {
+        let mut copy = self.temporary(nhwc_shape)?;
+        let (_scratch, scratch) = self.scratch(plan.scratch())?;
+        let (moved, sum) = plan.launches(grad_y.ptr(), copy.ptr_mut(), scratch, db.ptr_mut());
+        self.launch(&moved)?;
+        sum.map_or(Ok(()), |sum| self.launch(&sum))?;
+        Ok(copy)
     }
 }

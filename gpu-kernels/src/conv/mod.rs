@@ -70,6 +70,7 @@ pub const ENTRY_POINTS: &[&[EntryPoint]] = &[
     reduce::SPLIT_SUM_ENTRY_POINTS,
     reduce::SPLIT_EPILOGUE_ENTRY_POINTS,
     reduce::BIAS_GRAD_ENTRY_POINTS,
+    reduce::BIAS_GRAD_TO_NHWC_ENTRY_POINTS,
     winograd::FILTER_ENTRY_POINTS,
     winograd::WINOGRAD_ENTRY_POINTS,
     winograd::WEIGHT_GRAD_ENTRY_POINTS,

@@ -5,7 +5,8 @@
 //! The bias gradient reads dy in its layout: in NCHW a block sums one channel's
 //! planes, in NHWC 32 channels (a lane each, 8 warps down the pixels). Its blocks
 //! split the pixels into parts until they fill the GPU, the parts' partials added by
-//! `split_sum`.
+//! `split_sum`. Where NCHW dy moves to NHWC for other passes, the move sums it on the
+//! way ([`BiasGradToNhwc`]): dy is read once for both.
 
 use super::{ConvEpilogue, ConvLayout, ConvProblem, FastDiv};
 use crate::launch::THREADS_PER_SM;
@@ -62,6 +63,23 @@ kernel_args! {
     entry points in BIAS_GRAD_ENTRY_POINTS;
 }
 
+kernel_args! {
+    /// The bias gradient while NCHW dy moves to NHWC: `dy_nhwc` the transpose of each
+    /// image's `[channels][pixels]`, and `out[part * channels + c]` the sum of dy at
+    /// channel c over part `image * pixel_tiles + t`'s pixels (tile `t` of
+    /// [`TILE`](crate::transpose::TILE)), `db` itself with one part.
+    pub struct BiasGradToNhwcArgs {
+        pub dy: DevicePtr<f32>,
+        pub dy_nhwc: DevicePtrMut<f32>,
+        pub out: DevicePtrMut<f32>,
+        pub channels: u64,
+        pub pixels: u64,
+    }
+    /// The bias gradient of NCHW dy, moving it to NHWC.
+    pub const CONV_BIAS_GRAD_TO_NHWC = "conv_bias_grad_to_nhwc_f32" => kernel::bias_grad_to_nhwc;
+    entry points in BIAS_GRAD_TO_NHWC_ENTRY_POINTS;
+}
+
 /// Channels of an NHWC bias-gradient block: one per lane.
 const BIAS_NHWC_CHANNELS: u32 = 32;
 /// Elements per thread below which the bias gradient splits no further.
@@ -82,8 +100,9 @@ pub const fn grid_split(wanted_blocks: u64, blocks: u64, most: u64) -> u32 {
     }
 }
 
-/// Most rows of threads a split-sum block spreads an output's partials over.
-const SPLIT_SUM_MAX_ROWS: u32 = 32;
+/// Most rows of threads a split-sum block spreads an output's partials over: all of
+/// them, for the few outputs of a bias gradient over thousands of parts.
+const SPLIT_SUM_MAX_ROWS: u32 = REDUCE_THREADS;
 /// Threads that fill a large GPU (an H100 holds 270336): a split sum with fewer
 /// outputs spreads each output's partials over rows of threads, so a sum of many
 /// partials (a bias gradient's thousands of parts) is not one thread's chain of loads.
@@ -246,10 +265,81 @@ impl BiasGradPlan {
     }
 }
 
+/// The bias gradient of NCHW dy (`batch` images of `channels x pixels`) summed while
+/// the batched transpose moves dy to NHWC: a partial sum per image and tile of
+/// [`TILE`](crate::transpose::TILE) pixels, added by [`split_sum`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BiasGradToNhwc {
+    batch: u64,
+    channels: u64,
+    pixels: u64,
+    parts: u32,
+}
+
+impl BiasGradToNhwc {
+    /// The plan for dy of `[batch, channels, pixels]`: `None` when dy is empty or its
+    /// parts pass a `u32`.
+    pub fn new(batch: u64, channels: u64, pixels: u64) -> Option<Self> {
+        if batch == 0 || channels == 0 || pixels == 0 {
+            return None;
+        }
+        let parts = u32::try_from(batch.checked_mul(Self::pixel_blocks(pixels))?).ok()?;
+        Some(Self {
+            batch,
+            channels,
+            pixels,
+            parts,
+        })
+    }
+
+    const fn pixel_blocks(pixels: u64) -> u64 {
+        pixels.div_ceil(crate::transpose::TILE as u64)
+    }
+
+    /// The scratch: the parts' partial gradients.
+    pub const fn scratch(&self) -> ScratchLayout {
+        partials_scratch(self.parts, self.channels)
+    }
+
+    /// The launches moving `dy` to `dy_nhwc` while summing its parts into the partials
+    /// at the start of `scratch` (laid out by [`Self::scratch`]), and their sum into
+    /// `db` when there are several. Images past 65535 or channels past 2^21 pass the
+    /// grid's limits, which the launch reports.
+    pub fn launches(
+        &self,
+        dy: DevicePtr<f32>,
+        dy_nhwc: DevicePtrMut<f32>,
+        scratch: DevicePtrMut<u8>,
+        db: DevicePtrMut<f32>,
+    ) -> (Launch<BiasGradToNhwcArgs>, Option<Launch<SplitSumArgs>>) {
+        use crate::transpose::{SHARED_BYTES, THREADS, TILE};
+        let (out, sum) = split_outputs(self.parts, self.channels, scratch, db);
+        let geometry = LaunchGeometry {
+            grid: [
+                Self::pixel_blocks(self.pixels),
+                self.channels.div_ceil(TILE as u64),
+                self.batch,
+            ],
+            threads: THREADS,
+            shared_bytes: SHARED_BYTES,
+        };
+        let args = BiasGradToNhwcArgs {
+            dy,
+            dy_nhwc,
+            out,
+            channels: self.channels,
+            pixels: self.pixels,
+        };
+        (Launch::new(CONV_BIAS_GRAD_TO_NHWC, geometry, args), sum)
+    }
+}
+
 #[cfg(target_arch = "nvptx64")]
 mod kernel {
     use super::*;
-    use crate::device::{SharedCarver, block_idx_x, block_idx_y, sync_threads, thread_idx_x};
+    use crate::device::{
+        SharedCarver, block_idx_x, block_idx_y, block_idx_z, grid_dim_x, sync_threads, thread_idx_x,
+    };
     use crate::warp;
 
     /// The sum in FP64 of `load(at)` for `at` from `first` below `end` by `step`, in
@@ -352,6 +442,63 @@ mod kernel {
         unsafe { *y.add(i as usize) = args.epilogue.apply(sum as f32, i as usize) };
     }
 
+    /// Moves block `(t, c, image)`'s tile of dy (pixels `TILE t ..`, channels `TILE c
+    /// ..`) to NHWC and writes its channels' sums over those pixels, added in FP64 in a
+    /// fixed order: each thread's elements of its channel, then the block's rows of
+    /// threads in order.
+    ///
+    /// # Safety
+    /// dy and `dy_nhwc` hold `batch * channels * pixels` floats and do not overlap,
+    /// `out` the partials of [`BiasGradToNhwc`] (or `channels` floats with one part);
+    /// the launch is [`BiasGradToNhwc::launches`]'.
+    #[inline(always)]
+    pub unsafe fn bias_grad_to_nhwc(args: BiasGradToNhwcArgs) {
+        use crate::transpose::{THREADS, TILE, transpose_tile};
+        let BiasGradToNhwcArgs { channels, pixels, .. } = args;
+        let image = block_idx_z() as u64;
+        let matrix = image * channels * pixels;
+        let mut sum = 0.0f64;
+        // SAFETY: every (channel, pixel) of the image indexes an element of both tensors.
+        unsafe {
+            transpose_tile(
+                args.dy.as_ptr().cast(),
+                args.dy_nhwc.as_mut_ptr().cast(),
+                [channels, pixels],
+                [block_idx_y() as u64, block_idx_x() as u64],
+                |c, p| matrix + c * pixels + p,
+                |c, p| matrix + p * channels + c,
+                |value| {
+                    sum += f32::from_bits(value) as f64;
+                    value
+                },
+            )
+        };
+        let t = thread_idx_x();
+        let (lane, row) = (t % TILE, t / TILE);
+        // The rows of threads hold sums of the same channels, a lane each: they meet in
+        // the tile's shared memory once every thread has read the tile.
+        // SAFETY: the launch provides the tile's bytes, more than THREADS f64; each
+        // thread writes its own slot between the barriers, which every thread reaches.
+        let sums: *mut f64 = unsafe {
+            sync_threads();
+            let sums: *mut f64 = SharedCarver::new().take(THREADS as usize);
+            *sums.add(t as usize) = sum;
+            sync_threads();
+            sums
+        };
+        let channel = block_idx_y() as u64 * TILE as u64 + lane as u64;
+        if row == 0 && channel < channels {
+            let mut total = 0.0f64;
+            for r in 0..THREADS / TILE {
+                // SAFETY: written before the barrier.
+                total += unsafe { *sums.add((r * TILE + lane) as usize) };
+            }
+            let part = image * grid_dim_x() as u64 + block_idx_x() as u64;
+            // SAFETY: channel `channel` of the part's gradient.
+            unsafe { *args.out.as_mut_ptr().add((part * channels + channel) as usize) = total as f32 };
+        }
+    }
+
     /// The sum of dy at each output channel over the part's pixels of the batch (grid
     /// y), in FP64 in a fixed order: in NCHW a block per channel, each thread every
     /// `REDUCE_THREADS`-th pixel; in NHWC a block per 32 channels, warp `w` every 8th
@@ -437,10 +584,10 @@ mod tests {
 
     #[test]
     fn split_sums_of_few_outputs_spread_their_partials_over_rows() {
-        // A bias gradient's 64 channels of 2112 parts, and a depthwise weight
-        // gradient's 2304 weights of 512: every row.
+        // A bias gradient's 64 channels of 2112 parts: every row; a depthwise weight
+        // gradient's 2304 weights of 512: the rows that fill the GPU.
         assert_eq!(split_sum_rows(64, 2112), SPLIT_SUM_MAX_ROWS);
-        assert_eq!(split_sum_rows(2304, 512), SPLIT_SUM_MAX_ROWS);
+        assert_eq!(split_sum_rows(2304, 512), 128);
         // No more rows than partials; none where the outputs fill the GPU.
         assert_eq!(split_sum_rows(64, 3), 2);
         assert_eq!(split_sum_rows(512 * 512 * 9, 5), 1);

@@ -252,7 +252,9 @@ pub const fn nhwc_flip_places(problem: &ConvProblem, [group, tap]: [u64; 2], co:
 mod kernel {
     use super::*;
     use crate::conv::problem::{element_index, element_place};
-    use crate::device::{block_idx_x, block_idx_z, load_global_v4, store_global_v4, thread_idx_x, to_tf32};
+    use crate::device::{
+        block_idx_x, block_idx_y, block_idx_z, load_global_v4, store_global_v4, thread_idx_x, to_tf32,
+    };
 
     /// `prepared[j] = tf32(w[i])` for every weight `i`, `j` its [`flipped_index`]
     /// when flipping, else `i` (`ROUNDED_PER_THREAD` weights a thread).
@@ -319,6 +321,7 @@ mod kernel {
                 args.w.as_ptr().cast(),
                 args.prepared.as_mut_ptr().cast(),
                 rows_cols,
+                [block_idx_y() as u64, block_idx_x() as u64],
                 |co, ci| nhwc_flip_places(p, matrix, co, ci).0,
                 |co, ci| nhwc_flip_places(p, matrix, co, ci).1,
                 |value| to_tf32(f32::from_bits(value)),
