@@ -16,12 +16,15 @@ use crate::launch::{DevicePtr, DevicePtrMut, Launch, LaunchGeometry, ScratchLayo
 pub const REDUCE_THREADS: u32 = 256;
 
 kernel_args! {
-    /// The split sum's arguments: `out[i] = sum over s of partials[s * count + i]`.
+    /// The split sum's arguments: `out[i] = sum over s of partials[s * count + i]`, or
+    /// of `partials[i * split + s]` when `by_output` is 1 (each output's partials
+    /// together).
     pub struct SplitSumArgs {
         pub partials: DevicePtr<f32>,
         pub out: DevicePtrMut<f32>,
         pub count: u64,
         pub split: u32,
+        pub by_output: u32,
     }
     /// The sum of `split` partial weight gradients.
     pub const CONV_SPLIT_SUM = "conv_split_sum_f32" => kernel::split_sum;
@@ -65,7 +68,7 @@ kernel_args! {
 
 kernel_args! {
     /// The bias gradient while NCHW dy moves to NHWC: `dy_nhwc` the transpose of each
-    /// image's `[channels][pixels]`, and `out[part * channels + c]` the sum of dy at
+    /// image's `[channels][pixels]`, and `out[c * parts + part]` the sum of dy at
     /// channel c over part `image * pixel_tiles + t`'s pixels (tile `t` of
     /// [`TILE`](crate::transpose::TILE)), `db` itself with one part.
     pub struct BiasGradToNhwcArgs {
@@ -187,6 +190,7 @@ pub fn split_outputs(
         out,
         count,
         split,
+        by_output: 0,
     });
     (partials.cast(), Some(sum))
 }
@@ -267,7 +271,8 @@ impl BiasGradPlan {
 
 /// The bias gradient of NCHW dy (`batch` images of `channels x pixels`) summed while
 /// the batched transpose moves dy to NHWC: a partial sum per image and tile of
-/// [`TILE`](crate::transpose::TILE) pixels, added by [`split_sum`].
+/// [`TILE`](crate::transpose::TILE) pixels, each channel's together (so that
+/// [`split_sum`] reads them along its rows of threads).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct BiasGradToNhwc {
     batch: u64,
@@ -313,7 +318,19 @@ impl BiasGradToNhwc {
         db: DevicePtrMut<f32>,
     ) -> (Launch<BiasGradToNhwcArgs>, Option<Launch<SplitSumArgs>>) {
         use crate::transpose::{SHARED_BYTES, THREADS, TILE};
-        let (out, sum) = split_outputs(self.parts, self.channels, scratch, db);
+        let (out, sum) = if self.parts > 1 {
+            let partials = scratch.cast::<f32>();
+            let sum = split_sum(SplitSumArgs {
+                partials: partials.as_const(),
+                out: db,
+                count: self.channels,
+                split: self.parts,
+                by_output: 1,
+            });
+            (partials, Some(sum))
+        } else {
+            (db, None)
+        };
         let geometry = LaunchGeometry {
             grid: [
                 Self::pixel_blocks(self.pixels),
@@ -338,7 +355,8 @@ impl BiasGradToNhwc {
 mod kernel {
     use super::*;
     use crate::device::{
-        SharedCarver, block_idx_x, block_idx_y, block_idx_z, grid_dim_x, sync_threads, thread_idx_x,
+        SharedCarver, block_idx_x, block_idx_y, block_idx_z, grid_dim_x, grid_dim_z, sync_threads,
+        thread_idx_x,
     };
     use crate::warp;
 
@@ -375,15 +393,27 @@ mod kernel {
     /// [`split_sum`](super::split_sum)'s.
     #[inline(always)]
     pub unsafe fn split_sum(args: SplitSumArgs) {
-        let SplitSumArgs { count, split, .. } = args;
+        let SplitSumArgs {
+            count,
+            split,
+            by_output,
+            ..
+        } = args;
         let (partials, out) = (args.partials.as_ptr(), args.out.as_mut_ptr());
         let rows = split_sum_rows(count, split);
         let lanes = REDUCE_THREADS / rows;
         let t = thread_idx_x();
         let (lane, row) = (t % lanes, t / lanes);
         let i = block_idx_x() as u64 * lanes as u64 + lane as u64;
-        // SAFETY: s < split and i < count: s * count + i < split * count.
-        let load = |s: u64| unsafe { *partials.add((s * count + i) as usize) } as f64;
+        let at = |s: u64| {
+            if by_output == 1 {
+                i * split as u64 + s
+            } else {
+                s * count + i
+            }
+        };
+        // SAFETY: s < split and i < count: either place is below split * count.
+        let load = |s: u64| unsafe { *partials.add(at(s) as usize) } as f64;
         let mut sum = 0.0f64;
         if i < count {
             sum = strided_sum(row as u64, split as u64, rows as u64, load);
@@ -443,9 +473,9 @@ mod kernel {
     }
 
     /// Moves block `(t, c, image)`'s tile of dy (pixels `TILE t ..`, channels `TILE c
-    /// ..`) to NHWC and writes its channels' sums over those pixels, added in FP64 in a
-    /// fixed order: each thread's elements of its channel, then the block's rows of
-    /// threads in order.
+    /// ..`) to NHWC and writes its channels' sums over those pixels, added in a fixed
+    /// order: each thread's elements of its channel (eight at most, in FP32), then the
+    /// block's rows of threads in order (in FP64).
     ///
     /// # Safety
     /// dy and `dy_nhwc` hold `batch * channels * pixels` floats and do not overlap,
@@ -457,7 +487,7 @@ mod kernel {
         let BiasGradToNhwcArgs { channels, pixels, .. } = args;
         let image = block_idx_z() as u64;
         let matrix = image * channels * pixels;
-        let mut sum = 0.0f64;
+        let mut sum = 0.0f32;
         // SAFETY: every (channel, pixel) of the image indexes an element of both tensors.
         unsafe {
             transpose_tile(
@@ -468,7 +498,7 @@ mod kernel {
                 |c, p| matrix + c * pixels + p,
                 |c, p| matrix + p * channels + c,
                 |value| {
-                    sum += f32::from_bits(value) as f64;
+                    sum += f32::from_bits(value);
                     value
                 },
             )
@@ -482,7 +512,7 @@ mod kernel {
         let sums: *mut f64 = unsafe {
             sync_threads();
             let sums: *mut f64 = SharedCarver::new().take(THREADS as usize);
-            *sums.add(t as usize) = sum;
+            *sums.add(t as usize) = sum as f64;
             sync_threads();
             sums
         };
@@ -493,9 +523,10 @@ mod kernel {
                 // SAFETY: written before the barrier.
                 total += unsafe { *sums.add((r * TILE + lane) as usize) };
             }
+            let parts = grid_dim_z() as u64 * grid_dim_x() as u64;
             let part = image * grid_dim_x() as u64 + block_idx_x() as u64;
             // SAFETY: channel `channel` of the part's gradient.
-            unsafe { *args.out.as_mut_ptr().add((part * channels + channel) as usize) = total as f32 };
+            unsafe { *args.out.as_mut_ptr().add((channel * parts + part) as usize) = total as f32 };
         }
     }
 

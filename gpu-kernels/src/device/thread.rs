@@ -44,6 +44,13 @@ pub fn grid_dim_x() -> u32 {
     unsafe { nvptx::_grid_dim_x() as u32 }
 }
 
+/// `gridDim.z`.
+#[inline(always)]
+pub fn grid_dim_z() -> u32 {
+    // SAFETY: reads a special register; always defined inside a kernel.
+    unsafe { nvptx::_grid_dim_z() as u32 }
+}
+
 /// This thread's lane within its warp (`%laneid`).
 #[inline(always)]
 pub fn lane_id() -> u32 {

@@ -377,6 +377,7 @@ impl WinogradSplit {
                 out: total,
                 count: len,
                 split: self.split,
+                by_output: 0,
             });
             (total, Some(sum))
         } else {
