@@ -8,7 +8,9 @@
 
 use super::*;
 use crate::conv::FastDiv;
-use crate::device::{async_copy, async_copy_cached, load_shared_v4_f32, store_shared_v4_f32};
+use crate::device::{async_copy, async_copy_cached};
+#[cfg(target_feature = "sm_90a")]
+use crate::device::{load_shared_v4_f32, store_shared_v4_f32};
 
 /// Chunks (16 bytes, four elements) per staged row.
 const CHUNKS: u32 = TC_BK / 4;
