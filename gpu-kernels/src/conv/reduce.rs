@@ -647,4 +647,21 @@ mod tests {
         let small = BiasGradPlan::new(&problem([1, 3, 9, 7], [4, 3, 3, 3], 1), ConvLayout::Nchw, 132);
         assert_eq!(small.split, 1);
     }
+
+    #[test]
+    fn the_bias_gradient_moving_dy_has_a_part_per_image_and_tile_of_pixels() {
+        use crate::transpose::TILE;
+        // R1's dy: 32 images of 3136 pixels (98 tiles), 256 channels.
+        let r1 = BiasGradToNhwc::new(32, 256, 3136).expect("a plan");
+        assert_eq!(r1.parts, 32 * 98);
+        assert_eq!(r1.scratch().bytes, 32 * 98 * 256 * 4);
+        // One image of one tile needs no partials.
+        let one = BiasGradToNhwc::new(1, 5, TILE as u64).expect("a plan");
+        assert_eq!((one.parts, one.scratch().bytes), (1, 0));
+        // Nothing to move, or parts past a u32: no plan (the separate pass runs).
+        assert_eq!(BiasGradToNhwc::new(0, 8, 9), None);
+        assert_eq!(BiasGradToNhwc::new(2, 0, 9), None);
+        assert_eq!(BiasGradToNhwc::new(2, 8, 0), None);
+        assert_eq!(BiasGradToNhwc::new(1 << 20, 1, 1 << 20), None);
+    }
 }
