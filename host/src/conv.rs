@@ -233,25 +233,34 @@ impl<'g> GradY<'_, 'g> {
         if layout == self.layout {
             return Ok(self.given);
         }
-        if self.copy.is_none() {
-            let fused = match (self.layout, self.given.shape()) {
-                (ConvLayout::Nchw, &[n, c, h, w]) => {
-                    BiasGradToNhwc::new(n as u64, c as u64, (h * w) as u64).map(|plan| (plan, [n, h, w, c]))
-                }
-                _ => None,
-            };
-            let copy = match (fused, self.bias.take()) {
-                (Some((plan, shape)), Some(db)) => {
-                    gpu.to_nhwc_with_bias_grad(&plan, self.given, &shape, db)?
-                }
-                (_, bias) => {
-                    self.bias = bias;
-                    gpu.relayout(self.given, self.layout)?
-                }
-            };
-            self.copy = Some(copy);
+        let copy = match &mut self.copy {
+            Some(copy) => copy,
+            empty => empty.insert(Self::relayout(gpu, self.given, self.layout, &mut self.bias)?),
+        };
+        Ok(copy)
+    }
+
+    /// The copy of `given` (in `layout`) in the other layout, with the bias gradient
+    /// into `bias` (taken) on the way where the copy is NCHW -> NHWC.
+    fn relayout(
+        gpu: &'g Gpu,
+        given: &DeviceArray<f32>,
+        layout: ConvLayout,
+        bias: &mut Option<&mut DeviceArray<f32>>,
+    ) -> Result<Temporary<'g, f32>> {
+        let fused = match (layout, given.shape()) {
+            (ConvLayout::Nchw, &[n, c, h, w]) => {
+                BiasGradToNhwc::new(n as u64, c as u64, (h * w) as u64).map(|plan| (plan, [n, h, w, c]))
+            }
+            _ => None,
+        };
+        match (fused, bias.take()) {
+            (Some((plan, shape)), Some(db)) => gpu.to_nhwc_with_bias_grad(&plan, given, &shape, db),
+            (_, taken) => {
+                *bias = taken;
+                gpu.relayout(given, layout)
+            }
         }
-        Ok(self.copy.as_ref().expect("the copy was just made"))
     }
 
     /// The bias gradient, where no layout change computed it.
