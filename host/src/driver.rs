@@ -395,6 +395,12 @@ pub(crate) struct StreamHandle(pub(crate) cu::CUstream);
 unsafe impl Send for StreamHandle {}
 
 impl StreamHandle {
+    /// Whether this is the per-thread default stream (`CU_STREAM_PER_THREAD`), which
+    /// names another stream on every thread.
+    pub(crate) fn is_per_thread_default(self) -> bool {
+        self.0 as usize == 0x2
+    }
+
     /// Waits for the work queued on the stream; reports errors raised inside kernels.
     pub(crate) fn synchronize(self) -> Result<()> {
         // SAFETY: a live stream (its owner's promise, for a borrowed one).

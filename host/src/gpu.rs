@@ -72,6 +72,8 @@ pub struct Gpu {
     own_behind: Cell<bool>,
     /// The last borrowed stream, found to be of the handle's context.
     checked_stream: Cell<StreamHandle>,
+    /// The stream the handoff was last recorded on, where that record succeeded.
+    handoff_on: Cell<Option<StreamHandle>>,
     info: DeviceInfo,
     context: Context,
 }
@@ -187,6 +189,7 @@ impl Gpu {
             own_since_handoff: Cell::new(false),
             own_behind: Cell::new(false),
             checked_stream: Cell::new(own),
+            handoff_on: Cell::new(None),
             info,
             context,
         })
@@ -253,7 +256,9 @@ impl Gpu {
     ///
     /// # Safety
     /// `stream` is null or a stream of this device's primary context that stays live
-    /// until `f` returns.
+    /// until `f` returns; a handle passed before names the stream it named then (a
+    /// stream destroyed while its work here runs is not followed by another at its
+    /// address).
     pub unsafe fn with_stream<R>(
         &self,
         stream: *mut c_void,
@@ -267,8 +272,7 @@ impl Gpu {
             });
         }
         self.bind()?;
-        // A stream seen before was checked then (the handle of a destroyed stream is
-        // the caller's promise not to pass).
+        // A stream seen before was checked then.
         if borrowed != self.checked_stream.get() && borrowed.context()? != self.context.as_raw() {
             return Err(Error::InvalidParameter {
                 parameter: "stream",
@@ -282,17 +286,29 @@ impl Gpu {
         // After the own stream's work, and the last borrowed stream's (the handoff's
         // record either way)...
         if self.own_since_handoff.replace(false) {
-            self.handoff.record(own)?;
+            self.record_handoff(own)?;
         }
-        borrowed.wait(&self.handoff)?;
+        // (a wait for a record on this very stream would wait for nothing: it is
+        // already behind that work; the per-thread default stream is a different
+        // stream on every thread)...
+        if self.handoff_on.get() != Some(borrowed) || borrowed.is_per_thread_default() {
+            borrowed.wait(&self.handoff)?;
+        }
         self.stream.set(borrowed);
         let result = f(self);
         self.stream.set(own);
         // ...and before what comes next on any stream: the own stream waits at its next
         // use (`stream`), the next borrowed one at its start.
-        self.handoff.record(borrowed)?;
+        self.record_handoff(borrowed)?;
         self.own_behind.set(true);
         result
+    }
+
+    fn record_handoff(&self, stream: StreamHandle) -> Result<()> {
+        self.handoff_on.set(None);
+        self.handoff.record(stream)?;
+        self.handoff_on.set(Some(stream));
+        Ok(())
     }
 
     fn own_stream(&self) -> StreamHandle {

@@ -73,8 +73,8 @@ fn cumsum(
     by_dtype!("cumsum", dtype, ["float32" => f32, "float64" => f64, "int32" => i32, "int64" => i64,
         "bfloat16" => bf16, "float16" => f16], |T| {
         on_device(py, device, stream, |gpu| {
-            let mut y = Tensor::<T>::new(y, &x.1).borrow(gpu)?;
-            let x = Tensor::<T>::of(&x).borrow(gpu)?;
+            let mut y = Tensor::<T>::new(y, &x.1).borrow()?;
+            let x = Tensor::<T>::of(&x).borrow()?;
             gpu.cumsum_into(&x, &mut y, axis, kind, reverse)
         })
     })
@@ -97,11 +97,11 @@ fn min(
     by_dtype!("min", dtype, ["float32" => f32, "float64" => f64, "int32" => i32,
         "bfloat16" => bf16, "float16" => f16], |T| {
         on_device(py, device, stream, |gpu| {
-            let x = Tensor::<T>::of(&x).borrow(gpu)?;
-            let mut values_array = Tensor::<T>::of(&values).borrow(gpu)?;
+            let x = Tensor::<T>::of(&x).borrow()?;
+            let mut values_array = Tensor::<T>::of(&values).borrow()?;
             match indices {
                 Some(indices) => {
-                    let mut indices = Tensor::<i64>::new(indices, &values.1).borrow(gpu)?;
+                    let mut indices = Tensor::<i64>::new(indices, &values.1).borrow()?;
                     gpu.min_into(&x, axis, &mut values_array, &mut indices)
                 }
                 None => gpu.amin_into(&x, axis, &mut values_array),
@@ -127,9 +127,9 @@ fn gemv(
     by_dtype!("gemv", dtype, ["float32" => f32, "float64" => f64, "bfloat16" => bf16, "float16" => f16],
         |T| {
         on_device(py, device, stream, |gpu| {
-            let a = Tensor::<T>::of(&a).borrow(gpu)?;
-            let x = Tensor::<T>::of(&x).borrow(gpu)?;
-            let mut y = Tensor::<T>::of(&y).borrow(gpu)?;
+            let a = Tensor::<T>::of(&a).borrow()?;
+            let x = Tensor::<T>::of(&x).borrow()?;
+            let mut y = Tensor::<T>::of(&y).borrow()?;
             product(gpu, op, &a, &x, &mut y)
         })
     })
@@ -261,13 +261,10 @@ fn conv2d(
 ) -> PyResult<()> {
     let params = params.get().0;
     on_device(py, device, stream, |gpu| {
-        let bias = borrow_optional(gpu, bias, &w.1[..1])?;
-        let residual = borrow_optional(gpu, residual, &y.1)?;
-        let mut y = Tensor::<f32>::of(&y).borrow(gpu)?;
-        let (x, w) = (
-            Tensor::<f32>::of(&x).borrow(gpu)?,
-            Tensor::<f32>::of(&w).borrow(gpu)?,
-        );
+        let bias = borrow_optional(bias, &w.1[..1])?;
+        let residual = borrow_optional(residual, &y.1)?;
+        let mut y = Tensor::<f32>::of(&y).borrow()?;
+        let (x, w) = (Tensor::<f32>::of(&x).borrow()?, Tensor::<f32>::of(&w).borrow()?);
         gpu.conv2d_residual_into(&x, &w, bias.as_ref(), residual.as_ref(), &params, &mut y)
     })
 }
@@ -290,14 +287,11 @@ fn conv2d_backward(
 ) -> PyResult<()> {
     let params = params.get().0;
     on_device(py, device, stream, |gpu| {
-        let mut grad_x = borrow_optional(gpu, grad_x, &x.1)?;
-        let mut grad_w = borrow_optional(gpu, grad_w, &w.1)?;
-        let mut grad_bias = borrow_optional(gpu, grad_bias, &w.1[..1])?;
-        let (x, w) = (
-            Tensor::<f32>::of(&x).borrow(gpu)?,
-            Tensor::<f32>::of(&w).borrow(gpu)?,
-        );
-        let grad_y = Tensor::<f32>::of(&grad_y).borrow(gpu)?;
+        let mut grad_x = borrow_optional(grad_x, &x.1)?;
+        let mut grad_w = borrow_optional(grad_w, &w.1)?;
+        let mut grad_bias = borrow_optional(grad_bias, &w.1[..1])?;
+        let (x, w) = (Tensor::<f32>::of(&x).borrow()?, Tensor::<f32>::of(&w).borrow()?);
+        let grad_y = Tensor::<f32>::of(&grad_y).borrow()?;
         gpu.conv2d_backward_into(
             &x,
             &w,

@@ -1,6 +1,6 @@
 //! The bridge to PyTorch's memory and streams: the only `unsafe` code of the package.
-//! The Python side hands over what it checked; the library checks what it can again
-//! (alignment, that the memory is the device's, the stream's context).
+//! The Python side hands over what it checked; the library checks again what costs no
+//! driver call per tensor (the alignment, the shapes) and the stream's context.
 
 use std::collections::BTreeMap;
 use std::ffi::c_void;
@@ -44,8 +44,10 @@ pub(crate) fn on_device(
 ) -> PyResult<()> {
     with_gpu(py, device, |gpu| {
         // SAFETY: PyTorch keeps its current stream alive while the Python call that
-        // passed it runs, which `with_gpu` waits for; the library checks that the
-        // stream is of the device's primary context, PyTorch's context.
+        // passed it runs, which `with_gpu` waits for, and never destroys the streams
+        // of its pools, so a handle names one stream for the process (a stream wrapped
+        // by `torch.cuda.ExternalStream` is its owner's to keep so); the library checks
+        // that the stream is of the device's primary context, PyTorch's context.
         unsafe { gpu.with_stream(stream as *mut c_void, f) }
     })
 }
@@ -74,24 +76,22 @@ impl<'a, T: Element> Tensor<'a, T> {
         Self::new(arg.0, &arg.1)
     }
 
-    /// The tensor's memory as an array on `gpu`, without a copy.
-    pub(crate) fn borrow(&self, gpu: &Gpu) -> Result<DeviceArray<T>> {
-        // SAFETY: the Python package passes only tensors it checked to be contiguous, of
-        // this dtype and shape, on this device; the calling frame holds them until the
-        // work is queued, and PyTorch's caching allocator reuses their memory only in
-        // the order of the stream the work is queued on. The library checks the
-        // alignment and that the first and last bytes are the device's memory.
-        unsafe { DeviceArray::from_raw_parts(gpu, self.address, self.shape) }
+    /// The tensor's memory as an array, without a copy, for the handle of its device.
+    pub(crate) fn borrow(&self) -> Result<DeviceArray<T>> {
+        // SAFETY: the Python package passes only tensors it checked to be CUDA tensors
+        // of the device whose handle runs the call, contiguous, of this dtype and shape
+        // (PyTorch keeps such a tensor's elements in that device's memory); the calling
+        // frame holds them until the work is queued, and PyTorch's caching allocator
+        // reuses their memory only in the order of the stream the work is queued on.
+        // The library checks the alignment.
+        unsafe { DeviceArray::from_raw_parts_unchecked(self.address, self.shape) }
     }
 }
 
-/// The tensor at `address`, if one is given, as an array on `gpu`.
+/// The tensor at `address`, if one is given, as an array.
 pub(crate) fn borrow_optional<T: Element>(
-    gpu: &Gpu,
     address: Option<u64>,
     shape: &[usize],
 ) -> Result<Option<DeviceArray<T>>> {
-    address
-        .map(|a| Tensor::<T>::new(a, shape).borrow(gpu))
-        .transpose()
+    address.map(|a| Tensor::<T>::new(a, shape).borrow()).transpose()
 }

@@ -159,3 +159,49 @@ fn borrowed_memory_and_foreign_streams_run_the_kernels() {
         "{past_the_end:?}"
     );
 }
+
+#[test]
+fn work_alternating_between_the_own_stream_and_a_borrowed_one_stays_in_order() {
+    let Some(gpu) = gpu_or_skip("work_alternating_between_the_own_stream_and_a_borrowed_one_stays_in_order")
+    else {
+        return;
+    };
+    // Each step scans the step before: 4 rows of 2^22 i64 (wrapping sums, exact), long
+    // enough that a step queued without waiting would overtake the one before. Every
+    // array is allocated first, so that no allocation orders the steps.
+    let (rows, columns) = (4, 1 << 22);
+    let mut steps = vec![gpu.upload(&Array2::<i64>::ones((rows, columns))).unwrap()];
+    for _ in 0..5 {
+        steps.push(gpu.alloc::<i64>(&[rows, columns]).unwrap());
+    }
+    let scan = |gpu: &Gpu, steps: &mut [DeviceArray<i64>], step: usize| {
+        let (before, after) = steps.split_at_mut(step);
+        gpu.cumsum_into(&before[step - 1], &mut after[0], 1, ScanKind::Inclusive, false)
+    };
+    let scan_on_legacy_stream = |steps: &mut [DeviceArray<i64>], step: usize| {
+        // SAFETY: the legacy stream lives as long as the context.
+        unsafe { gpu.with_stream(std::ptr::null_mut(), |gpu| scan(gpu, steps, step)) }.unwrap()
+    };
+    // Own, borrowed twice in a row (the second waits for nothing of the own stream's),
+    // own, borrowed.
+    scan(&gpu, &mut steps, 1).unwrap();
+    scan_on_legacy_stream(&mut steps, 2);
+    scan_on_legacy_stream(&mut steps, 3);
+    scan(&gpu, &mut steps, 4).unwrap();
+    scan_on_legacy_stream(&mut steps, 5);
+    let mut expected = vec![1i64; columns];
+    for _ in 1..steps.len() {
+        let mut sum = 0i64;
+        for value in &mut expected {
+            sum = sum.wrapping_add(*value);
+            *value = sum;
+        }
+    }
+    let got = gpu.download(&steps[5]).unwrap();
+    for row in got.outer_iter() {
+        assert!(
+            row.iter().eq(expected.iter()),
+            "a step overtook the one before it"
+        );
+    }
+}
