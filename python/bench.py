@@ -2,8 +2,9 @@
 the headline inputs, in one run; then the per-call cost of the Python path.
 
 Times are CUDA-event medians of 30 rounds after warm-up, the candidates of a row timed
-in turn, 5 calls back to back each per round. `python bench.py [--json FILE]`; the seed
-models come from $SEED_MODELS (default ../../shared/seed_models.py beside the repo).
+in turn (in an order rotated every round), 5 calls back to back each per round.
+`python bench.py [--json FILE]`; the seed models come from $SEED_MODELS (default
+../../shared/seed_models.py beside the repo).
 """
 
 import argparse
@@ -80,16 +81,19 @@ def main():
         print(f"{workload:8} {what:34} {ms:9.3f} ms   original/this {baseline_ms / ms:5.2f}x", flush=True)
 
     def compare(workload, candidates, reps=30):
-        """Times the candidates in turn, round by round after a warm-up, so that clock
-        drift falls on all alike; each row is a median, against the first candidate
-        (the original)."""
+        """Times the candidates in turn, round by round after a warm-up, the order
+        rotated every round so that each follows every other alike (the clocks depend
+        on the work before); each row is a median, against the first candidate (the
+        original)."""
         for fn in candidates.values():
             for _ in range(3):  # warm-up
                 fn()
-        times = {name: [] for name in candidates}
-        for _ in range(reps):
-            for name, fn in candidates.items():
-                times[name].append(event_ms(fn))
+        names = list(candidates)
+        times = {name: [] for name in names}
+        for rep in range(reps):
+            shift = rep % len(names)
+            for name in names[shift:] + names[:shift]:
+                times[name].append(event_ms(candidates[name]))
         medians = {name: statistics.median(t) for name, t in times.items()}
         base = next(iter(medians.values()))
         for name, ms in medians.items():
@@ -149,13 +153,15 @@ def main():
     del x, original, new
     torch.cuda.empty_cache()
 
-    # Per-call cost on a tiny input: the binding alone (the Rust API with its argument
-    # conversion), the public function (eager: no dispatcher), the registered operator
-    # (through PyTorch's dispatcher, as under autograd), and torch's own op for scale.
+    # Per-call cost on a tiny input: the Rust API called from Rust in this process, the
+    # binding alone (the Rust API with its argument conversion, on torch's stream), the
+    # public function (eager: no dispatcher), the registered operator (through
+    # PyTorch's dispatcher, as under autograd), and torch's own op for scale.
     tiny = torch.rand(32, device="cuda")
     out = torch.empty_like(tiny)
     device, stream = tiny.device.index, torch.cuda.current_stream().cuda_stream
     per_call = {
+        "rust_api_us": _rust.rust_api_cumsum_us(device, 1000, 7),
         "binding_us": host_us_per_call(
             lambda: _rust.cumsum(device, stream, "float32", (tiny.data_ptr(), [32]), out.data_ptr(), 0, True, False)
         ),
@@ -163,6 +169,7 @@ def main():
         "operator_us": host_us_per_call(lambda: torch.ops.gpu_kernels.cumsum(tiny, 0, True, False)),
         "torch_cumsum_us": host_us_per_call(lambda: torch.cumsum(tiny, 0)),
     }
+    per_call["python_path_over_rust_api_us"] = per_call["function_us"] - per_call["rust_api_us"]
     print("per call, 32 floats (host us): " + ", ".join(f"{k[:-3]} {v:.2f}" for k, v in per_call.items()))
     if args.json:
         pathlib.Path(args.json).write_text(json.dumps({"rows": rows, "per_call": per_call}, indent=1))

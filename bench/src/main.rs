@@ -699,29 +699,13 @@ fn conv_rows(gpu: &Gpu, reps: usize) -> Result<Vec<Row>> {
     Ok(rows)
 }
 
-/// Host time per call of a scan too small to keep the GPU busy: the API's own cost. The
-/// median over batches, the machine's other load being uneven (as the Python
-/// benchmark's).
+/// Host time per call of a scan too small to keep the GPU busy: the API's own cost.
 fn cumsum_call_us(gpu: &Gpu) -> Result<f64> {
     let x = gpu.upload(&Array1::<f32>::ones(32))?;
     let mut y = gpu.alloc::<f32>(&[32])?;
-    let mut call = || gpu.cumsum_into(&x, &mut y, 0, ScanKind::Exclusive, false);
-    for _ in 0..200 {
-        call()?;
-    }
-    gpu.synchronize()?;
-    let (calls, batches) = (1000, 7);
-    let mut per_batch = Vec::new();
-    for _ in 0..batches {
-        let started = Instant::now();
-        for _ in 0..calls {
-            call()?;
-        }
-        gpu.synchronize()?;
-        per_batch.push(started.elapsed().as_secs_f64() * 1e6 / calls as f64);
-    }
-    per_batch.sort_by(f64::total_cmp);
-    Ok(per_batch[batches / 2])
+    Ok(gpu.host_us_per_call(1000, 7, |gpu| {
+        gpu.cumsum_into(&x, &mut y, 0, ScanKind::Exclusive, false)
+    })?)
 }
 
 fn main() -> Result {

@@ -428,6 +428,33 @@ impl Gpu {
         self.stream()?.synchronize()
     }
 
+    /// Host microseconds per call of `f`, whose work is too small to keep the device
+    /// busy: an API's own cost per call. The median over `batches` batches of `calls`
+    /// calls after a warm-up, each batch ending once the device is done (the machine's
+    /// other load being uneven).
+    pub fn host_us_per_call(
+        &self,
+        calls: usize,
+        batches: usize,
+        mut f: impl FnMut(&Self) -> Result<()>,
+    ) -> Result<f64> {
+        for _ in 0..calls.div_ceil(5) {
+            f(self)?;
+        }
+        self.synchronize()?;
+        let mut per_batch = Vec::with_capacity(batches);
+        for _ in 0..batches.max(1) {
+            let started = std::time::Instant::now();
+            for _ in 0..calls {
+                f(self)?;
+            }
+            self.synchronize()?;
+            per_batch.push(started.elapsed().as_secs_f64() * 1e6 / calls.max(1) as f64);
+        }
+        per_batch.sort_by(f64::total_cmp);
+        Ok(per_batch[per_batch.len() / 2])
+    }
+
     /// Device time in milliseconds of the work `f` queues, measured with CUDA events.
     pub fn time_ms(&self, f: impl FnOnce(&Self) -> Result<()>) -> Result<f32> {
         self.bind()?;

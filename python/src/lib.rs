@@ -308,6 +308,20 @@ fn device_info(py: Python<'_>, device: u32) -> PyResult<String> {
     tensor::with_gpu(py, device, |gpu| Ok(format!("{:?}", gpu.info())))
 }
 
+/// Host microseconds per call of the Rust API's `cumsum_into` (32 floats, exclusive)
+/// on device `device`'s own stream, timed as [`Gpu::host_us_per_call`] does: what the
+/// Python path's per-call cost is measured against, in the same process.
+#[pyfunction]
+fn rust_api_cumsum_us(py: Python<'_>, device: u32, calls: usize, batches: usize) -> PyResult<f64> {
+    tensor::with_gpu(py, device, |gpu| {
+        let x = gpu.upload(&ndarray::Array1::<f32>::ones(32))?;
+        let mut y = gpu.alloc::<f32>(&[32])?;
+        gpu.host_us_per_call(calls, batches, |gpu| {
+            gpu.cumsum_into(&x, &mut y, 0, ScanKind::Exclusive, false)
+        })
+    })
+}
+
 #[pymodule]
 fn _gpu_kernels(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add("ARRAY_ALIGNMENT", host::ARRAY_ALIGNMENT)?;
@@ -321,5 +335,6 @@ fn _gpu_kernels(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_function(wrap_pyfunction!(conv2d, module)?)?;
     module.add_function(wrap_pyfunction!(conv2d_backward, module)?)?;
     module.add_function(wrap_pyfunction!(device_info, module)?)?;
+    module.add_function(wrap_pyfunction!(rust_api_cumsum_us, module)?)?;
     Ok(())
 }
