@@ -29,6 +29,7 @@ _CUMSUM_DTYPES = frozenset(_DTYPE_NAMES)
 _MIN_DTYPES = frozenset({torch.float32, torch.float64, torch.int32, torch.bfloat16, torch.float16})
 _GEMV_DTYPES = frozenset({torch.float32, torch.float64, torch.bfloat16, torch.float16})
 _CONV_DTYPES = frozenset({torch.float32})
+_ALIGNMENT = _rust.ARRAY_ALIGNMENT
 
 try:
     _current_stream = torch._C._cuda_getCurrentRawStream
@@ -60,9 +61,18 @@ def _dense(tensor: torch.Tensor) -> torch.Tensor:
     else a row-major copy."""
     if not tensor.is_contiguous():
         return tensor.contiguous()
-    if tensor.data_ptr() % _rust.ARRAY_ALIGNMENT:
+    if tensor.data_ptr() % _ALIGNMENT:
         return tensor.clone()
     return tensor
+
+
+def _dense_at(tensor: torch.Tensor) -> Tuple[torch.Tensor, int]:
+    """`_dense(tensor)` and its address, with one `data_ptr` call where no copy is made."""
+    address = tensor.data_ptr()
+    if address % _ALIGNMENT or not tensor.is_contiguous():
+        tensor = _dense(tensor)
+        address = tensor.data_ptr()
+    return tensor, address
 
 
 def _dim(op: str, dim: int, rank: int) -> int:
@@ -117,12 +127,22 @@ def cumsum(x: torch.Tensor, dim: int, exclusive: bool = False, reverse: bool = F
 
 
 def _cumsum(x: torch.Tensor, dim: int, exclusive: bool, reverse: bool) -> torch.Tensor:
+    # The eager path of the smallest calls: each step here is a measurable part of it.
     _check("cumsum", "x", x, _CUMSUM_DTYPES)
     axis = _dim("cumsum", dim, x.dim())
-    x = _dense(x)
+    x, address = _dense_at(x)
     y = torch.empty_like(x)
-    device, stream = _launch_args(x)
-    _rust.cumsum(device, stream, _DTYPE_NAMES[x.dtype], _at(x), y.data_ptr(), axis, exclusive, reverse)
+    device = x.get_device()
+    _rust.cumsum(
+        device,
+        _current_stream(device),
+        _DTYPE_NAMES[x.dtype],
+        (address, x.shape),
+        y.data_ptr(),
+        axis,
+        exclusive,
+        reverse,
+    )
     return y
 
 
@@ -176,16 +196,16 @@ _amin_op = torch.library.custom_op(f"{_NAMESPACE}::amin", _amin, mutates_args=()
 def _reduce_min(op, x, dim, keepdim, with_indices):
     _check(op, "x", x, _MIN_DTYPES)
     axis = _dim(op, dim, x.dim())
-    x = _dense(x)
+    x, address = _dense_at(x)
     shape = _rust.min_output_shape(list(x.shape), axis, keepdim)
-    values = torch.empty(shape, dtype=x.dtype, device=x.device)
-    indices = torch.empty(shape, dtype=torch.int64, device=x.device) if with_indices else None
-    device, stream = _launch_args(x)
+    values = x.new_empty(shape)
+    indices = x.new_empty(shape, dtype=torch.int64) if with_indices else None
+    device = x.get_device()
     _rust.min(
         device,
-        stream,
+        _current_stream(device),
         _DTYPE_NAMES[x.dtype],
-        _at(x),
+        (address, x.shape),
         axis,
         (values.data_ptr(), shape),
         None if indices is None else indices.data_ptr(),
@@ -259,11 +279,19 @@ def _matvec(a: torch.Tensor, x: torch.Tensor, transpose: bool) -> torch.Tensor:
     _same_device("matvec", a, x=x)
     if x.dtype != a.dtype:
         raise TypeError(f"matvec: x has dtype {x.dtype}, a has {a.dtype}; they must match")
-    a, x = _dense(a), _dense(x)
+    (a, a_address), (x, x_address) = _dense_at(a), _dense_at(x)
     shape = _rust.gemv_output_shape(list(a.shape), list(x.shape), transpose)
-    y = torch.empty(shape, dtype=a.dtype, device=a.device)
-    device, stream = _launch_args(a)
-    _rust.gemv(device, stream, _DTYPE_NAMES[a.dtype], _at(a), _at(x), (y.data_ptr(), shape), transpose)
+    y = a.new_empty(shape)
+    device = a.get_device()
+    _rust.gemv(
+        device,
+        _current_stream(device),
+        _DTYPE_NAMES[a.dtype],
+        (a_address, a.shape),
+        (x_address, x.shape),
+        (y.data_ptr(), shape),
+        transpose,
+    )
     return y
 
 
