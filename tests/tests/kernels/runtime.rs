@@ -166,17 +166,25 @@ fn work_alternating_between_the_own_stream_and_a_borrowed_one_stays_in_order() {
     else {
         return;
     };
-    // Each step scans the step before: 4 rows of 2^22 i64 (wrapping sums, exact), long
-    // enough that a step queued without waiting would overtake the one before. Every
-    // array is allocated first, so that no allocation orders the steps.
+    // Each step scans the step before, in the other direction: its first tiles read
+    // what the step before writes last, so that a step queued without waiting would
+    // read unfinished sums. 4 rows of 2^22 i64 (wrapping sums, exact); every array is
+    // allocated first, so that no allocation orders the steps.
     let (rows, columns) = (4, 1 << 22);
     let mut steps = vec![gpu.upload(&Array2::<i64>::ones((rows, columns))).unwrap()];
     for _ in 0..5 {
         steps.push(gpu.alloc::<i64>(&[rows, columns]).unwrap());
     }
+    let reverse = |step: usize| step % 2 == 0;
     let scan = |gpu: &Gpu, steps: &mut [DeviceArray<i64>], step: usize| {
         let (before, after) = steps.split_at_mut(step);
-        gpu.cumsum_into(&before[step - 1], &mut after[0], 1, ScanKind::Inclusive, false)
+        gpu.cumsum_into(
+            &before[step - 1],
+            &mut after[0],
+            1,
+            ScanKind::Inclusive,
+            reverse(step),
+        )
     };
     let scan_on_legacy_stream = |steps: &mut [DeviceArray<i64>], step: usize| {
         // SAFETY: the legacy stream lives as long as the context.
@@ -190,11 +198,16 @@ fn work_alternating_between_the_own_stream_and_a_borrowed_one_stays_in_order() {
     scan(&gpu, &mut steps, 4).unwrap();
     scan_on_legacy_stream(&mut steps, 5);
     let mut expected = vec![1i64; columns];
-    for _ in 1..steps.len() {
+    for step in 1..steps.len() {
         let mut sum = 0i64;
-        for value in &mut expected {
+        let mut add = |value: &mut i64| {
             sum = sum.wrapping_add(*value);
             *value = sum;
+        };
+        if reverse(step) {
+            expected.iter_mut().rev().for_each(&mut add);
+        } else {
+            expected.iter_mut().for_each(&mut add);
         }
     }
     let got = gpu.download(&steps[5]).unwrap();
