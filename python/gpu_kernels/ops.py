@@ -97,15 +97,20 @@ def _launch_args(tensor: torch.Tensor) -> Tuple[int, int]:
 # Tensors that PyTorch's dispatcher treats as plain ones (a Parameter is one).
 _PLAIN_TYPES = (torch.Tensor, torch.nn.Parameter)
 _is_compiling = torch.compiler.is_compiling
-_dispatch_modes = getattr(torch._C, "_len_torch_dispatch_mode", lambda: 0)
-_function_mode = getattr(torch._C, "_is_torch_function_mode_enabled", lambda: False)
+_function_mode = torch._C._is_torch_function_mode_enabled
+try:  # user modes and the infrastructure's (fake tensors, tracing) alike
+    from torch.utils._python_dispatch import is_in_torch_dispatch_mode as _dispatch_mode
+except ImportError:  # an older PyTorch: the user modes' stack
+
+    def _dispatch_mode() -> bool:
+        return torch._C._len_torch_dispatch_stack() > 0
 
 
 def _plain(*args) -> bool:
     """Whether a call can skip PyTorch's dispatcher (tens of microseconds): eager, on
     plain CUDA tensors, with no gradient to record and no mode or tracer watching.
     Otherwise the call goes through the registered operator."""
-    if _is_compiling() or _dispatch_modes() or _function_mode():
+    if _is_compiling() or _dispatch_mode() or _function_mode():
         return False
     for arg in args:
         if arg.__class__ in _PLAIN_TYPES:

@@ -4,6 +4,8 @@ that are not on a CUDA device are refused with an error naming the argument."""
 
 import pytest
 import torch
+from torch.overrides import TorchFunctionMode
+from torch.utils._python_dispatch import TorchDispatchMode
 
 import gpu_kernels
 
@@ -78,3 +80,23 @@ def test_without_a_gpu_opening_the_device_says_why():
         pytest.skip("a CUDA device is present: the GPU tests cover it")
     with pytest.raises(RuntimeError, match="no usable CUDA device"):
         gpu_kernels.device_info(0)
+
+
+class _DispatchPassthrough(TorchDispatchMode):
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        return func(*args, **(kwargs or {}))
+
+
+class _FunctionPassthrough(TorchFunctionMode):
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        return func(*args, **(kwargs or {}))
+
+
+def test_calls_inside_a_mode_go_through_the_operator():
+    # Eager calls skip PyTorch's dispatcher only where nothing would see the operator.
+    assert gpu_kernels.ops._plain()
+    with _DispatchPassthrough():
+        assert not gpu_kernels.ops._plain()
+    with _FunctionPassthrough():
+        assert not gpu_kernels.ops._plain()
+    assert gpu_kernels.ops._plain()
