@@ -131,23 +131,22 @@ def cumsum(x: torch.Tensor, dim: int, exclusive: bool = False, reverse: bool = F
     return (_cumsum if _plain(x) else _cumsum_op)(x, dim, exclusive, reverse)
 
 
-def _cumsum(x: torch.Tensor, dim: int, exclusive: bool, reverse: bool) -> torch.Tensor:
-    # The eager path of the smallest calls: each step here is a measurable part of it.
-    _check("cumsum", "x", x, _CUMSUM_DTYPES)
-    axis = _dim("cumsum", dim, x.dim())
+def _along_axis(op: str, x: torch.Tensor, dim: int, dtypes: frozenset):
+    """x checked and made dense, with its address; dim as an axis; the device and
+    stream to run on. (The eager path of the smallest calls: each step here is a
+    measurable part of it.)"""
+    _check(op, "x", x, dtypes)
+    axis = _dim(op, dim, x.dim())
     x, address = _dense_at(x)
-    y = torch.empty_like(x)
     device = x.get_device()
-    _rust.cumsum(
-        device,
-        _current_stream(device),
-        _DTYPE_NAMES[x.dtype],
-        (address, x.shape),
-        y.data_ptr(),
-        axis,
-        exclusive,
-        reverse,
-    )
+    return x, address, axis, device, _current_stream(device)
+
+
+def _cumsum(x: torch.Tensor, dim: int, exclusive: bool, reverse: bool) -> torch.Tensor:
+    x, address, axis, device, stream = _along_axis("cumsum", x, dim, _CUMSUM_DTYPES)
+    y = torch.empty_like(x)
+    dtype = _DTYPE_NAMES[x.dtype]
+    _rust.cumsum(device, stream, dtype, (address, x.shape), y.data_ptr(), axis, exclusive, reverse)
     return y
 
 
@@ -199,16 +198,13 @@ _amin_op = torch.library.custom_op(f"{_NAMESPACE}::amin", _amin, mutates_args=()
 
 
 def _reduce_min(op, x, dim, keepdim, with_indices):
-    _check(op, "x", x, _MIN_DTYPES)
-    axis = _dim(op, dim, x.dim())
-    x, address = _dense_at(x)
+    x, address, axis, device, stream = _along_axis(op, x, dim, _MIN_DTYPES)
     shape = _rust.min_output_shape(list(x.shape), axis, keepdim)
     values = x.new_empty(shape)
     indices = x.new_empty(shape, dtype=torch.int64) if with_indices else None
-    device = x.get_device()
     _rust.min(
         device,
-        _current_stream(device),
+        stream,
         _DTYPE_NAMES[x.dtype],
         (address, x.shape),
         axis,
