@@ -42,20 +42,31 @@ def event_ms(fn, calls=5):
     return start.elapsed_time(stop) / calls
 
 
-def host_us_per_call(fn, calls=1000, batches=7):
-    """Wall time per call of a call too small to keep the GPU busy: what the host pays.
-    The median over batches, the machine's other load being uneven."""
-    for _ in range(200):
-        fn()
-    torch.cuda.synchronize()
-    per_batch = []
-    for _ in range(batches):
+def host_us_per_call(candidates, calls=1000, batches=7):
+    """Wall time per call of calls too small to keep the GPU busy: what the host pays.
+    Each candidate (a function timing `calls` calls itself, in microseconds each) runs
+    one batch per round, the candidates in turn; medians over the rounds, the machine's
+    other load being uneven, and the rounds' values for differences taken round by
+    round."""
+    rounds = {name: [] for name in candidates}
+    for _ in range(batches + 1):  # the first round warms up
+        for name, batch in candidates.items():
+            rounds[name].append(batch(calls))
+    rounds = {name: values[1:] for name, values in rounds.items()}
+    return {name: statistics.median(values) for name, values in rounds.items()}, rounds
+
+
+def batch_of(fn):
+    """A candidate for `host_us_per_call`: `calls` calls of fn, then a device synchronize."""
+
+    def batch(calls):
         start = time.perf_counter()
         for _ in range(calls):
             fn()
         torch.cuda.synchronize()
-        per_batch.append((time.perf_counter() - start) / calls * 1e6)
-    return sorted(per_batch)[batches // 2]
+        return (time.perf_counter() - start) / calls * 1e6
+
+    return batch
 
 
 def conv_binding(model, x):
@@ -160,16 +171,20 @@ def main():
     tiny = torch.rand(32, device="cuda")
     out = torch.empty_like(tiny)
     device, stream = tiny.device.index, torch.cuda.current_stream().cuda_stream
-    per_call = {
-        "rust_api_us": _rust.rust_api_cumsum_us(device, 1000, 7),
-        "binding_us": host_us_per_call(
-            lambda: _rust.cumsum(device, stream, "float32", (tiny.data_ptr(), [32]), out.data_ptr(), 0, True, False)
-        ),
-        "function_us": host_us_per_call(lambda: gpu_kernels.cumsum(tiny, 0, exclusive=True)),
-        "operator_us": host_us_per_call(lambda: torch.ops.gpu_kernels.cumsum(tiny, 0, True, False)),
-        "torch_cumsum_us": host_us_per_call(lambda: torch.cumsum(tiny, 0)),
-    }
-    per_call["python_path_over_rust_api_us"] = per_call["function_us"] - per_call["rust_api_us"]
+    per_call, rounds = host_us_per_call(
+        {
+            "rust_api_us": lambda calls: _rust.rust_api_cumsum_us(device, calls, 1),
+            "binding_us": batch_of(
+                lambda: _rust.cumsum(device, stream, "float32", (tiny.data_ptr(), [32]), out.data_ptr(), 0, True, False)
+            ),
+            "function_us": batch_of(lambda: gpu_kernels.cumsum(tiny, 0, exclusive=True)),
+            "operator_us": batch_of(lambda: torch.ops.gpu_kernels.cumsum(tiny, 0, True, False)),
+            "torch_cumsum_us": batch_of(lambda: torch.cumsum(tiny, 0)),
+        }
+    )
+    per_call["python_path_over_rust_api_us"] = statistics.median(
+        f - r for f, r in zip(rounds["function_us"], rounds["rust_api_us"])
+    )
     print("per call, 32 floats (host us): " + ", ".join(f"{k[:-3]} {v:.2f}" for k, v in per_call.items()))
     if args.json:
         pathlib.Path(args.json).write_text(json.dumps({"rows": rows, "per_call": per_call}, indent=1))
