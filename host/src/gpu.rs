@@ -304,6 +304,7 @@ impl Gpu {
         result
     }
 
+    /// Records the handoff on `stream`, and remembers where once that succeeded.
     fn record_handoff(&self, stream: StreamHandle) -> Result<()> {
         self.handoff_on.set(None);
         self.handoff.record(stream)?;
