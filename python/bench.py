@@ -166,25 +166,32 @@ def main():
 
     # Per-call cost on a tiny input: the Rust API called from Rust in this process, the
     # binding alone (the Rust API with its argument conversion, on torch's stream), the
-    # public function (eager: no dispatcher), the registered operator (through
-    # PyTorch's dispatcher, as under autograd), and torch's own op for scale.
+    # public function (eager: no dispatcher; allocating its output, and with out=), the
+    # registered operator (through PyTorch's dispatcher, as under autograd), and
+    # torch's own op for scale.
     tiny = torch.rand(32, device="cuda")
     out = torch.empty_like(tiny)
     device, stream = tiny.device.index, torch.cuda.current_stream().cuda_stream
+
+    def binding():
+        _rust.cumsum(device, stream, "float32", (tiny.data_ptr(), [32]), out.data_ptr(), 0, True, False)
+
     per_call, rounds = host_us_per_call(
         {
             "rust_api_us": lambda calls: _rust.rust_api_cumsum_us(device, calls, 1),
-            "binding_us": batch_of(
-                lambda: _rust.cumsum(device, stream, "float32", (tiny.data_ptr(), [32]), out.data_ptr(), 0, True, False)
-            ),
+            "binding_us": batch_of(binding),
             "function_us": batch_of(lambda: gpu_kernels.cumsum(tiny, 0, exclusive=True)),
+            "function_out_us": batch_of(lambda: gpu_kernels.cumsum(tiny, 0, exclusive=True, out=out)),
             "operator_us": batch_of(lambda: torch.ops.gpu_kernels.cumsum(tiny, 0, True, False)),
             "torch_cumsum_us": batch_of(lambda: torch.cumsum(tiny, 0)),
         }
     )
-    per_call["python_path_over_rust_api_us"] = statistics.median(
-        f - r for f, r in zip(rounds["function_us"], rounds["rust_api_us"])
-    )
+    # Over the Rust API, round by round: `cumsum_into` writes into a given output, as
+    # the call with out= does; the call without allocates its output too.
+    for name, function in (("python_path", "function_us"), ("python_path_into_output", "function_out_us")):
+        per_call[f"{name}_over_rust_api_us"] = statistics.median(
+            f - r for f, r in zip(rounds[function], rounds["rust_api_us"])
+        )
     print("per call, 32 floats (host us): " + ", ".join(f"{k[:-3]} {v:.2f}" for k, v in per_call.items()))
     if args.json:
         pathlib.Path(args.json).write_text(json.dumps({"rows": rows, "per_call": per_call}, indent=1))

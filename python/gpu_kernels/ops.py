@@ -94,6 +94,61 @@ def _launch_args(tensor: torch.Tensor) -> Tuple[int, int]:
     return device, _current_stream(device)
 
 
+def _check_out(op: str, name: str, out, device: int, shape, dtype: torch.dtype) -> None:
+    """Raises a clear error unless `out` can take a result of `shape` and `dtype` on
+    CUDA device `device`."""
+    if not isinstance(out, torch.Tensor):
+        raise TypeError(f"{op}: {name} must be a torch.Tensor, got {type(out).__name__}")
+    if out.get_device() != device:
+        raise ValueError(f"{op}: {name} is on {out.device}; the result is on cuda:{device}")
+    if out.dtype != dtype:
+        raise TypeError(f"{op}: {name} has dtype {out.dtype}; the result has {dtype}")
+    if list(out.shape) != list(shape):
+        raise ValueError(f"{op}: {name} has shape {list(out.shape)}; the result has {list(shape)}")
+
+
+def _span(tensor: torch.Tensor) -> Tuple[int, int]:
+    """The bytes a dense tensor's elements take."""
+    start = tensor.data_ptr()
+    return start, start + tensor.numel() * tensor.element_size()
+
+
+def _writable(out: torch.Tensor, inputs, same_as_first: bool = False) -> torch.Tensor:
+    """`out` itself where the kernels can write the result straight into it (dense,
+    aligned, its memory apart from the dense `inputs`', or with `same_as_first` the
+    first input's exactly: an in-place scan); else a dense tensor for `_delivered`."""
+    if out.is_contiguous() and out.data_ptr() % _ALIGNMENT == 0:
+        start, end = _span(out)
+        for index, tensor in enumerate(inputs):
+            other = _span(tensor)
+            in_place = same_as_first and index == 0 and other == (start, end)
+            if start < other[1] and other[0] < end and not in_place:
+                break
+        else:
+            return out
+    return torch.empty_like(out, memory_format=torch.contiguous_format)
+
+
+def _delivered(out: torch.Tensor, written: torch.Tensor) -> torch.Tensor:
+    """`out`, holding the result written into `written` (itself, or a stand-in)."""
+    if written is not out:
+        out.copy_(written)
+    return out
+
+
+def _copied_out(op: str, name: str, out, result: torch.Tensor) -> torch.Tensor:
+    """`out` holding `result`, on the dispatcher's path, once checked as `_check_out`
+    does, and refused where autograd would record: torch's out= functions do not take
+    part in autograd either."""
+    _check_out(op, name, out, result.get_device(), result.shape, result.dtype)
+    if torch.is_grad_enabled() and result.requires_grad:
+        raise RuntimeError(
+            f"{op}: out= does not take part in autograd, and an input requires grad; "
+            "call it without out= or under torch.no_grad()"
+        )
+    return out.copy_(result)
+
+
 # Tensors that PyTorch's dispatcher treats as plain ones (a Parameter is one).
 _PLAIN_TYPES = (torch.Tensor, torch.nn.Parameter)
 _is_compiling = torch.compiler.is_compiling
@@ -124,11 +179,23 @@ def _plain(*args) -> bool:
 # ---- cumsum ----------------------------------------------------------------------
 
 
-def cumsum(x: torch.Tensor, dim: int, exclusive: bool = False, reverse: bool = False) -> torch.Tensor:
+def cumsum(
+    x: torch.Tensor,
+    dim: int,
+    exclusive: bool = False,
+    reverse: bool = False,
+    *,
+    out: Optional[torch.Tensor] = None,
+) -> torch.Tensor:
     """The cumulative sum of x along dim: inclusive (``torch.cumsum``) or exclusive
     (``y[0] = 0``), optionally from the end. Floats sum in at least float32 and round
-    once; integers wrap. Deterministic."""
-    return (_cumsum if _plain(x) else _cumsum_op)(x, dim, exclusive, reverse)
+    once; integers wrap. Deterministic. With ``out`` (x's shape, dtype and device; x
+    itself too), the sums are written there and it is returned, as torch's ``out=``."""
+    if out is None:
+        return (_cumsum if _plain(x) else _cumsum_op)(x, dim, exclusive, reverse)
+    if _plain(x, out):
+        return _cumsum_into(x, dim, exclusive, reverse, out)
+    return _copied_out("cumsum", "out", out, _cumsum_op(x, dim, exclusive, reverse))
 
 
 def _along_axis(op: str, x: torch.Tensor, dim: int, dtypes: frozenset):
@@ -143,11 +210,19 @@ def _along_axis(op: str, x: torch.Tensor, dim: int, dtypes: frozenset):
 
 
 def _cumsum(x: torch.Tensor, dim: int, exclusive: bool, reverse: bool) -> torch.Tensor:
+    return _cumsum_into(x, dim, exclusive, reverse, None)
+
+
+def _cumsum_into(x, dim, exclusive, reverse, out):
     x, address, axis, device, stream = _along_axis("cumsum", x, dim, _CUMSUM_DTYPES)
-    y = torch.empty_like(x)
+    if out is None:
+        y = torch.empty_like(x)
+    else:
+        _check_out("cumsum", "out", out, device, x.shape, x.dtype)
+        y = _writable(out, (x,), same_as_first=True)
     dtype = _DTYPE_NAMES[x.dtype]
     _rust.cumsum(device, stream, dtype, (address, x.shape), y.data_ptr(), axis, exclusive, reverse)
-    return y
+    return y if out is None else _delivered(out, y)
 
 
 _cumsum_op = torch.library.custom_op(f"{_NAMESPACE}::cumsum", _cumsum, mutates_args=())
@@ -174,15 +249,30 @@ _cumsum_op.register_autograd(_cumsum_backward, setup_context=_cumsum_setup)
 # ---- min and amin ------------------------------------------------------------------
 
 
-def min(x: torch.Tensor, dim: int, keepdim: bool = False) -> Tuple[torch.Tensor, torch.Tensor]:
+def min(
+    x: torch.Tensor, dim: int, keepdim: bool = False, *, out: Optional[Tuple[torch.Tensor, torch.Tensor]] = None
+) -> Tuple[torch.Tensor, torch.Tensor]:
     """``torch.min(x, dim, keepdim)``: the least values along dim and the index of the
-    first of each (NaN is the least)."""
-    return (_min if _plain(x) else _min_op)(x, dim, keepdim)
+    first of each (NaN is the least). With ``out``, a pair (values, int64 indices) of
+    the result's shape, written and returned."""
+    if out is None:
+        return (_min if _plain(x) else _min_op)(x, dim, keepdim)
+    if not isinstance(out, (tuple, list)) or len(out) != 2:
+        raise TypeError(f"min: out must be a pair (values, indices), got {type(out).__name__}")
+    if _plain(x, *out):
+        return _reduce_min("min", x, dim, keepdim, True, out)
+    values, indices = _min_op(x, dim, keepdim)
+    return _copied_out("min", "out[0]", out[0], values), _copied_out("min", "out[1]", out[1], indices)
 
 
-def amin(x: torch.Tensor, dim: int, keepdim: bool = False) -> torch.Tensor:
-    """``torch.amin(x, dim, keepdim)``: the least values along dim (NaN is the least)."""
-    return (_amin if _plain(x) else _amin_op)(x, dim, keepdim)
+def amin(x: torch.Tensor, dim: int, keepdim: bool = False, *, out: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """``torch.amin(x, dim, keepdim)``: the least values along dim (NaN is the least).
+    With ``out`` (the result's shape, x's dtype), written and returned."""
+    if out is None:
+        return (_amin if _plain(x) else _amin_op)(x, dim, keepdim)
+    if _plain(x, out):
+        return _reduce_min("amin", x, dim, keepdim, False, (out, None))[0]
+    return _copied_out("amin", "out", out, _amin_op(x, dim, keepdim))
 
 
 def _min(x: torch.Tensor, dim: int, keepdim: bool) -> Tuple[torch.Tensor, torch.Tensor]:
@@ -197,11 +287,20 @@ _min_op = torch.library.custom_op(f"{_NAMESPACE}::min", _min, mutates_args=())
 _amin_op = torch.library.custom_op(f"{_NAMESPACE}::amin", _amin, mutates_args=())
 
 
-def _reduce_min(op, x, dim, keepdim, with_indices):
+def _reduce_min(op, x, dim, keepdim, with_indices, out=None):
     x, address, axis, device, stream = _along_axis(op, x, dim, _MIN_DTYPES)
     shape = _rust.min_output_shape(list(x.shape), axis, keepdim)
-    values = x.new_empty(shape)
-    indices = x.new_empty(shape, dtype=torch.int64) if with_indices else None
+    if out is None:
+        values = x.new_empty(shape)
+        indices = x.new_empty(shape, dtype=torch.int64) if with_indices else None
+    else:
+        names = ("out[0]", "out[1]") if with_indices else ("out", None)
+        _check_out(op, names[0], out[0], device, shape, x.dtype)
+        values = _writable(out[0], (x,))
+        indices = None
+        if with_indices:
+            _check_out(op, names[1], out[1], device, shape, torch.int64)
+            indices = _writable(out[1], (x, values))
     _rust.min(
         device,
         stream,
@@ -211,7 +310,9 @@ def _reduce_min(op, x, dim, keepdim, with_indices):
         (values.data_ptr(), shape),
         None if indices is None else indices.data_ptr(),
     )
-    return values, indices
+    if out is None:
+        return values, indices
+    return _delivered(out[0], values), indices if indices is None else _delivered(out[1], indices)
 
 
 def _min_shape(x, dim, keepdim):
@@ -267,14 +368,25 @@ _amin_op.register_autograd(_amin_backward, setup_context=_amin_setup)
 # ---- matvec ------------------------------------------------------------------------
 
 
-def matvec(a: torch.Tensor, x: torch.Tensor, transpose: bool = False) -> torch.Tensor:
+def matvec(
+    a: torch.Tensor, x: torch.Tensor, transpose: bool = False, *, out: Optional[torch.Tensor] = None
+) -> torch.Tensor:
     """``a @ x`` for a ``[m, k]`` and x a vector ``[k]``, a column ``[k, 1]`` or up to 16
     columns ``[k, v]``, reading a once; with transpose, ``a.T @ x`` for one vector.
-    Sums in float32 at least, deterministic."""
-    return (_matvec if _plain(a, x) else _matvec_op)(a, x, transpose)
+    Sums in float32 at least, deterministic. With ``out`` (the result's shape, a's
+    dtype), written and returned."""
+    if out is None:
+        return (_matvec if _plain(a, x) else _matvec_op)(a, x, transpose)
+    if _plain(a, x, out):
+        return _matvec_into(a, x, transpose, out)
+    return _copied_out("matvec", "out", out, _matvec_op(a, x, transpose))
 
 
 def _matvec(a: torch.Tensor, x: torch.Tensor, transpose: bool) -> torch.Tensor:
+    return _matvec_into(a, x, transpose, None)
+
+
+def _matvec_into(a, x, transpose, out):
     _check("matvec", "a", a, _GEMV_DTYPES)
     _check("matvec", "x", x, _GEMV_DTYPES)
     _same_device("matvec", a, x=x)
@@ -282,8 +394,12 @@ def _matvec(a: torch.Tensor, x: torch.Tensor, transpose: bool) -> torch.Tensor:
         raise TypeError(f"matvec: x has dtype {x.dtype}, a has {a.dtype}; they must match")
     (a, a_address), (x, x_address) = _dense_at(a), _dense_at(x)
     shape = _rust.gemv_output_shape(list(a.shape), list(x.shape), transpose)
-    y = a.new_empty(shape)
     device = a.get_device()
+    if out is None:
+        y = a.new_empty(shape)
+    else:
+        _check_out("matvec", "out", out, device, shape, a.dtype)
+        y = _writable(out, (a, x))
     _rust.gemv(
         device,
         _current_stream(device),
@@ -293,7 +409,7 @@ def _matvec(a: torch.Tensor, x: torch.Tensor, transpose: bool) -> torch.Tensor:
         (y.data_ptr(), shape),
         transpose,
     )
-    return y
+    return y if out is None else _delivered(out, y)
 
 
 _matvec_op = torch.library.custom_op(f"{_NAMESPACE}::matvec", _matvec, mutates_args=())

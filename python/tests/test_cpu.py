@@ -100,3 +100,37 @@ def test_calls_inside_a_mode_go_through_the_operator():
     with _FunctionPassthrough():
         assert not gpu_kernels.ops._plain()
     assert gpu_kernels.ops._plain()
+
+
+def test_out_is_checked_naming_it():
+    check = gpu_kernels.ops._check_out
+    with pytest.raises(TypeError, match="cumsum: out must be a torch.Tensor, got list"):
+        check("cumsum", "out", [0.0], 0, [3], torch.float32)
+    with pytest.raises(ValueError, match=r"min: out\[0\] is on cpu; the result is on cuda:0"):
+        check("min", "out[0]", torch.empty(3), 0, [3], torch.float32)
+    with pytest.raises(TypeError, match="out has dtype torch.float64; the result has torch.float32"):
+        check("amin", "out", torch.empty(3, dtype=torch.float64), -1, [3], torch.float32)
+    with pytest.raises(ValueError, match=r"out has shape \[3\]; the result has \[3, 1\]"):
+        check("matvec", "out", torch.empty(3), -1, [3, 1], torch.float32)
+    check("matvec", "out", torch.empty(3, 1), -1, [3, 1], torch.float32)
+
+
+def test_results_go_straight_into_out_only_where_the_kernels_can_write_it():
+    writable = gpu_kernels.ops._writable
+    base = torch.zeros(256)
+    x, out = base[:64], base[128:192]
+    assert writable(out, (x,)) is out
+    assert writable(x, (x,), same_as_first=True) is x  # an in-place scan
+    for target in (
+        x,  # in place where the op cannot be
+        base[32:96],  # overlapping its input
+        base[129:193],  # misaligned
+        base[:128].view(64, 2).T,  # not contiguous
+    ):
+        stand_in = writable(target, (x,))
+        assert stand_in is not target and stand_in.is_contiguous() and stand_in.shape == target.shape
+    target = base[:128].view(64, 2).T
+    written = writable(target, (x,))
+    written.copy_(torch.arange(128.0).view(2, 64))
+    assert gpu_kernels.ops._delivered(target, written) is target
+    assert torch.equal(target, torch.arange(128.0).view(2, 64))

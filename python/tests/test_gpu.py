@@ -207,3 +207,55 @@ def test_eager_calls_skip_the_dispatcher_and_agree_with_the_operator():
         assert gpu_kernels.ops._plain(x.clone().requires_grad_())
     assert torch.equal(gpu_kernels.cumsum(x, 1, True), torch.ops.gpu_kernels.cumsum(x, 1, True, False))
     assert torch.equal(gpu_kernels.amin(x, 0), torch.ops.gpu_kernels.amin(x, 0, False))
+
+
+def test_out_takes_the_result():
+    x = small_integers((64, 300), torch.float32)
+    sums = torch.cumsum(x, 1)
+    out = torch.empty_like(x)
+    assert gpu_kernels.cumsum(x, 1, out=out) is out and torch.equal(out, sums)
+    in_place = x.clone()
+    assert gpu_kernels.cumsum(in_place, 1, out=in_place) is in_place and torch.equal(in_place, sums)
+    transposed = torch.empty(300, 64, device="cuda").T
+    assert gpu_kernels.cumsum(x, 1, out=transposed) is transposed and torch.equal(transposed, sums)
+    # Overlapping its input: the sums go through a stand-in, after every read of x.
+    base = torch.zeros(2 * x.numel(), device="cuda")
+    source, overlapping = base[: x.numel()].view(64, 300), base[150 : 150 + x.numel()].view(64, 300)
+    source.copy_(x)
+    gpu_kernels.cumsum(source, 1, out=overlapping)
+    assert torch.equal(overlapping, sums)
+
+    values, indices = torch.empty(300, device="cuda"), torch.empty(300, dtype=torch.int64, device="cuda")
+    got = gpu_kernels.min(x, 0, out=(values, indices))
+    expected = torch.min(x, 0)
+    assert got[0] is values and got[1] is indices
+    assert torch.equal(values, expected.values) and torch.equal(indices, expected.indices)
+    lowest = torch.empty(64, 1, device="cuda")
+    assert gpu_kernels.amin(x, 1, True, out=lowest) is lowest and torch.equal(lowest, torch.amin(x, 1, True))
+    v = small_integers((300,), torch.float32, seed=1)
+    y = torch.empty(64, device="cuda")
+    assert gpu_kernels.matvec(x, v, out=y) is y
+    assert torch.equal(y, (x.double() @ v.double()).float())  # small integers: exact
+
+
+def test_out_is_refused_where_torch_refuses_it():
+    x = small_integers((8, 5), torch.float32).requires_grad_()
+    out = torch.empty(8, 5, device="cuda")
+    with pytest.raises(RuntimeError, match="out= does not take part in autograd"):
+        gpu_kernels.cumsum(x, 1, out=out)
+    with torch.no_grad():
+        assert torch.equal(gpu_kernels.cumsum(x, 1, out=out), torch.cumsum(x.detach(), 1))
+    with pytest.raises(ValueError, match=r"out has shape \[8, 4\]; the result has \[8, 5\]"):
+        gpu_kernels.cumsum(x.detach(), 1, out=out[:, :4])
+    with pytest.raises(ValueError, match="out is on cpu; the result is on cuda"):
+        gpu_kernels.amin(x.detach(), 1, out=torch.empty(8))
+    with pytest.raises(TypeError, match=r"out\[1\] has dtype torch.int32"):
+        pair = (torch.empty(8, device="cuda"), torch.empty(8, dtype=torch.int32, device="cuda"))
+        gpu_kernels.min(x.detach(), 1, out=pair)
+
+
+def test_out_under_torch_compile():
+    x = small_integers((8, 5), torch.float32)
+    out = torch.empty_like(x)
+    torch.compile(lambda t, o: gpu_kernels.cumsum(t, 1, out=o), fullgraph=True)(x, out)
+    assert torch.equal(out, torch.cumsum(x, 1))
