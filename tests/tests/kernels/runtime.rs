@@ -175,7 +175,7 @@ fn work_alternating_between_the_own_stream_and_a_borrowed_one_stays_in_order() {
     for _ in 0..5 {
         steps.push(gpu.alloc::<i64>(&[rows, columns]).unwrap());
     }
-    let reverse = |step: usize| step % 2 == 0;
+    let reverse = |step: usize| step.is_multiple_of(2);
     let scan = |gpu: &Gpu, steps: &mut [DeviceArray<i64>], step: usize| {
         let (before, after) = steps.split_at_mut(step);
         gpu.cumsum_into(
