@@ -218,3 +218,21 @@ fn work_alternating_between_the_own_stream_and_a_borrowed_one_stays_in_order() {
         );
     }
 }
+
+#[test]
+fn unchecked_borrows_still_refuse_misaligned_or_oversized_arrays() {
+    // SAFETY (each): the calls fail before an array exists; no device is needed.
+    let misaligned = unsafe { DeviceArray::<f32>::from_raw_parts_unchecked(4, &[2]) };
+    assert!(
+        matches!(
+            misaligned,
+            Err(Error::InvalidParameter {
+                parameter: "device address",
+                ..
+            })
+        ),
+        "{misaligned:?}"
+    );
+    let oversized = unsafe { DeviceArray::<f32>::from_raw_parts_unchecked(256, &[usize::MAX, 2]) };
+    assert!(matches!(oversized, Err(Error::TooLarge { .. })), "{oversized:?}");
+}
