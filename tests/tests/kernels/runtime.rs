@@ -1,6 +1,7 @@
 //! The runtime's error paths and transfers. The no-device case runs on every machine;
 //! the rest needs a GPU and says so when skipped.
 
+use host::plans::ScanPlan;
 use host::{DeviceArray, Error, Gpu, ScanKind};
 use ndarray::{Array2, Array3, ArrayD, IxDyn};
 use tests::gpu_or_skip;
@@ -166,27 +167,31 @@ fn work_alternating_between_the_own_stream_and_a_borrowed_one_stays_in_order() {
     else {
         return;
     };
-    // Each step scans the step before, in the other direction: its first tiles read
-    // what the step before writes last, so that a step queued without waiting would
-    // read unfinished sums. 4 rows of 2^22 i64 (wrapping sums, exact); every array is
+    // Each step scans the step before down its columns, in the other direction: its
+    // first rows are what the step before writes last, so that a step queued without
+    // waiting would read unfinished sums. The columns kernel runs 128 blocks that leave
+    // room on every SM, so a step that does not wait runs beside the one before it
+    // rather than behind it. 16384 x 4096 i32 (wrapping sums, exact); every array is
     // allocated first, so that no allocation orders the steps.
-    let (rows, columns) = (4, 1 << 22);
-    let mut steps = vec![gpu.upload(&Array2::<i64>::ones((rows, columns))).unwrap()];
+    let (rows, columns) = (1 << 14, 1 << 12);
+    let plan = gpu.cumsum_plan::<i32>(&[rows, columns], 0).unwrap();
+    assert!(matches!(plan, Some(ScanPlan::Columns(_))), "{plan:?}");
+    let mut steps = vec![gpu.upload(&Array2::<i32>::ones((rows, columns))).unwrap()];
     for _ in 0..5 {
-        steps.push(gpu.alloc::<i64>(&[rows, columns]).unwrap());
+        steps.push(gpu.alloc::<i32>(&[rows, columns]).unwrap());
     }
     let reverse = |step: usize| step.is_multiple_of(2);
-    let scan = |gpu: &Gpu, steps: &mut [DeviceArray<i64>], step: usize| {
+    let scan = |gpu: &Gpu, steps: &mut [DeviceArray<i32>], step: usize| {
         let (before, after) = steps.split_at_mut(step);
         gpu.cumsum_into(
             &before[step - 1],
             &mut after[0],
-            1,
+            0,
             ScanKind::Inclusive,
             reverse(step),
         )
     };
-    let scan_on_legacy_stream = |steps: &mut [DeviceArray<i64>], step: usize| {
+    let scan_on_legacy_stream = |steps: &mut [DeviceArray<i32>], step: usize| {
         // SAFETY: the legacy stream lives as long as the context.
         unsafe { gpu.with_stream(std::ptr::null_mut(), |gpu| scan(gpu, steps, step)) }.unwrap()
     };
@@ -197,10 +202,10 @@ fn work_alternating_between_the_own_stream_and_a_borrowed_one_stays_in_order() {
     scan_on_legacy_stream(&mut steps, 3);
     scan(&gpu, &mut steps, 4).unwrap();
     scan_on_legacy_stream(&mut steps, 5);
-    let mut expected = vec![1i64; columns];
+    let mut expected = vec![1i32; rows];
     for step in 1..steps.len() {
-        let mut sum = 0i64;
-        let mut add = |value: &mut i64| {
+        let mut sum = 0i32;
+        let mut add = |value: &mut i32| {
             sum = sum.wrapping_add(*value);
             *value = sum;
         };
@@ -211,9 +216,9 @@ fn work_alternating_between_the_own_stream_and_a_borrowed_one_stays_in_order() {
         }
     }
     let got = gpu.download(&steps[5]).unwrap();
-    for row in got.outer_iter() {
+    for column in got.columns() {
         assert!(
-            row.iter().eq(expected.iter()),
+            column.iter().eq(expected.iter()),
             "a step overtook the one before it"
         );
     }
