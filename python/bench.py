@@ -2,7 +2,7 @@
 the headline inputs, in one run; then the per-call cost of the Python path.
 
 Times are CUDA-event medians of 30 rounds after warm-up, the candidates of a row timed
-in turn (in an order rotated every round), 5 calls back to back each per round.
+in turn (in a random order every round), 5 calls back to back each per round.
 `python bench.py [--json FILE]`; the seed models come from $SEED_MODELS (default
 ../../shared/seed_models.py beside the repo).
 """
@@ -11,6 +11,7 @@ import argparse
 import json
 import os
 import pathlib
+import random
 import runpy
 import statistics
 import time
@@ -92,18 +93,19 @@ def main():
         print(f"{workload:8} {what:34} {ms:9.3f} ms   original/this {baseline_ms / ms:5.2f}x", flush=True)
 
     def compare(workload, candidates, reps=30):
-        """Times the candidates in turn, round by round after a warm-up, the order
-        rotated every round so that each follows every other alike (the clocks depend
-        on the work before); each row is a median, against the first candidate (the
+        """Times the candidates in turn, round by round after a warm-up, in a fresh
+        random order every round, so that no candidate always follows the same one (the
+        clocks depend on the work before: a rotated order keeps every candidate's
+        predecessor); each row is a median, against the first candidate (the
         original)."""
         for fn in candidates.values():
             for _ in range(3):  # warm-up
                 fn()
         names = list(candidates)
         times = {name: [] for name in names}
-        for rep in range(reps):
-            shift = rep % len(names)
-            for name in names[shift:] + names[:shift]:
+        order = random.Random(0)
+        for _ in range(reps):
+            for name in order.sample(names, len(names)):
                 times[name].append(event_ms(candidates[name]))
         medians = {name: statistics.median(t) for name, t in times.items()}
         base = next(iter(medians.values()))

@@ -2,7 +2,7 @@
 //! `torch.min(x, dim)`) and `amin` (values, as `torch.amin`). NaN propagates: a lane
 //! holding NaN gives NaN and the index of its first NaN.
 
-use gpu_kernels::launch::DevicePtrMut;
+use gpu_kernels::launch::{DevicePtr, DevicePtrMut};
 use gpu_kernels::min::{self as kernel, MinOutputs, MinPlan, MinProblem, MinType};
 use ndarray::{ArrayBase, ArrayD, Data, Dimension};
 
@@ -188,23 +188,38 @@ impl Gpu {
         if let Some(indices) = &indices {
             check_output("min indices output", indices.shape())?;
         }
-        let Some(plan) = self.min_plan::<T>(x.shape(), axis)? else {
+        if problem.outputs() == 0 {
             return Ok(());
-        };
-        log::debug!("{op} {:?} axis {axis}: {problem:?} -> {plan:?}", x.shape());
+        }
+        log::debug!("{op} {:?} axis {axis}", x.shape());
         let outputs = MinOutputs {
             values: values.ptr_mut(),
             indices: indices.map_or(DevicePtrMut::NULL, |i| i.ptr_mut()),
         };
+        self.reduce_min_window(x.ptr(), &problem, problem.inner, outputs)
+    }
+
+    /// Reduces `problem` (non-empty), its rows `pitch` elements apart from `x` on (a
+    /// window of columns of a wider array when `pitch > inner`, which needs `inner >
+    /// 1`), into `outputs`, `[outer][inner]`.
+    pub(crate) fn reduce_min_window<T: MinElement>(
+        &self,
+        x: DevicePtr<T>,
+        problem: &MinProblem,
+        pitch: u64,
+        outputs: MinOutputs<T>,
+    ) -> Result<()> {
+        let plan = kernel::plan_window(problem, pitch, size_of::<T>(), &self.limits());
+        log::debug!("min of {problem:?}, rows {pitch} apart -> {plan:?}");
         // With a split, the first pass writes partials to the scratch buffer, which
         // stays reserved until both passes are queued.
-        let (_scratch, scratch) = self.scratch(plan.scratch(&problem, size_of::<T>()))?;
-        let first = plan.first_pass_outputs(&problem, outputs, scratch);
+        let (_scratch, scratch) = self.scratch(plan.scratch(problem, size_of::<T>()))?;
+        let first = plan.first_pass_outputs(problem, outputs, scratch);
         match plan {
-            MinPlan::Rows(rows) => self.launch(&rows.launch(&problem, x.ptr(), first))?,
-            MinPlan::Strided(strided) => self.launch(&strided.launch(&problem, x.ptr(), first))?,
+            MinPlan::Rows(rows) => self.launch(&rows.launch(problem, x, first))?,
+            MinPlan::Strided(strided) => self.launch(&strided.launch(problem, pitch, x, first))?,
         }
-        if let Some(combine) = plan.combine(&problem, first, outputs) {
+        if let Some(combine) = plan.combine(problem, first, outputs) {
             self.launch(&combine)?;
         }
         Ok(())

@@ -150,6 +150,14 @@ impl MinPlan {
 /// The launch plan for a problem of `element_bytes`-byte elements. The problem must be
 /// non-empty.
 pub fn plan(problem: &MinProblem, element_bytes: usize, device: &DeviceLimits) -> MinPlan {
+    plan_window(problem, problem.inner, element_bytes, device)
+}
+
+/// The launch plan for a problem whose rows of `inner` elements lie `pitch` apart: a
+/// window of the columns of a wider array (`pitch > inner`, which takes the strided
+/// kernel: `inner > 1`), or the whole array (`pitch == inner`).
+pub fn plan_window(problem: &MinProblem, pitch: u64, element_bytes: usize, device: &DeviceLimits) -> MinPlan {
+    debug_assert!(pitch == problem.inner || (pitch > problem.inner && problem.inner > 1));
     let target_threads = device.multiprocessors as u64 * THREADS_PER_SM;
     let per_vector = (VECTOR_BYTES / element_bytes) as u64;
     // More work items per output only while each stays long, and never past grid y.
@@ -171,7 +179,7 @@ pub fn plan(problem: &MinProblem, element_bytes: usize, device: &DeviceLimits) -
         })
     } else {
         let columns = lane_columns(element_bytes);
-        let vector = problem.inner.is_multiple_of(columns);
+        let vector = problem.inner.is_multiple_of(columns) && pitch.is_multiple_of(columns);
         let columns_per_block = STRIDED_TX as u64 * columns;
         let tiles_per_outer = problem.inner.div_ceil(columns_per_block);
         let split = split_for(problem.outer * tiles_per_outer * BLOCK_THREADS as u64);

@@ -31,7 +31,8 @@ const _: () = assert!(STRIDED_TX == 32);
 /// Blocks of columns by slices of the reduced axis.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct StridedPlan {
-    /// Whether each lane loads its columns as one 128-bit vector (rows aligned).
+    /// Whether each lane loads its columns as one 128-bit vector (rows and the pitch
+    /// aligned).
     pub vector: bool,
     /// Work items per output column (grid y).
     pub split: u64,
@@ -40,14 +41,17 @@ pub struct StridedPlan {
 }
 
 kernel_args! {
-    /// The strided kernel's arguments: `x` as `[outer, reduce, inner]`, reduced into
-    /// `outer * inner * split` slots of `values` and `indices` (null for `amin`);
-    /// `vector` (1 or 0) says whether rows keep 16-byte alignment.
+    /// The strided kernel's arguments: `x` as `[outer, reduce, inner]`, its rows of
+    /// `inner` elements `pitch` apart (`inner`, or more for a window of the columns of a
+    /// wider array), reduced into `outer * inner * split` slots of `values` and
+    /// `indices` (null for `amin`); `vector` (1 or 0) says whether rows keep 16-byte
+    /// alignment.
     pub struct StridedArgs<T> {
         pub x: DevicePtr<T>,
         pub values: DevicePtrMut<T>,
         pub indices: DevicePtrMut<i64>,
         pub problem: MinProblem,
+        pub pitch: u64,
         pub split: u64,
         pub tiles_per_outer: u64,
         pub vector: u32,
@@ -82,10 +86,12 @@ pub trait StridedKernel: Sized {
 }
 
 impl StridedPlan {
-    /// The launch reducing `x` into `outputs` (the partials, with a split).
+    /// The launch reducing `x`, its rows `pitch` elements apart, into `outputs` (the
+    /// partials, with a split).
     pub fn launch<T: StridedKernel>(
         &self,
         problem: &MinProblem,
+        pitch: u64,
         x: DevicePtr<T>,
         outputs: MinOutputs<T>,
     ) -> Launch<StridedArgs<T>> {
@@ -104,6 +110,7 @@ impl StridedPlan {
             values: outputs.values,
             indices: outputs.indices,
             problem: *problem,
+            pitch,
             split: self.split,
             tiles_per_outer: self.tiles_per_outer,
             vector: self.vector as u32,
@@ -151,9 +158,9 @@ mod kernel {
     /// goes to slot `m * split + chunk`.
     ///
     /// # Safety
-    /// `x` holds `outer * reduce * inner` elements, 16-byte aligned; `ALIGNED` only when
-    /// `inner` is a multiple of `COLUMNS`; the output holds `outer * inner * split`
-    /// slots; the block has `BLOCK_THREADS` threads and `STRIDED_SHARED_BYTES` of
+    /// `x` holds `outer * reduce` rows of `inner` elements, `pitch` apart (`pitch >=
+    /// inner`), 16-byte aligned; `ALIGNED` only when `inner` and `pitch` are multiples of
+    /// `COLUMNS`; the output holds `outer * inner * split` slots; the block has `BLOCK_THREADS` threads and `STRIDED_SHARED_BYTES` of
     /// dynamic shared memory.
     #[inline(always)]
     unsafe fn strided<T: MinValue, const INDEX: bool, const COLUMNS: usize, const ALIGNED: bool>(
@@ -161,6 +168,7 @@ mod kernel {
     ) {
         let StridedArgs {
             problem,
+            pitch,
             split,
             tiles_per_outer,
             ..
@@ -187,12 +195,12 @@ mod kernel {
         let valid = inner.saturating_sub(column).min(COLUMNS as u64);
         if valid > 0 {
             let load = |r: u64| -> [T; COLUMNS] {
-                let at = (outer * reduce + r) * inner + column;
+                let at = (outer * reduce + r) * pitch + column;
                 let mut out = [fill; COLUMNS];
                 if ALIGNED {
                     let address = x.wrapping_add(at as usize) as *const u32;
-                    // SAFETY: `inner` and `column` are multiples of COLUMNS, so the
-                    // COLUMNS elements (8 or 16 bytes) are aligned and inside the row.
+                    // SAFETY: `inner`, `pitch` and `column` are multiples of COLUMNS, so
+                    // the COLUMNS elements (8 or 16 bytes) are aligned and inside the row.
                     let words = unsafe {
                         if COLUMNS * size_of::<T>() == 16 {
                             load_global_nc_v4(address)

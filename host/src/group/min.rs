@@ -5,7 +5,13 @@ use gpu_kernels::min::{MinOutputs, combine};
 
 use super::matvec::starts;
 use super::{GpuGroup, ShardedArray, Sharding, invalid};
-use crate::array::{DeviceArray, Element};
+use std::ops::Range;
+
+use gpu_kernels::min::MinProblem;
+
+use super::pipeline::MAX_STEPS;
+use crate::array::Element;
+use crate::driver::StreamHandle;
 use crate::error::Result;
 use crate::min::{MinElement, min_problem, reduced_shape};
 
@@ -152,7 +158,7 @@ impl GpuGroup {
         mut indices: Option<&mut ShardedArray<i64>>,
     ) -> Result<()> {
         self.check_parts(x)?;
-        min_problem(op, x.shape(), axis)?;
+        let problem = min_problem(op, x.shape(), axis)?;
         self.check_reduced(x, axis, values, "min values")?;
         if let Some(indices) = &indices {
             self.check_reduced(x, axis, indices, "min indices")?;
@@ -173,62 +179,233 @@ impl GpuGroup {
                 return Ok(());
             }
         };
-        let shape = values.shape.clone();
-        let (ranks, outputs) = (self.len(), shape.iter().product::<usize>());
+        let (ranks, MinProblem { outer, inner, .. }) = (self.len(), problem);
+        let outputs = (outer * inner) as usize;
+        if outputs == 0 {
+            return Ok(());
+        }
         let offsets: Vec<i64> = starts(split).map(|s| s as i64).collect();
-        // The shard minima, then all of them gathered on every device, rank after rank.
+        // Every rank's minima of its shard, then all of them gathered on every rank,
+        // window by window (`[rank][window's outputs]` from `ranks * window.first`), each
+        // window merged while the next ones reduce.
         let mut local = Vec::with_capacity(ranks);
         let mut gathered = Vec::with_capacity(ranks);
-        for (gpu, part) in self.gpus.iter().zip(&x.parts) {
-            let local_shape = reduced_shape(part.shape(), axis, false);
-            let mut v = gpu.temporary::<T>(&local_shape)?;
-            let mut i = gpu.temporary::<i64>(&local_shape)?;
-            if with_index {
-                gpu.min_into(part, axis, &mut v, &mut i)?;
-            } else {
-                gpu.amin_into(part, axis, &mut v)?;
-            }
-            local.push((v, i));
-            gathered.push((
-                gpu.temporary::<T>(&[ranks, outputs])?,
-                gpu.temporary::<i64>(&[ranks, outputs])?,
+        let mut shard_offsets = Vec::with_capacity(ranks);
+        for gpu in &self.gpus {
+            local.push((
+                gpu.temporary::<T>(&[outputs])?,
+                gpu.temporary::<i64>(&[if with_index { outputs } else { 0 }])?,
             ));
+            gathered.push((
+                gpu.temporary::<T>(&[ranks * outputs])?,
+                gpu.temporary::<i64>(&[if with_index { ranks * outputs } else { 0 }])?,
+            ));
+            shard_offsets.push(gpu.temporary_from(&offsets)?);
         }
-        let sends: Vec<&DeviceArray<T>> = local.iter().map(|(v, _)| &**v).collect();
-        let mut receives: Vec<&mut DeviceArray<T>> = gathered.iter_mut().map(|(v, _)| &mut **v).collect();
-        self.all_gather(&sends, &mut receives)?;
-        if with_index {
-            let sends: Vec<&DeviceArray<i64>> = local.iter().map(|(_, i)| &**i).collect();
-            let mut receives: Vec<&mut DeviceArray<i64>> =
-                gathered.iter_mut().map(|(_, i)| &mut **i).collect();
-            self.all_gather(&sends, &mut receives)?;
-        }
-        for (rank, (gpu, (v, i))) in self.gpus.iter().zip(&mut gathered).enumerate() {
-            let offsets = gpu.temporary_from(&offsets)?;
-            let index_out = indices
-                .as_deref_mut()
-                .map_or(DevicePtrMut::NULL, |all| all.parts[rank].ptr_mut());
-            let launch = combine::launch_shards(
-                outputs as u64,
-                ranks as u64,
-                MinOutputs {
-                    values: v.ptr_mut(),
+        let windows = windows(outer, inner);
+        let reduce_window = |window: &Window| -> Result<()> {
+            for (rank, (gpu, part)) in self.gpus.iter().zip(&x.parts).enumerate() {
+                let reduce = split[rank] as u64;
+                let (v, i) = &local[rank];
+                let first = window.first(inner);
+                let outputs = MinOutputs {
+                    values: DevicePtrMut::from_address(v.address()).offset(first),
                     indices: if with_index {
-                        i.ptr_mut()
+                        DevicePtrMut::from_address(i.address()).offset(first)
                     } else {
                         DevicePtrMut::NULL
                     },
-                },
-                offsets.ptr(),
-                MinOutputs {
-                    values: values.parts[rank].ptr_mut(),
-                    indices: index_out,
-                },
-            );
-            if outputs > 0 {
-                gpu.launch(&launch)?;
+                };
+                let x = part.ptr().offset(window.x_offset(reduce, inner));
+                gpu.reduce_min_window(x, &window.problem(reduce), inner, outputs)?;
             }
+            Ok(())
+        };
+        let exchange_window = |window: &Window, lanes: &[StreamHandle]| -> Result<()> {
+            let (first, count) = (window.first(inner) as usize, window.outputs() as usize);
+            self.exchange.group(|| {
+                let at =
+                    |base: u64, size: usize, rank_stride: usize| base + (first * rank_stride * size) as u64;
+                // SAFETY: the window's `count` outputs lie inside every rank's local
+                // arrays from `first` on, and `ranks` times as many inside its gathered
+                // ones from `ranks * first` on; the temporaries are freed on the ranks'
+                // streams, which the pipeline leaves behind every exchange.
+                unsafe {
+                    self.all_gather_at(
+                        lanes,
+                        count * size_of::<T>(),
+                        local.iter().map(|(v, _)| at(v.address(), size_of::<T>(), 1)),
+                        gathered
+                            .iter()
+                            .map(|(v, _)| at(v.address(), size_of::<T>(), ranks)),
+                    )?;
+                    if with_index {
+                        self.all_gather_at(
+                            lanes,
+                            count * 8,
+                            local.iter().map(|(_, i)| at(i.address(), 8, 1)),
+                            gathered.iter().map(|(_, i)| at(i.address(), 8, ranks)),
+                        )?;
+                    }
+                }
+                Ok(())
+            })
+        };
+        let values_out: Vec<DevicePtrMut<T>> = values.parts.iter_mut().map(|v| v.ptr_mut()).collect();
+        let indices_out: Vec<DevicePtrMut<i64>> = match indices {
+            Some(indices) => indices.parts.iter_mut().map(|i| i.ptr_mut()).collect(),
+            None => vec![DevicePtrMut::NULL; ranks],
+        };
+        let merge_window = |window: &Window| -> Result<()> {
+            let (first, count) = (window.first(inner), window.outputs());
+            for (rank, gpu) in self.gpus.iter().enumerate() {
+                let (v, i) = &gathered[rank];
+                let partials = MinOutputs {
+                    values: DevicePtrMut::from_address(v.address()).offset(ranks as u64 * first),
+                    indices: if with_index {
+                        DevicePtrMut::from_address(i.address()).offset(ranks as u64 * first)
+                    } else {
+                        DevicePtrMut::NULL
+                    },
+                };
+                let to = MinOutputs {
+                    values: values_out[rank].offset(first),
+                    indices: if with_index {
+                        indices_out[rank].offset(first)
+                    } else {
+                        DevicePtrMut::NULL
+                    },
+                };
+                gpu.launch(&combine::launch_shards(
+                    count,
+                    ranks as u64,
+                    partials,
+                    shard_offsets[rank].ptr(),
+                    to,
+                ))?;
+            }
+            Ok(())
+        };
+        self.pipeline(
+            windows.len(),
+            |step| reduce_window(&windows[step]),
+            |step, lanes| exchange_window(&windows[step], lanes),
+            |step| merge_window(&windows[step]),
+        )
+    }
+}
+
+/// The most outputs a window of the pipeline holds at least, unless there are fewer in
+/// all: under it, the windows' launches and exchanges cost more than their overlap saves.
+const MIN_WINDOW_OUTPUTS: u64 = 1 << 18;
+/// Column windows start at multiples of this many columns: whole blocks of the strided
+/// kernel, whose vector loads stay aligned.
+const WINDOW_COLUMNS: u64 = 128;
+
+/// A part of the outputs `[outer, inner]` of a reduction that the pipeline reduces,
+/// exchanges and merges as one step: a run of outer indices, each with all its
+/// columns, or (one outer index) a run of columns; its outputs are consecutive.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Window {
+    outer: Range<u64>,
+    columns: Range<u64>,
+}
+
+impl Window {
+    fn outputs(&self) -> u64 {
+        (self.outer.end - self.outer.start) * (self.columns.end - self.columns.start)
+    }
+
+    /// The index of its first output.
+    fn first(&self, inner: u64) -> u64 {
+        self.outer.start * inner + self.columns.start
+    }
+
+    /// Its part of a shard of `reduce` slices, rows `inner` apart.
+    fn problem(&self, reduce: u64) -> MinProblem {
+        MinProblem {
+            outer: self.outer.end - self.outer.start,
+            reduce,
+            inner: self.columns.end - self.columns.start,
         }
-        Ok(())
+    }
+
+    /// Where it starts in a shard of `reduce` slices of `inner` columns, in elements.
+    fn x_offset(&self, reduce: u64, inner: u64) -> u64 {
+        self.outer.start * reduce * inner + self.columns.start
+    }
+}
+
+/// The windows of the outputs `[outer, inner]` (not empty): at most
+/// [`pipeline::MAX_STEPS`], each of [`MIN_WINDOW_OUTPUTS`] at least where there are
+/// enough, cut along `outer` when it has more than one index, else along the columns.
+fn windows(outer: u64, inner: u64) -> Vec<Window> {
+    let wanted = (outer * inner / MIN_WINDOW_OUTPUTS).clamp(1, MAX_STEPS as u64);
+    let cuts = |len: u64, count: u64, unit: u64| -> Vec<Range<u64>> {
+        let bounds: Vec<u64> = (0..=count)
+            .map(|k| {
+                if k == count {
+                    len
+                } else {
+                    k * len / count / unit * unit
+                }
+            })
+            .collect();
+        bounds
+            .windows(2)
+            .filter(|b| b[0] < b[1])
+            .map(|b| b[0]..b[1])
+            .collect()
+    };
+    if outer > 1 {
+        cuts(outer, wanted.min(outer), 1)
+            .into_iter()
+            .map(|outer| Window {
+                outer,
+                columns: 0..inner,
+            })
+            .collect()
+    } else {
+        cuts(inner, wanted, WINDOW_COLUMNS)
+            .into_iter()
+            .map(|columns| Window { outer: 0..1, columns })
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn windows_cover_the_outputs_in_order() {
+        for (outer, inner) in [
+            (1, 1),
+            (1, 5),
+            (3, 7),
+            (1, 4096 * 4095),
+            (64, 1 << 20),
+            (5, 1 << 20),
+            (1 << 20, 1),
+        ] {
+            let windows = windows(outer, inner);
+            assert!((1..=MAX_STEPS).contains(&windows.len()), "{outer} x {inner}");
+            let mut next = 0;
+            for w in &windows {
+                assert_eq!(w.first(inner), next, "{outer} x {inner}: {windows:?}");
+                next += w.outputs();
+                if w.columns != (0..inner) {
+                    assert!(outer == 1 && w.columns.start % WINDOW_COLUMNS == 0, "{w:?}");
+                }
+            }
+            assert_eq!(next, outer * inner, "{outer} x {inner}");
+        }
+        assert_eq!(windows(1, 4096 * 4095).len(), MAX_STEPS);
+        assert_eq!(windows(5, 1 << 20).len(), 5);
+        assert_eq!(windows(3, 7).len(), 1);
+        // The shapes of the GPU test of windows.
+        assert_eq!(windows(1, (1 << 19) + 37).len(), 2);
+        assert_eq!(windows(1, 1 << 19).len(), 2);
+        assert_eq!(windows(4, 1 << 17).len(), 2);
     }
 }

@@ -12,18 +12,24 @@ mod exchange;
 mod matvec;
 mod min;
 mod nccl;
+mod pipeline;
 mod scan;
 
 use ndarray::{ArrayBase, ArrayD, Axis, Data, Dimension, Slice};
 
 use crate::array::{DeviceArray, Element};
+use crate::driver::StreamHandle;
 use crate::error::{Error, Result};
 use crate::gpu::Gpu;
 use exchange::Exchange;
 use nccl::{Communicators, Part};
+use pipeline::Lane;
 
-/// The devices of a group, one NCCL communicator each (rank `i` is the `i`-th device).
+/// The devices of a group, one NCCL communicator each (rank `i` is the `i`-th device),
+/// and a second stream each for exchanges that overlap kernels.
 pub struct GpuGroup {
+    // Before the devices: a lane's stream and events go while its context is held.
+    lanes: Vec<Lane>,
     gpus: Vec<Gpu>,
     exchange: Exchange,
 }
@@ -120,7 +126,7 @@ impl GpuGroup {
             .map(|&ordinal| Gpu::with_device(ordinal))
             .collect::<Result<Vec<_>>>()?;
         let exchange = Exchange::Nccl(Communicators::new(ordinals)?);
-        Ok(Self { gpus, exchange })
+        Self::with_exchange(gpus, exchange)
     }
 
     /// `ranks` ranks on the one device `ordinal`, exchanging by device copies instead
@@ -133,9 +139,15 @@ impl GpuGroup {
         let gpus = (0..ranks)
             .map(|_| Gpu::with_device(ordinal))
             .collect::<Result<Vec<_>>>()?;
+        Self::with_exchange(gpus, Exchange::OneDevice)
+    }
+
+    fn with_exchange(gpus: Vec<Gpu>, exchange: Exchange) -> Result<Self> {
+        let lanes = gpus.iter().map(Lane::new).collect::<Result<_>>()?;
         Ok(Self {
+            lanes,
             gpus,
-            exchange: Exchange::OneDevice,
+            exchange,
         })
     }
 
@@ -379,16 +391,39 @@ impl GpuGroup {
             into.iter().all(|i| i.bytes() == bytes * self.len()),
             "room for all"
         );
-        if bytes == 0 {
-            return Ok(());
-        }
-        let parts = self.parts(
-            parts.iter().map(|p| p.address()),
-            into.iter_mut().map(|i| i.address()),
-        )?;
+        let streams = self.streams()?;
         // SAFETY: each part's send holds `bytes` bytes and its receive `bytes * ranks`
         // on its rank's device (checked above); the arrays outlive the queued work, as
         // the callers hold them or give them back in stream order.
+        unsafe {
+            self.all_gather_at(
+                &streams,
+                bytes,
+                parts.iter().map(|p| p.address()),
+                into.iter_mut().map(|i| i.address()),
+            )
+        }
+    }
+
+    /// Every rank's `bytes` bytes at `send[rank]` gathered in rank order to
+    /// `receive[rank]` on every rank, queued on `streams[rank]`.
+    ///
+    /// # Safety
+    /// `send[rank]` holds `bytes` bytes and `receive[rank]` `bytes * ranks`, device
+    /// memory of the rank's device that stays live until the exchange is done on the
+    /// rank's stream.
+    unsafe fn all_gather_at(
+        &self,
+        streams: &[StreamHandle],
+        bytes: usize,
+        send: impl Iterator<Item = u64>,
+        receive: impl Iterator<Item = u64>,
+    ) -> Result<()> {
+        if bytes == 0 {
+            return Ok(());
+        }
+        let parts = parts_on(streams, send, receive);
+        // SAFETY: the caller's contract.
         unsafe { self.exchange.all_gather(bytes, &parts) }
     }
 
@@ -412,7 +447,7 @@ impl GpuGroup {
                 }
                 let send = parts.iter().map(|p| p.address());
                 let receive = into.iter().map(|i| i.address() + offset as u64);
-                let parts = self.parts(send, receive)?;
+                let parts = parts_on(&self.streams()?, send, receive);
                 // SAFETY: the root's send holds `bytes` bytes, each receive `bytes`
                 // bytes past its offset (checked above), each on its rank's device; the
                 // arrays outlive the queued work.
@@ -422,24 +457,27 @@ impl GpuGroup {
         })
     }
 
-    /// Each rank's send and receive addresses with its current stream.
-    fn parts(
-        &self,
-        send: impl Iterator<Item = u64>,
-        receive: impl Iterator<Item = u64>,
-    ) -> Result<Vec<Part>> {
-        self.gpus
-            .iter()
-            .zip(send.zip(receive))
-            .map(|(gpu, (send, receive))| {
-                Ok(Part {
-                    send,
-                    receive,
-                    stream: gpu.stream()?,
-                })
-            })
-            .collect()
+    /// Every rank's current stream, in rank order.
+    fn streams(&self) -> Result<Vec<StreamHandle>> {
+        self.gpus.iter().map(Gpu::stream).collect()
     }
+}
+
+/// Each rank's send and receive addresses with its stream.
+fn parts_on(
+    streams: &[StreamHandle],
+    send: impl Iterator<Item = u64>,
+    receive: impl Iterator<Item = u64>,
+) -> Vec<Part> {
+    streams
+        .iter()
+        .zip(send.zip(receive))
+        .map(|(&stream, (send, receive))| Part {
+            send,
+            receive,
+            stream,
+        })
+        .collect()
 }
 
 fn invalid(parameter: &'static str, detail: String) -> Error {

@@ -210,6 +210,37 @@ fn group_min_matches_one_device_exactly() {
     }
 }
 
+#[test]
+fn group_min_along_the_split_axis_in_windows_matches_one_device_exactly() {
+    let (Some((nccl, three)), Some(gpu)) = (
+        groups_or_skip("group_min_along_the_split_axis_in_windows_matches_one_device_exactly"),
+        gpu_or_skip("group_min_along_the_split_axis_in_windows_matches_one_device_exactly"),
+    ) else {
+        return;
+    };
+    // Outputs enough for several windows of the pipeline (its unit test counts them):
+    // windows of columns of one outer index (an odd row, scalar loads; aligned rows),
+    // and windows of outer indices.
+    let cases: [(&[usize], usize); 3] = [
+        (&[7, (1 << 19) + 37], 0),
+        (&[6, 1 << 19], 0),
+        (&[4, 5, 1 << 17], 1),
+    ];
+    for group in [&*nccl, &*three] {
+        for (seed, &(shape, axis)) in cases.iter().enumerate() {
+            let x = min_values(shape, seed as u64, seed != 1);
+            let sharded = distribute(group, &x, axis, seed as u64);
+            let (want_values, want_indices) = gpu.min_of(&x, axis, false).unwrap();
+            let what = format!("{shape:?} axis {axis} split {:?}", sharded.sharding());
+            let (values, indices) = group.min(&sharded, axis, false).unwrap();
+            assert_replicated(group, &values, &want_values, &what).unwrap();
+            assert_replicated(group, &indices, &want_indices, &what).unwrap();
+            let amin = group.amin(&sharded, axis, false).unwrap();
+            assert_replicated(group, &amin, &want_values, &what).unwrap();
+        }
+    }
+}
+
 fn check_cumsum<T: host::ScanElement>(
     group: &GpuGroup,
     gpu: &Gpu,
