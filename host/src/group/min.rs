@@ -180,6 +180,15 @@ impl GpuGroup {
             }
         };
         let (ranks, MinProblem { outer, inner, .. }) = (self.len(), problem);
+        if ranks == 1 {
+            // The device's own reduction: nothing to exchange.
+            return match indices {
+                Some(indices) => {
+                    self.gpus[0].min_into(&x.parts[0], axis, &mut values.parts[0], &mut indices.parts[0])
+                }
+                None => self.gpus[0].amin_into(&x.parts[0], axis, &mut values.parts[0]),
+            };
+        }
         let outputs = (outer * inner) as usize;
         if outputs == 0 {
             return Ok(());

@@ -3,6 +3,7 @@
 //! stream of its device) once those kernels are done, and the step's merge back on its
 //! stream once the exchange is, behind the next step's kernels.
 
+use cust::context::CurrentContext;
 use cust::stream::{Stream, StreamFlags};
 
 use super::GpuGroup;
@@ -15,7 +16,9 @@ pub(crate) const MAX_STEPS: usize = 16;
 
 /// A rank's second stream, on which its exchanges run beside its kernels, and the events
 /// that order the two: for step `s`, `events[2 s]` marks the step's kernels done,
-/// `events[2 s + 1]` its exchange.
+/// `events[2 s + 1]` its exchange. The stream has the device's greatest priority: the
+/// exchange's kernels take the SMs as blocks of the running kernels finish, instead of
+/// waiting behind all of their blocks (the next steps hang on the exchange).
 pub(crate) struct Lane {
     events: Vec<Event>,
     stream: Stream,
@@ -25,8 +28,11 @@ impl Lane {
     /// A lane on `gpu`'s device, in its context.
     pub(crate) fn new(gpu: &Gpu) -> Result<Self> {
         gpu.bind()?;
-        let stream =
-            Stream::new(StreamFlags::NON_BLOCKING, None).map_err(|e| cust_error("cuStreamCreate", e))?;
+        let priority = CurrentContext::get_stream_priority_range()
+            .map_err(|e| cust_error("cuCtxGetStreamPriorityRange", e))?
+            .greatest;
+        let stream = Stream::new(StreamFlags::NON_BLOCKING, Some(priority))
+            .map_err(|e| cust_error("cuStreamCreateWithPriority", e))?;
         let events = (0..2 * MAX_STEPS)
             .map(|_| Event::new(cust::sys::CUevent_flags::CU_EVENT_DISABLE_TIMING))
             .collect::<Result<_>>()?;
