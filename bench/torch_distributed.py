@@ -71,10 +71,18 @@ def main():
     timed("min_d1", lambda: torch.min(x, 1))
 
     def min_d0():
+        # Each rank's minima of every rank's rows of the result, to that rank (all to
+        # all); each merges its rows (first shard first on ties): the result split along
+        # its dim 0, as the group's.
         values, indices = torch.min(x, 0)
-        values, indices = gather(values), gather(indices + rank * x.shape[0])
-        best, shard = torch.min(values, 0)
-        return best, indices.gather(0, shard.unsqueeze(0))[0]
+        indices += rank * x.shape[0]
+        part = values.shape[0] // world
+        got_values = torch.empty((world, part, values.shape[1]), device=dev)
+        got_indices = torch.empty((world, part, values.shape[1]), device=dev, dtype=indices.dtype)
+        dist.all_to_all_single(got_values, values)
+        dist.all_to_all_single(got_indices, indices)
+        best, shard = torch.min(got_values, 0)
+        return best, got_indices.gather(0, shard.unsqueeze(0))[0]
 
     timed("min_d0", min_d0)
     timed("amin_d2", lambda: torch.amin(x, 2))

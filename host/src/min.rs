@@ -200,8 +200,8 @@ impl Gpu {
     }
 
     /// Reduces `problem` (non-empty), its rows `pitch` elements apart from `x` on (a
-    /// window of columns of a wider array when `pitch > inner`, which needs `inner >
-    /// 1`), into `outputs`, `[outer][inner]`.
+    /// window of columns of a wider array when `pitch > inner`), into `outputs`,
+    /// `[outer][inner]`.
     pub(crate) fn reduce_min_window<T: MinElement>(
         &self,
         x: DevicePtr<T>,
@@ -209,7 +209,12 @@ impl Gpu {
         pitch: u64,
         outputs: MinOutputs<T>,
     ) -> Result<()> {
-        let plan = kernel::plan_window(problem, pitch, size_of::<T>(), &self.limits());
+        let mut plan = kernel::plan_window(problem, pitch, size_of::<T>(), &self.limits());
+        if let MinPlan::Strided(strided) = &mut plan {
+            // A window may start between two lanes' vectors.
+            let vector_bytes = kernel::strided::lane_columns(size_of::<T>()) * size_of::<T>() as u64;
+            strided.vector &= x.address().is_multiple_of(vector_bytes);
+        }
         log::debug!("min of {problem:?}, rows {pitch} apart -> {plan:?}");
         // With a split, the first pass writes partials to the scratch buffer, which
         // stays reserved until both passes are queued.

@@ -153,11 +153,10 @@ pub fn plan(problem: &MinProblem, element_bytes: usize, device: &DeviceLimits) -
     plan_window(problem, problem.inner, element_bytes, device)
 }
 
-/// The launch plan for a problem whose rows of `inner` elements lie `pitch` apart: a
-/// window of the columns of a wider array (`pitch > inner`, which takes the strided
-/// kernel: `inner > 1`), or the whole array (`pitch == inner`).
+/// The launch plan for a problem whose rows of `inner` elements lie `pitch` apart
+/// (`pitch >= inner`): the whole array (`pitch == inner`), or a window of the columns of
+/// a wider one, which the strided kernel reduces whatever `inner`.
 pub fn plan_window(problem: &MinProblem, pitch: u64, element_bytes: usize, device: &DeviceLimits) -> MinPlan {
-    debug_assert!(pitch == problem.inner || (pitch > problem.inner && problem.inner > 1));
     let target_threads = device.multiprocessors as u64 * THREADS_PER_SM;
     let per_vector = (VECTOR_BYTES / element_bytes) as u64;
     // More work items per output only while each stays long, and never past grid y.
@@ -166,7 +165,7 @@ pub fn plan_window(problem: &MinProblem, pitch: u64, element_bytes: usize, devic
         let split = wanted.min(problem.reduce / MIN_SPLIT_CHUNK).clamp(1, 65535);
         even_split(problem.reduce, split)
     };
-    if problem.inner == 1 {
+    if problem.inner == 1 && pitch == 1 {
         // Enough lanes that each loads a few vectors; whole warps for long rows.
         let vectors = problem.reduce.div_ceil(per_vector * rows::UNROLL as u64);
         let group_lanes = vectors.next_power_of_two().clamp(1, 32) as u32;

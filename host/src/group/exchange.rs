@@ -2,8 +2,8 @@
 //! (a group made to test the group's logic on a machine with one GPU), device copies
 //! ordered between the ranks' streams by events.
 
-use super::nccl::{Communicators, Part};
-use crate::driver::{self, Event};
+use super::nccl::{Communicators, Part, Transfer};
+use crate::driver::{self, Event, StreamHandle};
 use crate::error::Result;
 
 pub(crate) enum Exchange {
@@ -54,6 +54,38 @@ impl Exchange {
             },
         }
     }
+
+    /// Each transfer's bytes from its sender to its receiver, on the ranks' `streams`.
+    ///
+    /// # Safety
+    /// As [`Communicators::transfer`].
+    pub(crate) unsafe fn transfer(&self, transfers: &[Transfer], streams: &[StreamHandle]) -> Result<()> {
+        match self {
+            // SAFETY: the caller's contract.
+            Self::Nccl(comms) => unsafe { comms.transfer(transfers, streams) },
+            Self::OneDevice => {
+                for t in transfers.iter().filter(|t| t.bytes > 0) {
+                    let (from, to) = (streams[t.from], streams[t.to]);
+                    let sent = event()?;
+                    sent.record(from)?;
+                    to.wait(&sent)?;
+                    // SAFETY: the caller's contract on the ranges; one row of `bytes`
+                    // bytes, after the sender's work and before the sender's next.
+                    unsafe {
+                        driver::copy_rows_async((t.send, t.bytes), (t.receive, t.bytes), t.bytes, 1, to)?
+                    };
+                    let received = event()?;
+                    received.record(to)?;
+                    from.wait(&received)?;
+                }
+                Ok(())
+            }
+        }
+    }
+}
+
+fn event() -> Result<Event> {
+    Event::new(cust::sys::CUevent_flags::CU_EVENT_DISABLE_TIMING)
 }
 
 /// On every rank's stream, after the `sources`' streams reach this point, copies
@@ -68,7 +100,6 @@ unsafe fn copy_between(
     bytes: usize,
     at: impl Fn(&Part, usize) -> (u64, u64),
 ) -> Result<()> {
-    let event = || Event::new(cust::sys::CUevent_flags::CU_EVENT_DISABLE_TIMING);
     let ready = sources
         .iter()
         .map(|&s| {

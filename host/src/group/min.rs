@@ -1,27 +1,28 @@
 //! Min and amin of arrays over the group.
 
-use gpu_kernels::launch::DevicePtrMut;
-use gpu_kernels::min::{MinOutputs, combine};
-
-use super::matvec::starts;
-use super::{GpuGroup, ShardedArray, Sharding, invalid};
 use std::ops::Range;
 
-use gpu_kernels::min::MinProblem;
+use gpu_kernels::launch::DevicePtrMut;
+use gpu_kernels::min::{MinOutputs, MinProblem, combine};
 
-use super::pipeline::MAX_STEPS;
+use super::matvec::starts;
+use super::nccl::Transfer;
+use super::{GpuGroup, ShardedArray, Sharding, even_lengths, invalid};
 use crate::array::Element;
-use crate::driver::StreamHandle;
+use crate::driver::Temporary;
 use crate::error::Result;
 use crate::min::{MinElement, min_problem, reduced_shape};
 
 impl GpuGroup {
     /// The minimum along `axis` and the index of its first occurrence (as
     /// [`Gpu::min`](crate::Gpu::min)). Along another axis than the split one, each
-    /// device reduces its shard and the result stays split; along the split axis, the
-    /// devices exchange their shards' (value, index) minima and each merges them in
-    /// rank order (first index wins, NaN first), so the result comes back replicated,
-    /// the same as one device's.
+    /// device reduces its shard and the result stays split. Along the split axis, the
+    /// result comes back split along its first axis (the one after a kept axis 0) in
+    /// even lengths, or replicated where that axis has fewer slices than the group has
+    /// devices: each device reduces its shard for every other device's part of the
+    /// result and sends it there (through NCCL, on a second stream, while it reduces
+    /// the next part), then its own part, and merges the (value, index) minima of every
+    /// shard (first index wins, NaN first), the same as one device's.
     pub fn min<T: MinElement>(
         &self,
         x: &ShardedArray<T>,
@@ -86,10 +87,22 @@ impl GpuGroup {
 
     /// How the result of a reduction of x along `axis` lies over the devices: along
     /// another axis than the split one, split as x (the split axis one lower when an
-    /// axis before it goes); along the split one, replicated.
+    /// axis before it goes); along the split one, split evenly along the result's first
+    /// axis (the second when a kept axis 0 is the first), whose parts are runs of the
+    /// flat result, or replicated where that axis is shorter than the group.
     fn reduced_sharding<T: Element>(x: &ShardedArray<T>, axis: usize, keepdim: bool) -> Sharding {
         match &x.sharding {
-            Sharding::Split { axis: s, .. } if *s == axis => Sharding::Replicated,
+            Sharding::Split { axis: s, .. } if *s == axis => {
+                let ranks = x.parts.len();
+                let first = usize::from(keepdim && axis == 0);
+                match reduced_shape(x.shape(), axis, keepdim).get(first) {
+                    Some(&len) if len >= ranks => Sharding::Split {
+                        axis: first,
+                        lengths: even_lengths(len, ranks),
+                    },
+                    _ => Sharding::Replicated,
+                }
+            }
             Sharding::Split { axis: s, lengths } if *s > axis && !keepdim => Sharding::Split {
                 axis: s - 1,
                 lengths: lengths.clone(),
@@ -106,13 +119,18 @@ impl GpuGroup {
         keepdim: bool,
     ) -> Result<ShardedArray<T>> {
         let sharding = Self::reduced_sharding(x, axis, keepdim);
+        let shape = reduced_shape(x.shape(), axis, keepdim);
         let parts = self
             .gpus
             .iter()
-            .zip(&x.parts)
-            .map(|(gpu, part)| match sharding {
-                Sharding::Replicated => gpu.alloc(&reduced_shape(x.shape(), axis, keepdim)),
-                Sharding::Split { .. } => gpu.alloc(&reduced_shape(part.shape(), axis, keepdim)),
+            .enumerate()
+            .map(|(rank, gpu)| match &sharding {
+                Sharding::Replicated => gpu.alloc(&shape),
+                Sharding::Split { axis, lengths } => {
+                    let mut part = shape.clone();
+                    part[*axis] = lengths[rank];
+                    gpu.alloc(&part)
+                }
             })
             .collect::<Result<_>>()?;
         Ok(ShardedArray::new(
@@ -189,131 +207,155 @@ impl GpuGroup {
                 None => self.gpus[0].amin_into(&x.parts[0], axis, &mut values.parts[0]),
             };
         }
-        let outputs = (outer * inner) as usize;
+        let outputs = outer * inner;
         if outputs == 0 {
             return Ok(());
         }
-        let offsets: Vec<i64> = starts(split).map(|s| s as i64).collect();
-        // Every rank's minima of its shard, then all of them gathered on every rank,
-        // window by window (`[rank][window's outputs]` from `ranks * window.first`), each
-        // window merged while the next ones reduce.
-        let mut local = Vec::with_capacity(ranks);
+        // The flat outputs each rank's part of the result holds.
+        let owned: Vec<Range<u64>> = match &values.sharding {
+            Sharding::Split { axis, lengths } => {
+                let per_slice = values.shape[axis + 1..].iter().product::<usize>() as u64;
+                starts(lengths)
+                    .zip(lengths)
+                    .map(|(start, len)| start as u64 * per_slice..(start + len) as u64 * per_slice)
+                    .collect()
+            }
+            Sharding::Replicated => vec![0..outputs; ranks],
+        };
+        let replicated = values.sharding == Sharding::Replicated;
+        // Each rank's minima of every shard over its outputs, `[shard][output]`, its own
+        // shard's reduced in place, the others' received.
         let mut gathered = Vec::with_capacity(ranks);
         let mut shard_offsets = Vec::with_capacity(ranks);
-        for gpu in &self.gpus {
-            local.push((
-                gpu.temporary::<T>(&[outputs])?,
-                gpu.temporary::<i64>(&[if with_index { outputs } else { 0 }])?,
-            ));
-            gathered.push((
-                gpu.temporary::<T>(&[ranks * outputs])?,
-                gpu.temporary::<i64>(&[if with_index { ranks * outputs } else { 0 }])?,
-            ));
+        let offsets: Vec<i64> = starts(split).map(|s| s as i64).collect();
+        for (gpu, outputs) in self.gpus.iter().zip(&owned) {
+            let count = (outputs.end - outputs.start) as usize;
+            gathered.push(Minima::<T>::new(gpu, ranks * count, with_index)?);
             shard_offsets.push(gpu.temporary_from(&offsets)?);
         }
-        let windows = windows(outer, inner);
-        let reduce_window = |window: &Window| -> Result<()> {
-            for (rank, (gpu, part)) in self.gpus.iter().zip(&x.parts).enumerate() {
-                let reduce = split[rank] as u64;
-                let (v, i) = &local[rank];
-                let first = window.first(inner);
-                let outputs = MinOutputs {
-                    values: DevicePtrMut::from_address(v.address()).offset(first),
-                    indices: if with_index {
-                        DevicePtrMut::from_address(i.address()).offset(first)
-                    } else {
-                        DevicePtrMut::NULL
-                    },
-                };
-                let x = part.ptr().offset(window.x_offset(reduce, inner));
-                gpu.reduce_min_window(x, &window.problem(reduce), inner, outputs)?;
-            }
-            Ok(())
+        // Rank r's minima over the outputs `owned[s]`, into `to` (slot `r` of rank
+        // `s`'s gathered minima when s is r).
+        let reduce = |r: usize, s: usize, to: MinOutputs<T>| {
+            let window = Window::of(owned[s].clone(), inner);
+            let reduce = split[r] as u64;
+            let x = x.parts[r].ptr().offset(window.x_offset(reduce, inner));
+            self.gpus[r].reduce_min_window(x, &window.problem(reduce), inner, to)
         };
-        let exchange_window = |window: &Window, lanes: &[StreamHandle]| -> Result<()> {
-            let (first, count) = (window.first(inner) as usize, window.outputs() as usize);
-            self.exchange.group(|| {
-                let at =
-                    |base: u64, size: usize, rank_stride: usize| base + (first * rank_stride * size) as u64;
-                // SAFETY: the window's `count` outputs lie inside every rank's local
-                // arrays from `first` on, and `ranks` times as many inside its gathered
-                // ones from `ranks * first` on; the temporaries are freed on the ranks'
-                // streams, which the pipeline leaves behind every exchange.
-                unsafe {
-                    self.all_gather_at(
-                        lanes,
-                        count * size_of::<T>(),
-                        local.iter().map(|(v, _)| at(v.address(), size_of::<T>(), 1)),
-                        gathered
-                            .iter()
-                            .map(|(v, _)| at(v.address(), size_of::<T>(), ranks)),
-                    )?;
-                    if with_index {
-                        self.all_gather_at(
-                            lanes,
-                            count * 8,
-                            local.iter().map(|(_, i)| at(i.address(), 8, 1)),
-                            gathered.iter().map(|(_, i)| at(i.address(), 8, ranks)),
-                        )?;
+        let slot = |r: usize, s: usize| gathered[s].at(r * (owned[s].end - owned[s].start) as usize);
+        let lanes = self.lane_streams();
+        let mut sends = Vec::with_capacity(ranks);
+        for round in 1..ranks {
+            let mut transfers = Vec::with_capacity(2 * ranks);
+            for r in 0..ranks {
+                let s = (r + round) % ranks;
+                let count = (owned[s].end - owned[s].start) as usize;
+                // Replicated: every rank gets the one reduction of the whole shard.
+                let from = if replicated {
+                    if round == 1 {
+                        reduce(r, r, slot(r, r))?;
                     }
-                }
-                Ok(())
-            })
-        };
-        let values_out: Vec<DevicePtrMut<T>> = values.parts.iter_mut().map(|v| v.ptr_mut()).collect();
-        let indices_out: Vec<DevicePtrMut<i64>> = match indices {
-            Some(indices) => indices.parts.iter_mut().map(|i| i.ptr_mut()).collect(),
-            None => vec![DevicePtrMut::NULL; ranks],
-        };
-        let merge_window = |window: &Window| -> Result<()> {
-            let (first, count) = (window.first(inner), window.outputs());
-            for (rank, gpu) in self.gpus.iter().enumerate() {
-                let (v, i) = &gathered[rank];
-                let partials = MinOutputs {
-                    values: DevicePtrMut::from_address(v.address()).offset(ranks as u64 * first),
-                    indices: if with_index {
-                        DevicePtrMut::from_address(i.address()).offset(ranks as u64 * first)
-                    } else {
-                        DevicePtrMut::NULL
-                    },
+                    slot(r, r)
+                } else {
+                    let send = Minima::<T>::new(&self.gpus[r], count, with_index)?;
+                    reduce(r, s, send.at(0))?;
+                    let at = send.at(0);
+                    sends.push(send);
+                    at
                 };
-                let to = MinOutputs {
-                    values: values_out[rank].offset(first),
-                    indices: if with_index {
-                        indices_out[rank].offset(first)
-                    } else {
-                        DevicePtrMut::NULL
-                    },
-                };
-                gpu.launch(&combine::launch_shards(
-                    count,
-                    ranks as u64,
-                    partials,
-                    shard_offsets[rank].ptr(),
-                    to,
-                ))?;
+                self.lanes[r].follow(&self.gpus[r], round - 1)?;
+                transfers.extend(Minima::<T>::transfers(r, s, from, slot(r, s), count, with_index));
             }
-            Ok(())
-        };
-        self.pipeline(
-            windows.len(),
-            |step| reduce_window(&windows[step]),
-            |step, lanes| exchange_window(&windows[step], lanes),
-            |step| merge_window(&windows[step]),
-        )
+            // SAFETY: every range lies inside a live temporary of its rank's device
+            // (`count` minima of the sender's, a slot of the receiver's gathered ones),
+            // freed on the ranks' own streams, which wait for the lanes below first.
+            unsafe { self.exchange.transfer(&transfers, &lanes)? };
+        }
+        for r in 0..ranks {
+            if !replicated {
+                reduce(r, r, slot(r, r))?;
+            }
+            self.lanes[r].join(&self.gpus[r], ranks - 1)?;
+        }
+        let mut indices = indices;
+        for (r, gpu) in self.gpus.iter().enumerate() {
+            let to = MinOutputs {
+                values: values.parts[r].ptr_mut(),
+                indices: indices
+                    .as_deref_mut()
+                    .map_or(DevicePtrMut::NULL, |i| i.parts[r].ptr_mut()),
+            };
+            let count = owned[r].end - owned[r].start;
+            gpu.launch(&combine::launch_shards(
+                count,
+                ranks as u64,
+                gathered[r].at(0),
+                shard_offsets[r].ptr(),
+                to,
+            ))?;
+        }
+        drop(sends);
+        Ok(())
     }
 }
 
-/// The most outputs a window of the pipeline holds at least, unless there are fewer in
-/// all: under it, the windows' launches and exchanges cost more than their overlap saves.
-const MIN_WINDOW_OUTPUTS: u64 = 1 << 18;
-/// Column windows start at multiples of this many columns: whole blocks of the strided
-/// kernel, whose vector loads stay aligned.
-const WINDOW_COLUMNS: u64 = 128;
+/// Values and (for `min`) indices of minima, in temporaries of one device.
+struct Minima<'g, T: Element> {
+    values: Temporary<'g, T>,
+    indices: Temporary<'g, i64>,
+    with_index: bool,
+}
 
-/// A part of the outputs `[outer, inner]` of a reduction that the pipeline reduces,
-/// exchanges and merges as one step: a run of outer indices, each with all its
-/// columns, or (one outer index) a run of columns; its outputs are consecutive.
+impl<'g, T: MinElement> Minima<'g, T> {
+    fn new(gpu: &'g crate::Gpu, len: usize, with_index: bool) -> Result<Self> {
+        Ok(Self {
+            values: gpu.temporary(&[len])?,
+            indices: gpu.temporary(&[if with_index { len } else { 0 }])?,
+            with_index,
+        })
+    }
+
+    /// Where minima go from element `at` on.
+    fn at(&self, at: usize) -> MinOutputs<T> {
+        MinOutputs {
+            values: DevicePtrMut::from_address(self.values.address()).offset(at as u64),
+            indices: if self.with_index {
+                DevicePtrMut::from_address(self.indices.address()).offset(at as u64)
+            } else {
+                DevicePtrMut::NULL
+            },
+        }
+    }
+
+    /// `count` minima from rank `from`'s `send` to rank `to`'s `receive`.
+    fn transfers(
+        from: usize,
+        to: usize,
+        send: MinOutputs<T>,
+        receive: MinOutputs<T>,
+        count: usize,
+        with_index: bool,
+    ) -> impl Iterator<Item = Transfer> {
+        let values = Transfer {
+            from,
+            to,
+            send: send.values.address(),
+            receive: receive.values.address(),
+            bytes: count * size_of::<T>(),
+        };
+        let indices = Transfer {
+            from,
+            to,
+            send: send.indices.address(),
+            receive: receive.indices.address(),
+            bytes: count * size_of::<i64>(),
+        };
+        std::iter::once(values).chain(with_index.then_some(indices))
+    }
+}
+
+/// A run of the flat outputs `[outer, inner]` of a reduction, as a part of the array to
+/// reduce: a run of outer indices, each with all its columns, or (one outer index, or
+/// the run within one) a run of columns.
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct Window {
     outer: Range<u64>,
@@ -321,13 +363,21 @@ struct Window {
 }
 
 impl Window {
-    fn outputs(&self) -> u64 {
-        (self.outer.end - self.outer.start) * (self.columns.end - self.columns.start)
-    }
-
-    /// The index of its first output.
-    fn first(&self, inner: u64) -> u64 {
-        self.outer.start * inner + self.columns.start
+    /// The flat outputs `run` of rows of `inner` columns.
+    fn of(run: Range<u64>, inner: u64) -> Self {
+        if run.start.is_multiple_of(inner) && run.end.is_multiple_of(inner) {
+            Self {
+                outer: run.start / inner..run.end / inner,
+                columns: 0..inner,
+            }
+        } else {
+            let row = run.start / inner;
+            debug_assert_eq!(row, (run.end - 1) / inner, "a run of columns stays in its row");
+            Self {
+                outer: row..row + 1,
+                columns: run.start % inner..run.end - row * inner,
+            }
+        }
     }
 
     /// Its part of a shard of `reduce` slices, rows `inner` apart.
@@ -345,76 +395,46 @@ impl Window {
     }
 }
 
-/// The windows of the outputs `[outer, inner]` (not empty): at most
-/// [`pipeline::MAX_STEPS`], each of [`MIN_WINDOW_OUTPUTS`] at least where there are
-/// enough, cut along `outer` when it has more than one index, else along the columns.
-fn windows(outer: u64, inner: u64) -> Vec<Window> {
-    let wanted = (outer * inner / MIN_WINDOW_OUTPUTS).clamp(1, MAX_STEPS as u64);
-    let cuts = |len: u64, count: u64, unit: u64| -> Vec<Range<u64>> {
-        let bounds: Vec<u64> = (0..=count)
-            .map(|k| {
-                if k == count {
-                    len
-                } else {
-                    k * len / count / unit * unit
-                }
-            })
-            .collect();
-        bounds
-            .windows(2)
-            .filter(|b| b[0] < b[1])
-            .map(|b| b[0]..b[1])
-            .collect()
-    };
-    if outer > 1 {
-        cuts(outer, wanted.min(outer), 1)
-            .into_iter()
-            .map(|outer| Window {
-                outer,
-                columns: 0..inner,
-            })
-            .collect()
-    } else {
-        cuts(inner, wanted, WINDOW_COLUMNS)
-            .into_iter()
-            .map(|columns| Window { outer: 0..1, columns })
-            .collect()
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
-    fn windows_cover_the_outputs_in_order() {
-        for (outer, inner) in [
-            (1, 1),
-            (1, 5),
-            (3, 7),
-            (1, 4096 * 4095),
-            (64, 1 << 20),
-            (5, 1 << 20),
-            (1 << 20, 1),
-        ] {
-            let windows = windows(outer, inner);
-            assert!((1..=MAX_STEPS).contains(&windows.len()), "{outer} x {inner}");
-            let mut next = 0;
-            for w in &windows {
-                assert_eq!(w.first(inner), next, "{outer} x {inner}: {windows:?}");
-                next += w.outputs();
-                if w.columns != (0..inner) {
-                    assert!(outer == 1 && w.columns.start % WINDOW_COLUMNS == 0, "{w:?}");
-                }
+    fn runs_of_outputs_are_runs_of_outer_indices_or_of_columns() {
+        let whole_rows = Window::of(6..15, 3);
+        assert_eq!(
+            whole_rows,
+            Window {
+                outer: 2..5,
+                columns: 0..3
             }
-            assert_eq!(next, outer * inner, "{outer} x {inner}");
-        }
-        assert_eq!(windows(1, 4096 * 4095).len(), MAX_STEPS);
-        assert_eq!(windows(5, 1 << 20).len(), 5);
-        assert_eq!(windows(3, 7).len(), 1);
-        // The shapes of the GPU test of windows.
-        assert_eq!(windows(1, (1 << 19) + 37).len(), 2);
-        assert_eq!(windows(1, 1 << 19).len(), 2);
-        assert_eq!(windows(4, 1 << 17).len(), 2);
+        );
+        assert_eq!(whole_rows.x_offset(7, 3), 2 * 7 * 3);
+        let columns = Window::of(4..9, 20);
+        assert_eq!(
+            columns,
+            Window {
+                outer: 0..1,
+                columns: 4..9
+            }
+        );
+        assert_eq!(columns.x_offset(7, 20), 4);
+        let in_a_row = Window::of(45..52, 20);
+        assert_eq!(
+            in_a_row,
+            Window {
+                outer: 2..3,
+                columns: 5..12
+            }
+        );
+        assert_eq!(in_a_row.x_offset(7, 20), 2 * 7 * 20 + 5);
+        assert_eq!(
+            columns.problem(7),
+            MinProblem {
+                outer: 1,
+                reduce: 7,
+                inner: 5
+            }
+        );
     }
 }

@@ -9,10 +9,10 @@
 
 mod conv;
 mod exchange;
+mod lane;
 mod matvec;
 mod min;
 mod nccl;
-mod pipeline;
 mod scan;
 
 use ndarray::{ArrayBase, ArrayD, Axis, Data, Dimension, Slice};
@@ -22,8 +22,8 @@ use crate::driver::StreamHandle;
 use crate::error::{Error, Result};
 use crate::gpu::Gpu;
 use exchange::Exchange;
+use lane::Lane;
 use nccl::{Communicators, Part};
-use pipeline::Lane;
 
 /// The devices of a group, one NCCL communicator each (rank `i` is the `i`-th device),
 /// and a second stream each for exchanges that overlap kernels.
@@ -143,7 +143,11 @@ impl GpuGroup {
     }
 
     fn with_exchange(gpus: Vec<Gpu>, exchange: Exchange) -> Result<Self> {
-        let lanes = gpus.iter().map(Lane::new).collect::<Result<_>>()?;
+        // An event per exchange round of a call, and one to join.
+        let lanes = gpus
+            .iter()
+            .map(|gpu| Lane::new(gpu, gpus.len()))
+            .collect::<Result<_>>()?;
         Ok(Self {
             lanes,
             gpus,

@@ -35,6 +35,8 @@ struct Nccl {
     all_gather: unsafe extern "C" fn(*const c_void, *mut c_void, usize, c_int, RawComm, *mut c_void) -> c_int,
     broadcast:
         unsafe extern "C" fn(*const c_void, *mut c_void, usize, c_int, c_int, RawComm, *mut c_void) -> c_int,
+    send: unsafe extern "C" fn(*const c_void, usize, c_int, c_int, RawComm, *mut c_void) -> c_int,
+    recv: unsafe extern "C" fn(*mut c_void, usize, c_int, c_int, RawComm, *mut c_void) -> c_int,
 }
 
 /// The process's NCCL, opened at the first call; the error of that attempt otherwise.
@@ -89,6 +91,8 @@ fn open() -> std::result::Result<Nccl, String> {
         group_end: symbol!("ncclGroupEnd"),
         all_gather: symbol!("ncclAllGather"),
         broadcast: symbol!("ncclBroadcast"),
+        send: symbol!("ncclSend"),
+        recv: symbol!("ncclRecv"),
         _library: library,
     })
 }
@@ -138,6 +142,16 @@ pub(crate) struct Part {
     pub(crate) send: u64,
     pub(crate) receive: u64,
     pub(crate) stream: StreamHandle,
+}
+
+/// `bytes` bytes from `send` on rank `from` to `receive` on rank `to`.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Transfer {
+    pub(crate) from: usize,
+    pub(crate) to: usize,
+    pub(crate) send: u64,
+    pub(crate) receive: u64,
+    pub(crate) bytes: usize,
 }
 
 impl Communicators {
@@ -194,6 +208,46 @@ impl Communicators {
                     part.stream.0.cast(),
                 )
             }
+        })
+    }
+
+    /// Each transfer's bytes from its sender to its receiver, the sender's half queued on
+    /// `streams[from]`, the receiver's on `streams[to]`, all started as one.
+    ///
+    /// # Safety
+    /// Each transfer's `send` holds `bytes` bytes on the sender's device, its `receive`
+    /// as many on the receiver's, both live until the work queued on the rank's stream is
+    /// done; `streams` has a stream per rank, in rank order.
+    pub(crate) unsafe fn transfer(&self, transfers: &[Transfer], streams: &[StreamHandle]) -> Result<()> {
+        assert_eq!(streams.len(), self.comms.len(), "one stream per rank");
+        self.group(|| {
+            transfers.iter().filter(|t| t.bytes > 0).try_for_each(|t| {
+                // SAFETY: the caller's contract on the buffers and the streams.
+                unsafe {
+                    self.nccl.check(
+                        "ncclSend",
+                        (self.nccl.send)(
+                            t.send as *const c_void,
+                            t.bytes,
+                            BYTES,
+                            t.to as c_int,
+                            self.comms[t.from],
+                            streams[t.from].0.cast(),
+                        ),
+                    )?;
+                    self.nccl.check(
+                        "ncclRecv",
+                        (self.nccl.recv)(
+                            t.receive as *mut c_void,
+                            t.bytes,
+                            BYTES,
+                            t.from as c_int,
+                            self.comms[t.to],
+                            streams[t.to].0.cast(),
+                        ),
+                    )
+                }
+            })
         })
     }
 

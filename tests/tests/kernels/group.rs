@@ -193,7 +193,21 @@ fn group_min_matches_one_device_exactly() {
                 assert_same(&group.download(&indices).unwrap(), &want_indices, &what)?;
                 assert_same(&group.download(&amin).unwrap(), &want_values, &what)?;
                 if sharded.split_axis() == Some(axis) {
-                    assert_replicated(group, &indices, &want_indices, &what)?;
+                    // Split along the result's first axis (after a kept axis 0), where
+                    // it has a slice per device.
+                    let first = usize::from(keepdim && axis == 0);
+                    match want_values.shape().get(first) {
+                        Some(&len) if len >= group.len() => prop_assert_eq!(
+                            indices.sharding(),
+                            &Sharding::Split {
+                                axis: first,
+                                lengths: even_lengths(len, group.len())
+                            },
+                            "{}",
+                            what
+                        ),
+                        _ => assert_replicated(group, &indices, &want_indices, &what)?,
+                    }
                 }
                 // Into the outputs of another array's reduction: every element rewritten.
                 let other = distribute(group, &min_values(&shape, !seed, !nan), split_axis, seed);
@@ -211,32 +225,35 @@ fn group_min_matches_one_device_exactly() {
 }
 
 #[test]
-fn group_min_along_the_split_axis_in_windows_matches_one_device_exactly() {
-    let (Some((nccl, three)), Some(gpu)) = (
-        groups_or_skip("group_min_along_the_split_axis_in_windows_matches_one_device_exactly"),
-        gpu_or_skip("group_min_along_the_split_axis_in_windows_matches_one_device_exactly"),
-    ) else {
+fn group_min_of_large_arrays_along_the_split_axis_matches_one_device_exactly() {
+    let test = "group_min_of_large_arrays_along_the_split_axis_matches_one_device_exactly";
+    let (Some((nccl, three)), Some(gpu)) = (groups_or_skip(test), gpu_or_skip(test)) else {
         return;
     };
-    // Outputs enough for several windows of the pipeline (its unit test counts them):
-    // windows of columns of one outer index (an odd row, scalar loads; aligned rows),
-    // and windows of outer indices.
-    let cases: [(&[usize], usize); 3] = [
-        (&[7, (1 << 19) + 37], 0),
-        (&[6, 1 << 19], 0),
-        (&[4, 5, 1 << 17], 1),
+    // Each device's part of the result is a run of columns of x (odd rows: the runs
+    // start between vectors; aligned rows), or a run of outer indices; a split of 2
+    // slices and a result of 3 columns: parts of one column, or replicated.
+    let cases: [(&[usize], usize); 5] = [
+        (&[7, 1001, 523], 0),
+        (&[6, 512, 1024], 0),
+        (&[4, 5, 1 << 15], 1),
+        (&[5, 3], 0),
+        (&[2, 9, 3], 0),
     ];
     for group in [&*nccl, &*three] {
         for (seed, &(shape, axis)) in cases.iter().enumerate() {
+            if shape[axis] < group.len() {
+                continue;
+            }
             let x = min_values(shape, seed as u64, seed != 1);
             let sharded = distribute(group, &x, axis, seed as u64);
             let (want_values, want_indices) = gpu.min_of(&x, axis, false).unwrap();
             let what = format!("{shape:?} axis {axis} split {:?}", sharded.sharding());
             let (values, indices) = group.min(&sharded, axis, false).unwrap();
-            assert_replicated(group, &values, &want_values, &what).unwrap();
-            assert_replicated(group, &indices, &want_indices, &what).unwrap();
+            assert_same(&group.download(&values).unwrap(), &want_values, &what).unwrap();
+            assert_same(&group.download(&indices).unwrap(), &want_indices, &what).unwrap();
             let amin = group.amin(&sharded, axis, false).unwrap();
-            assert_replicated(group, &amin, &want_values, &what).unwrap();
+            assert_same(&group.download(&amin).unwrap(), &want_values, &what).unwrap();
         }
     }
 }
