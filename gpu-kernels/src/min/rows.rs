@@ -1,7 +1,7 @@
 //! The rows kernel of the min reduction: the reduced axis contiguous (`inner == 1`), a
 //! group of lanes per row (or per chunk of a row, with a split), 128-bit loads.
 
-use super::{BLOCK_THREADS, MinOutputs, MinProblem};
+use super::{BLOCK_THREADS, MinOutputs, MinProblem, VECTOR_BYTES};
 use crate::launch::{DevicePtr, DevicePtrMut, Kernel, Launch, LaunchGeometry, kernel_args};
 
 /// Vector loads each thread of the rows kernel issues before it uses the first.
@@ -18,11 +18,13 @@ pub struct RowsPlan {
 }
 
 kernel_args! {
-    /// The rows kernel's arguments: `x` as rows of `reduce` elements, reduced in
-    /// `items` work items of `group_lanes` lanes (`split` per row) into `values` and
-    /// `indices` (null for `amin`), one slot per work item.
+    /// The rows kernel's arguments: rows of `reduce` elements from `skew` elements past
+    /// `x` (16-byte aligned) on, reduced in `items` work items of `group_lanes` lanes
+    /// (`split` per row) into `values` and `indices` (null for `amin`), one slot per
+    /// work item.
     pub struct RowsArgs<T> {
         pub x: DevicePtr<T>,
+        pub skew: u64,
         pub values: DevicePtrMut<T>,
         pub indices: DevicePtrMut<i64>,
         pub reduce: u64,
@@ -60,7 +62,9 @@ pub trait RowsKernel: Sized {
 }
 
 impl RowsPlan {
-    /// The launch reducing `x` into `outputs` (the partials, with a split).
+    /// The launch reducing `x` into `outputs` (the partials, with a split). `x` may
+    /// start anywhere (a window of a larger array): the kernel reads from the 16-byte
+    /// boundary before it, which lies in the same allocation.
     pub fn launch<T: RowsKernel>(
         &self,
         problem: &MinProblem,
@@ -72,8 +76,10 @@ impl RowsPlan {
         } else {
             T::AMIN_ROWS
         };
+        let skew = x.address() % VECTOR_BYTES as u64 / size_of::<T>() as u64;
         let args = RowsArgs {
-            x,
+            x: DevicePtr::from_address(x.address() - skew * size_of::<T>() as u64),
+            skew,
             values: outputs.values,
             indices: outputs.indices,
             reduce: problem.reduce,
@@ -98,11 +104,13 @@ mod kernel {
     /// `split == 1` it writes the output, else the partial at `w`.
     ///
     /// # Safety
-    /// `x` holds `items / split` rows of `reduce` elements, 16-byte aligned; `values`
+    /// `x` is 16-byte aligned, and `items / split` rows of `reduce` elements follow
+    /// `skew` elements past it; `values`
     /// and `indices` hold `items` slots; the grid covers `items * group_lanes` threads.
     #[inline(always)]
     pub unsafe fn rows<T: MinValue, const INDEX: bool>(args: RowsArgs<T>) {
         let RowsArgs {
+            skew,
             reduce,
             items,
             split,
@@ -117,13 +125,14 @@ mod kernel {
         let thread = block_idx_x() as u64 * block_dim_x() as u64 + thread_idx_x() as u64;
         let item = thread / group_lanes as u64;
         let lane = (thread % group_lanes as u64) as u32;
-        // SAFETY: `x` holds at least one element (the host never launches empty problems).
-        let mut state = ArgMin::<T, INDEX>::empty(unsafe { *x });
+        // SAFETY: the rows hold at least one element (the host never launches empty
+        // problems).
+        let mut state = ArgMin::<T, INDEX>::empty(unsafe { *x.add(skew as usize) });
         if item < items {
             let (row, part) = (item / split, item % split);
             let (begin, end) = chunk(reduce, split, part, 1);
             // SAFETY: [begin, end) lies inside row `row`.
-            unsafe { scan_segment(&mut state, x, row * reduce, begin, end, lane, group_lanes) };
+            unsafe { scan_segment(&mut state, x, skew + row * reduce, begin, end, lane, group_lanes) };
         }
         let state = state.merge_group(group_lanes);
         if item < items && lane == 0 {
