@@ -228,19 +228,6 @@ pub(crate) fn memcpy_device<T: Element>(
     })
 }
 
-/// Copies `host` into `array` (as many elements), once the work queued before is done.
-pub(crate) fn copy_from_host<T: Element>(host: &[T::Bits], array: &mut DeviceArray<T>) -> Result<()> {
-    assert_eq!(host.len(), array.len(), "copy_from_host: lengths differ");
-    if host.is_empty() {
-        return Ok(());
-    }
-    // SAFETY: the source is `array.bytes()` bytes of the slice, the destination the
-    // array's whole live memory; the copy is synchronous, so the slice outlives it.
-    check("cuMemcpyHtoD", unsafe {
-        cu::cuMemcpyHtoD_v2(array.memory.address(), host.as_ptr().cast(), array.bytes())
-    })
-}
-
 /// Copies `host` into `array` in stream order on `stream`: the driver stages pageable
 /// memory before it returns, so `host` may go at once.
 pub(crate) fn copy_from_host_async<T: Element>(
@@ -425,6 +412,45 @@ impl StreamHandle {
         check("cuStreamWaitEvent", unsafe {
             cu::cuStreamWaitEvent(self.0, event.0, 0)
         })
+    }
+}
+
+/// A stream this library creates (in the current context) and destroys. Non-blocking:
+/// the legacy default stream, which PyTorch and other libraries queue on, neither waits
+/// for it nor makes it wait (cust's `Stream::new` drops that flag).
+pub(crate) struct OwnedStream(cu::CUstream);
+
+// SAFETY: a driver handle, usable from any thread on which its context is current.
+unsafe impl Send for OwnedStream {}
+
+impl OwnedStream {
+    /// A non-blocking stream of `priority` (lower is more urgent; the driver clamps it
+    /// to the device's range).
+    pub(crate) fn new(priority: i32) -> Result<Self> {
+        let mut stream = std::ptr::null_mut();
+        // SAFETY: writes one handle.
+        check("cuStreamCreateWithPriority", unsafe {
+            cu::cuStreamCreateWithPriority(
+                &mut stream,
+                cu::CUstream_flags::CU_STREAM_NON_BLOCKING as u32,
+                priority,
+            )
+        })?;
+        Ok(Self(stream))
+    }
+
+    pub(crate) fn handle(&self) -> StreamHandle {
+        StreamHandle(self.0)
+    }
+}
+
+impl Drop for OwnedStream {
+    fn drop(&mut self) {
+        // SAFETY: a stream made by `new`, destroyed once; its queued work still runs.
+        let status = unsafe { cu::cuStreamDestroy_v2(self.0) };
+        if let Err(e) = check("cuStreamDestroy", status) {
+            log::warn!("{e}");
+        }
     }
 }
 

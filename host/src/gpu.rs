@@ -8,7 +8,6 @@ use cust::context::{Context, CurrentContext};
 use cust::device::Device;
 use cust::memory::DeviceCopy;
 use cust::module::Module;
-use cust::stream::{Stream, StreamFlags};
 use cust::sys::CUdevice_attribute as Attr;
 use gpu_kernels::launch::{
     DeviceLimits, DevicePtr, DevicePtrMut, KernelArgs, Launch, ScratchLayout, WARPGROUP_MMA_ARCH,
@@ -18,8 +17,8 @@ use ndarray::{ArrayBase, ArrayD, Data, Dimension, IxDyn};
 
 use crate::array::{DeviceArray, Element};
 use crate::driver::{
-    self, Event, Kernels, LaunchLimits, MemoryPool, Scratch, StreamHandle, Temporary, TensorMapEncoders,
-    cust_error,
+    self, Event, Kernels, LaunchLimits, MemoryPool, OwnedStream, Scratch, StreamHandle, Temporary,
+    TensorMapEncoders, cust_error,
 };
 use crate::error::{Error, Result};
 use crate::image::{self, ImageFormat};
@@ -63,7 +62,7 @@ pub struct Gpu {
     pool: Option<MemoryPool>,
     /// The stream operations are queued on: `own_stream`, or a borrowed one.
     stream: Cell<StreamHandle>,
-    own_stream: Stream,
+    own_stream: OwnedStream,
     /// Orders the handle's own stream and a borrowed one.
     handoff: Event,
     /// Whether the own stream queued work since the handoff was last recorded.
@@ -146,8 +145,7 @@ impl Gpu {
             ),
         }
         .map_err(|e| cust_error("cuModuleLoadData", e))?;
-        let stream =
-            Stream::new(StreamFlags::NON_BLOCKING, None).map_err(|e| cust_error("cuStreamCreate", e))?;
+        let stream = OwnedStream::new(0)?;
 
         let info = DeviceInfo {
             ordinal,
@@ -176,7 +174,7 @@ impl Gpu {
             capability.0,
             capability.1
         );
-        let own = StreamHandle(stream.as_inner());
+        let own = stream.handle();
         Ok(Self {
             kernels,
             warpgroup_mma: chosen.arch == WARPGROUP_MMA_ARCH,
@@ -313,7 +311,7 @@ impl Gpu {
     }
 
     fn own_stream(&self) -> StreamHandle {
-        StreamHandle(self.own_stream.as_inner())
+        self.own_stream.handle()
     }
 
     /// The shared scratch buffer, laid out as `layout` asks (its leading bytes zeroed in
@@ -395,8 +393,10 @@ impl Gpu {
         if !array.is_empty() {
             let standard = host.as_standard_layout();
             let slice = standard.as_slice().expect("standard layout is contiguous");
-            self.stream()?.synchronize()?;
-            driver::copy_from_host(T::as_bits(slice), &mut array)?;
+            // In stream order: a synchronous copy runs on the legacy default stream,
+            // which the handle's non-blocking stream does not wait for.
+            self.bind()?;
+            driver::copy_from_host_async(T::as_bits(slice), &mut array, self.stream()?)?;
         }
         Ok(array)
     }

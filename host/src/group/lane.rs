@@ -1,10 +1,9 @@
 //! A second stream per device, on which exchanges run beside the device's kernels.
 
 use cust::context::CurrentContext;
-use cust::stream::{Stream, StreamFlags};
 
 use super::GpuGroup;
-use crate::driver::{Event, StreamHandle, cust_error};
+use crate::driver::{Event, OwnedStream, StreamHandle, cust_error};
 use crate::error::Result;
 use crate::gpu::Gpu;
 
@@ -14,7 +13,7 @@ use crate::gpu::Gpu;
 /// behind all of their blocks.
 pub(crate) struct Lane {
     events: Vec<Event>,
-    stream: Stream,
+    stream: OwnedStream,
 }
 
 impl Lane {
@@ -24,8 +23,7 @@ impl Lane {
         let priority = CurrentContext::get_stream_priority_range()
             .map_err(|e| cust_error("cuCtxGetStreamPriorityRange", e))?
             .greatest;
-        let stream = Stream::new(StreamFlags::NON_BLOCKING, Some(priority))
-            .map_err(|e| cust_error("cuStreamCreateWithPriority", e))?;
+        let stream = OwnedStream::new(priority)?;
         let events = (0..events)
             .map(|_| Event::new(cust::sys::CUevent_flags::CU_EVENT_DISABLE_TIMING))
             .collect::<Result<_>>()?;
@@ -33,7 +31,7 @@ impl Lane {
     }
 
     fn handle(&self) -> StreamHandle {
-        StreamHandle(self.stream.as_inner())
+        self.stream.handle()
     }
 
     /// Makes what is queued on the lane from now on wait for the work queued so far on
