@@ -276,7 +276,6 @@ impl GpuGroup {
             }
             self.lanes[r].join(&self.gpus[r], ranks - 1)?;
         }
-        let mut indices = indices;
         for (r, gpu) in self.gpus.iter().enumerate() {
             let to = MinOutputs {
                 values: values.parts[r].ptr_mut(),
@@ -293,6 +292,7 @@ impl GpuGroup {
                 to,
             ))?;
         }
+        // Freed on the ranks' streams, which joined the lanes' transfers above.
         drop(sends);
         Ok(())
     }
