@@ -70,21 +70,23 @@ def main():
     x = ints(256 // world, 4096, 4095)
     timed("min_d1", lambda: torch.min(x, 1))
 
+    def to_owners(t):
+        """Every rank's rows of t, as many for each rank, sent to that rank (all to
+        all): `[rank][rows of this rank's part]`, the result split along its dim 0."""
+        got = torch.empty((world, t.shape[0] // world, *t.shape[1:]), device=dev, dtype=t.dtype)
+        dist.all_to_all_single(got, t)
+        return got
+
     def min_d0():
-        # Each rank's minima of every rank's rows of the result, to that rank (all to
-        # all); each merges its rows (first shard first on ties): the result split along
-        # its dim 0, as the group's.
+        # Each rank merges the shards' minima of its rows (first shard first on ties).
         values, indices = torch.min(x, 0)
         indices += rank * x.shape[0]
-        part = values.shape[0] // world
-        got_values = torch.empty((world, part, values.shape[1]), device=dev)
-        got_indices = torch.empty((world, part, values.shape[1]), device=dev, dtype=indices.dtype)
-        dist.all_to_all_single(got_values, values)
-        dist.all_to_all_single(got_indices, indices)
+        got_values, got_indices = to_owners(values), to_owners(indices)
         best, shard = torch.min(got_values, 0)
         return best, got_indices.gather(0, shard.unsqueeze(0))[0]
 
     timed("min_d0", min_d0)
+    timed("amin_d0", lambda: torch.amin(to_owners(torch.amin(x, 0)), 0))
     timed("amin_d2", lambda: torch.amin(x, 2))
     del x
 

@@ -76,9 +76,14 @@ fn time_group(group: &GpuGroup, reps: usize) -> Result<Vec<(&'static str, &'stat
             let min = || group.min_into(&x, axis, &mut values, &mut indices);
             rows.push((key, what, wall_ms(group, reps, min)?));
         }
-        let mut values = group.amin(&x, 2, false)?;
-        let amin = || group.amin_into(&x, 2, &mut values);
-        rows.push(("amin_d2", "amin dim 2", wall_ms(group, reps, amin)?));
+        for (key, what, axis) in [
+            ("amin_d0", "amin dim 0 (the split one)", 0),
+            ("amin_d2", "amin dim 2", 2),
+        ] {
+            let mut values = group.amin(&x, axis, false)?;
+            let amin = || group.amin_into(&x, axis, &mut values);
+            rows.push((key, what, wall_ms(group, reps, amin)?));
+        }
     }
     {
         let x = group.upload_split(&data(&[65536, 32768], 5), 0)?;
