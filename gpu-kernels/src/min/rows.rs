@@ -105,8 +105,8 @@ mod kernel {
     ///
     /// # Safety
     /// `x` is 16-byte aligned, and `items / split` rows of `reduce` elements follow
-    /// `skew` elements past it; `values`
-    /// and `indices` hold `items` slots; the grid covers `items * group_lanes` threads.
+    /// `skew` elements past it; `values` and `indices` hold `items` slots; the grid
+    /// covers `items * group_lanes` threads.
     #[inline(always)]
     pub unsafe fn rows<T: MinValue, const INDEX: bool>(args: RowsArgs<T>) {
         let RowsArgs {

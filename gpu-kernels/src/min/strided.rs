@@ -160,8 +160,8 @@ mod kernel {
     /// # Safety
     /// `x` holds `outer * reduce` rows of `inner` elements, `pitch` apart (`pitch >=
     /// inner`), 16-byte aligned; `ALIGNED` only when `inner` and `pitch` are multiples of
-    /// `COLUMNS`; the output holds `outer * inner * split` slots; the block has `BLOCK_THREADS` threads and `STRIDED_SHARED_BYTES` of
-    /// dynamic shared memory.
+    /// `COLUMNS`; the output holds `outer * inner * split` slots; the block has
+    /// `BLOCK_THREADS` threads and `STRIDED_SHARED_BYTES` of dynamic shared memory.
     #[inline(always)]
     unsafe fn strided<T: MinValue, const INDEX: bool, const COLUMNS: usize, const ALIGNED: bool>(
         args: StridedArgs<T>,

@@ -11,6 +11,7 @@ use super::{GpuGroup, ShardedArray, Sharding, even_lengths, invalid};
 use crate::array::Element;
 use crate::driver::Temporary;
 use crate::error::Result;
+use crate::gpu::Gpu;
 use crate::min::{MinElement, min_problem, reduced_shape};
 
 impl GpuGroup {
@@ -306,7 +307,7 @@ struct Minima<'g, T: Element> {
 }
 
 impl<'g, T: MinElement> Minima<'g, T> {
-    fn new(gpu: &'g crate::Gpu, len: usize, with_index: bool) -> Result<Self> {
+    fn new(gpu: &'g Gpu, len: usize, with_index: bool) -> Result<Self> {
         Ok(Self {
             values: gpu.temporary(&[len])?,
             indices: gpu.temporary(&[if with_index { len } else { 0 }])?,
@@ -335,21 +336,17 @@ impl<'g, T: MinElement> Minima<'g, T> {
         count: usize,
         with_index: bool,
     ) -> impl Iterator<Item = Transfer> {
-        let values = Transfer {
+        let transfer = |send: DevicePtrMut<u8>, receive: DevicePtrMut<u8>, size: usize| Transfer {
             from,
             to,
-            send: send.values.address(),
-            receive: receive.values.address(),
-            bytes: count * size_of::<T>(),
+            send: send.address(),
+            receive: receive.address(),
+            bytes: count * size,
         };
-        let indices = Transfer {
-            from,
-            to,
-            send: send.indices.address(),
-            receive: receive.indices.address(),
-            bytes: count * size_of::<i64>(),
-        };
-        std::iter::once(values).chain(with_index.then_some(indices))
+        let values = transfer(send.values.cast(), receive.values.cast(), size_of::<T>());
+        let indices =
+            with_index.then(|| transfer(send.indices.cast(), receive.indices.cast(), size_of::<i64>()));
+        std::iter::once(values).chain(indices)
     }
 }
 
