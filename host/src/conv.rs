@@ -217,6 +217,14 @@ enum Weights {
     Tf32(DevicePtr<f32>),
 }
 
+impl Weights {
+    const fn ptr(self) -> DevicePtr<f32> {
+        match self {
+            Self::AsGiven(w) | Self::Tf32(w) => w,
+        }
+    }
+}
+
 /// The output gradient of a backward pass as given, in its layout, and its copy in the
 /// other layout once a pass asked for it: made once for all the passes that read it so.
 /// The bias gradient, while still to compute, comes with an NCHW -> NHWC copy (which
@@ -407,7 +415,7 @@ impl Gpu {
     /// The forward pass on the tensor cores. `wgmma` reads the weights from shared
     /// memory as TF32 by dropping their low mantissa bits, which biases the products:
     /// unless they are TF32 values already, a rounded copy (to nearest) goes to the
-    /// scratch buffer first, followed by the plan's tensor maps and, where the plan
+    /// scratch buffer first (always where NCHW boxes read the weights in their order), followed by the plan's tensor maps and, where the plan
     /// splits K, the partial sums.
     fn tensor_core_forward(
         &self,
@@ -418,11 +426,13 @@ impl Gpu {
         epilogue: ConvEpilogue,
         y: DevicePtrMut<f32>,
     ) -> Result<()> {
-        let (w, round) = match w {
-            Weights::AsGiven(w) => (w, plan.warpgroup_mma == 1),
-            Weights::Tf32(w) => (w, false),
+        // NCHW boxes read the weights in an order of their own, rounded on the way.
+        let (w, prepare) = match w {
+            _ if plan.nchw_boxes == 1 => (w.ptr(), Some(transposed::box_order_filters as fn(_, _, _) -> _)),
+            Weights::AsGiven(w) if plan.warpgroup_mma == 1 => (w, Some(transposed::round_filters as _)),
+            Weights::AsGiven(w) | Weights::Tf32(w) => (w, None),
         };
-        let rounded_bytes = if round {
+        let rounded_bytes = if prepare.is_some() {
             (problem.weight_count() * 4).next_multiple_of(size_of::<TensorMapPair>() as u64)
         } else {
             0
@@ -437,12 +447,13 @@ impl Gpu {
             bytes: partials_at + plan.partials_scratch(problem).bytes,
             zeroed: 0,
         })?;
-        let w = if round {
-            let rounded = start.cast::<f32>();
-            self.launch(&transposed::round_filters(problem, w, rounded))?;
-            rounded.as_const()
-        } else {
-            w
+        let w = match prepare {
+            Some(prepare) => {
+                let prepared = start.cast::<f32>();
+                self.launch(&prepare(problem, w, prepared))?;
+                prepared.as_const()
+            }
+            None => w,
         };
         let maps = match plan.tensor_maps(problem, x, w) {
             Some(specs) => self.write_tensor_maps(&specs, start.offset(rounded_bytes).cast())?,

@@ -330,6 +330,95 @@ mod tests {
     }
 
     #[test]
+    fn nchw_tf32_forward_stages_x_in_boxes_where_rows_are_whole_boxes() {
+        let problem = |input: [u32; 4], weight: [u32; 4], stride, groups| {
+            ConvProblem::new(&ConvShape {
+                input,
+                weight,
+                stride: [stride, stride],
+                padding: [1, 1],
+                dilation: [1, 1],
+                groups,
+            })
+            .expect("a valid problem")
+        };
+        let plan = |p: &ConvProblem, layout| match algorithm(
+            p,
+            ConvPass::Forward,
+            ConvPrecision::Tf32,
+            layout,
+            &H100,
+        ) {
+            ConvAlgorithm::TensorCore(plan) => plan,
+            other => panic!("TF32 forward took {other:?}"),
+        };
+        let headline = problem([8, 64, 512, 1024], [128, 64, 3, 3], 1, 1);
+        let boxes = plan(&headline, ConvLayout::Nchw);
+        assert_eq!(
+            (boxes.nchw_boxes, boxes.bulk_copies, boxes.channel_tiles),
+            (1, 1, 1)
+        );
+        assert_eq!(
+            (boxes.layout(), boxes.output_layout()),
+            (ConvLayout::Nchw, ConvLayout::Nchw)
+        );
+        assert_eq!(boxes.k_tiles, 9 * 2);
+        assert_eq!(plan(&headline, ConvLayout::Nhwc).nchw_boxes, 0);
+        // Rows not whole boxes, a stride, channels not in eights: x goes to NHWC for
+        // the im2col copies; chunks that would cross into the next group: gathered.
+        for (p, layout) in [
+            (problem([2, 64, 8, 40], [16, 64, 3, 3], 1, 1), ConvLayout::Nhwc),
+            (problem([2, 64, 16, 66], [16, 64, 3, 3], 2, 1), ConvLayout::Nhwc),
+            (problem([2, 12, 8, 64], [16, 12, 3, 3], 1, 1), ConvLayout::Nhwc),
+            (problem([2, 32, 8, 64], [16, 16, 3, 3], 1, 2), ConvLayout::Nchw),
+        ] {
+            let fallback = plan(&p, ConvLayout::Nchw);
+            assert_eq!((fallback.nchw_boxes, fallback.layout()), (0, layout), "{p:?}");
+        }
+        // Channels in eights past the last whole chunk, and groups of whole chunks.
+        assert_eq!(
+            plan(&problem([2, 40, 8, 64], [16, 40, 3, 3], 1, 1), ConvLayout::Nchw).nchw_boxes,
+            1
+        );
+        assert_eq!(
+            plan(&problem([2, 64, 8, 64], [16, 32, 3, 3], 1, 2), ConvLayout::Nchw).nchw_boxes,
+            1
+        );
+    }
+
+    #[test]
+    fn box_order_interleaves_each_eight_channels_of_a_tap() {
+        for in_group in [8, 12, 40] {
+            let p = ConvProblem::new(&ConvShape {
+                input: [1, 2 * in_group, 4, 4],
+                weight: [6, in_group, 3, 2],
+                stride: [1, 1],
+                padding: [0, 0],
+                dilation: [1, 1],
+                groups: 2,
+            })
+            .expect("a valid problem");
+            let (taps, in_group) = (6, in_group as u64);
+            let mut seen = [false; 6 * 40 * 6];
+            for i in 0..p.weight_count() {
+                let j = tensor_core::box_filter_index(&p, i);
+                assert!(!seen[j as usize], "{in_group} {i}");
+                seen[j as usize] = true;
+                let (out, channel, tap) = (i / (in_group * taps), i / taps % in_group, i % taps);
+                assert_eq!(j / in_group, out * taps + tap);
+                // Channels 2k and 2k + 1 of a whole eight at places k and k + 4; a
+                // partial last eight in its order.
+                let place = j % in_group;
+                let expected = match channel % 8 {
+                    _ if channel / 8 * 8 + 8 > in_group => channel,
+                    c => channel / 8 * 8 + [0, 4, 1, 5, 2, 6, 3, 7][c as usize],
+                };
+                assert_eq!(place, expected, "{in_group} {i}");
+            }
+        }
+    }
+
+    #[test]
     fn the_implicit_gemm_forward_writes_the_tensors_layout() {
         let problem = ConvProblem::new(&ConvShape {
             input: [32, 3, 224, 224],

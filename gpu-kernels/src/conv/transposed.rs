@@ -10,7 +10,8 @@
 //!
 //! The kernel that flips the weights also rounds them to TF32, as the tensor cores
 //! read them; without the flip it prepares the weights of a forward pass on `wgmma`,
-//! which would otherwise truncate them.
+//! which would otherwise truncate them (in the NCHW boxes' order where that pass
+//! reads them so).
 
 use super::{ConvLayout, ConvProblem, ConvShape, FastDiv};
 use crate::launch::{DevicePtr, DevicePtrMut, Launch, LaunchGeometry, kernel_args};
@@ -66,15 +67,14 @@ impl ConvProblem {
 
 kernel_args! {
     /// The filter preparation's arguments: `prepared` from `w` (the weights of
-    /// `problem`), both in the layout `channels_last` names (1 NHWC, 0 NCHW), rounded
-    /// to TF32 and, when `flip` is 1, flipped and group-transposed (the weights of
-    /// [`ConvProblem::input_grad_as_forward`]).
+    /// `problem`, in the layout `channels_last` names: 1 NHWC, 0 NCHW), rounded to
+    /// TF32 and placed as `order` says.
     pub struct PrepareFiltersArgs {
         pub w: DevicePtr<f32>,
         pub prepared: DevicePtrMut<f32>,
         pub problem: ConvProblem,
         pub channels_last: u32,
-        pub flip: u32,
+        pub order: u32,
     }
     /// Rounds (and flips) the weights, one thread per element.
     pub const CONV_PREPARE_FILTERS = "conv_prepare_filters_f32" => kernel::prepare_filters;
@@ -83,6 +83,14 @@ kernel_args! {
     pub const CONV_FLIP_FILTERS_NHWC = "conv_flip_filters_nhwc_f32" => kernel::flip_filters_nhwc;
     entry points in PREPARE_ENTRY_POINTS;
 }
+
+/// Orders of prepared filters: as given; flipped and group-transposed, in the same
+/// layout (the weights of [`ConvProblem::input_grad_as_forward`]); from NCHW into the
+/// order the NCHW boxes' forward pass reads
+/// ([`box_filter_index`](super::tensor_core::box_filter_index)).
+pub const FILTERS_AS_GIVEN: u32 = 0;
+pub const FILTERS_FLIPPED: u32 = 1;
+pub const FILTERS_IN_BOX_ORDER: u32 = 2;
 
 /// Whether the input gradient as a forward pass reads dy upsampled.
 pub const fn upsampled(problem: &ConvProblem) -> bool {
@@ -146,7 +154,7 @@ pub const fn flip_filters(
 ) -> Launch<PrepareFiltersArgs> {
     let matrices = problem.groups as u64 * problem.taps() as u64;
     if !matches!(layout, ConvLayout::Nhwc) || matrices > MAX_GRID_Z {
-        return prepare_filters(problem, layout, w, flipped, true);
+        return prepare_filters(problem, layout, w, flipped, FILTERS_FLIPPED);
     }
     let geometry = LaunchGeometry {
         grid: [
@@ -157,7 +165,7 @@ pub const fn flip_filters(
         threads: transpose::THREADS,
         shared_bytes: transpose::SHARED_BYTES,
     };
-    let args = prepare_args(problem, layout, w, flipped, true);
+    let args = prepare_args(problem, layout, w, flipped, FILTERS_FLIPPED);
     Launch::new(CONV_FLIP_FILTERS_NHWC, geometry, args)
 }
 
@@ -168,7 +176,18 @@ pub const fn round_filters(
     w: DevicePtr<f32>,
     rounded: DevicePtrMut<f32>,
 ) -> Launch<PrepareFiltersArgs> {
-    prepare_filters(problem, ConvLayout::Nchw, w, rounded, false)
+    prepare_filters(problem, ConvLayout::Nchw, w, rounded, FILTERS_AS_GIVEN)
+}
+
+/// The launch writing `problem`'s NCHW weights `w` to `ordered` rounded to TF32, in
+/// the order the NCHW boxes' forward pass reads
+/// ([`box_filter_index`](super::tensor_core::box_filter_index)).
+pub const fn box_order_filters(
+    problem: &ConvProblem,
+    w: DevicePtr<f32>,
+    ordered: DevicePtrMut<f32>,
+) -> Launch<PrepareFiltersArgs> {
+    prepare_filters(problem, ConvLayout::Nchw, w, ordered, FILTERS_IN_BOX_ORDER)
 }
 
 const fn prepare_args(
@@ -176,14 +195,14 @@ const fn prepare_args(
     layout: ConvLayout,
     w: DevicePtr<f32>,
     prepared: DevicePtrMut<f32>,
-    flip: bool,
+    order: u32,
 ) -> PrepareFiltersArgs {
     PrepareFiltersArgs {
         w,
         prepared,
         problem: *problem,
         channels_last: matches!(layout, ConvLayout::Nhwc) as u32,
-        flip: flip as u32,
+        order,
     }
 }
 
@@ -192,10 +211,14 @@ const fn prepare_filters(
     layout: ConvLayout,
     w: DevicePtr<f32>,
     prepared: DevicePtrMut<f32>,
-    flip: bool,
+    order: u32,
 ) -> Launch<PrepareFiltersArgs> {
-    let args = prepare_args(problem, layout, w, prepared, flip);
-    let per_thread = if flip { 1 } else { ROUNDED_PER_THREAD };
+    let args = prepare_args(problem, layout, w, prepared, order);
+    let per_thread = if order == FILTERS_AS_GIVEN {
+        ROUNDED_PER_THREAD
+    } else {
+        1
+    };
     Launch::new(
         CONV_PREPARE_FILTERS,
         LaunchGeometry::per_item(problem.weight_count().div_ceil(per_thread), PREPARE_THREADS),
@@ -203,7 +226,7 @@ const fn prepare_filters(
     )
 }
 
-/// Weights each thread rounds where the preparation does not flip: 16 bytes.
+/// Weights each thread rounds where the preparation keeps their order: 16 bytes.
 const ROUNDED_PER_THREAD: u64 = 4;
 
 /// Where element `i` of `problem`'s weights goes among the flipped weights.
@@ -252,12 +275,14 @@ pub const fn nhwc_flip_places(problem: &ConvProblem, [group, tap]: [u64; 2], co:
 mod kernel {
     use super::*;
     use crate::conv::problem::{element_index, element_place};
+    use crate::conv::tensor_core::box_filter_index;
     use crate::device::{
         block_idx_x, block_idx_y, block_idx_z, load_global_v4, store_global_v4, thread_idx_x, to_tf32,
     };
 
     /// `prepared[j] = tf32(w[i])` for every weight `i`, `j` its [`flipped_index`]
-    /// when flipping, else `i` (`ROUNDED_PER_THREAD` weights a thread).
+    /// or [`box_filter_index`] as the order says, else `i` (`ROUNDED_PER_THREAD`
+    /// weights a thread).
     ///
     /// # Safety
     /// `w` and `prepared` hold the problem's weights (`out * in / groups * taps`), in
@@ -267,7 +292,7 @@ mod kernel {
     pub unsafe fn prepare_filters(args: PrepareFiltersArgs) {
         let p = args.problem;
         let thread = block_idx_x() as u64 * PREPARE_THREADS as u64 + thread_idx_x() as u64;
-        if args.flip == 0 {
+        if args.order == FILTERS_AS_GIVEN {
             let (first, count) = (thread * ROUNDED_PER_THREAD, p.weight_count());
             let (w, rounded) = (args.w.as_ptr(), args.prepared.as_mut_ptr());
             if first + ROUNDED_PER_THREAD <= count {
@@ -289,12 +314,12 @@ mod kernel {
         if i >= p.weight_count() {
             return;
         }
-        let j = if args.flip == 1 {
+        let j = if args.order == FILTERS_FLIPPED {
             flipped_index(&p, args.channels_last == 1, i)
         } else {
-            i
+            box_filter_index(&p, i)
         };
-        // SAFETY: i < count, and flipped_index is a permutation of [0, count).
+        // SAFETY: i < count, and both indices are permutations of [0, count).
         unsafe {
             let value = *args.w.as_ptr().add(i as usize);
             *args.prepared.as_mut_ptr().add(j as usize) = f32::from_bits(to_tf32(value));

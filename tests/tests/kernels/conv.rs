@@ -356,6 +356,11 @@ fn every_conv_kernel_matches_the_reference_on_fixed_cases() {
         /// Hopper only, `TensorCoreScalar` elsewhere.
         TensorCoreBulkFromNchw,
         TensorCoreBulkFromNchwNarrow,
+        /// NCHW x staged by boxes of its rows as it lies, y written in NCHW: Hopper
+        /// only, `TensorCoreScalar` elsewhere; split (K) or not.
+        TensorCoreBoxes,
+        TensorCoreBoxesNarrow,
+        SplitTensorCoreBoxesNarrow,
         /// K split over blocks (`wgmma` only: `TensorCore` and `TensorCoreScalar`
         /// elsewhere), staged by bulk copies or gathered from NCHW.
         SplitTensorCoreBulkNarrow,
@@ -380,10 +385,11 @@ fn every_conv_kernel_matches_the_reference_on_fixed_cases() {
         SplitWarpgroupGrad,
     }
     use Path::{
-        Direct, DirectStaged, Gemm, Phases, SplitGemm, SplitTensorCoreBulkNarrow, SplitTensorCoreGrad,
-        SplitTensorCoreScalar, SplitWarpgroupGrad, Stencil, TensorCore, TensorCoreBulk,
-        TensorCoreBulkFromNchw, TensorCoreBulkFromNchwNarrow, TensorCoreBulkNarrow, TensorCoreGrad,
-        TensorCoreGradScalar, TensorCoreScalar, WarpgroupGrad, Winograd,
+        Direct, DirectStaged, Gemm, Phases, SplitGemm, SplitTensorCoreBoxesNarrow, SplitTensorCoreBulkNarrow,
+        SplitTensorCoreGrad, SplitTensorCoreScalar, SplitWarpgroupGrad, Stencil, TensorCore, TensorCoreBoxes,
+        TensorCoreBoxesNarrow, TensorCoreBulk, TensorCoreBulkFromNchw, TensorCoreBulkFromNchwNarrow,
+        TensorCoreBulkNarrow, TensorCoreGrad, TensorCoreGradScalar, TensorCoreScalar, WarpgroupGrad,
+        Winograd,
     };
     let tf32 = |layout| Conv2dParams {
         layout,
@@ -624,6 +630,57 @@ fn every_conv_kernel_matches_the_reference_on_fixed_cases() {
                 true,
             ),
             [TensorCoreBulk, SplitTensorCoreBulkNarrow, SplitWarpgroupGrad],
+        ),
+        // NCHW rows of whole boxes (64 and 32 pixels) at stride 1: x and dy staged as
+        // they lie. 40 input channels (a chunk of 32 and one of 8), 136 output
+        // channels (a partial second tile), windows dilated along w and past every
+        // edge, the batch's last tile half past it; the input gradient split in two.
+        (
+            case(
+                2,
+                [40, 136],
+                [3, 3],
+                [5, 64],
+                Conv2dParams {
+                    padding: [1, 2],
+                    dilation: [1, 2],
+                    ..tf32(ConvLayout::Nchw)
+                },
+                true,
+            ),
+            [TensorCoreBoxes, SplitTensorCoreBoxesNarrow, SplitWarpgroupGrad],
+        ),
+        // Images of three rows of 32: a tile's boxes span images; half a chunk of
+        // input channels.
+        (
+            case(
+                3,
+                [16, 24],
+                [3, 3],
+                [3, 32],
+                Conv2dParams {
+                    padding: [1, 1],
+                    ..tf32(ConvLayout::Nchw)
+                },
+                true,
+            ),
+            [TensorCoreBoxesNarrow, TensorCoreBoxesNarrow, TensorCoreGrad],
+        ),
+        // Two groups of a whole chunk each.
+        (
+            case(
+                2,
+                [64, 64],
+                [3, 3],
+                [4, 32],
+                Conv2dParams {
+                    padding: [1, 1],
+                    groups: 2,
+                    ..tf32(ConvLayout::Nchw)
+                },
+                true,
+            ),
+            [TensorCoreBoxesNarrow, TensorCoreBoxesNarrow, TensorCoreGrad],
         ),
         // 7 x 7 maps over NCHW: rows too short for the NCHW `wgmma` weight gradient, so
         // x and dy go to NHWC for its im2col variant.
@@ -1036,10 +1093,14 @@ fn every_conv_kernel_matches_the_reference_on_fixed_cases() {
                         assert_eq!(plan.warpgroup_mma, warpgroup_mma, "{c:?} {pass:?}");
                         assert_eq!(plan.output_layout(), c.params.layout, "{c:?} {pass:?}");
                         let narrow = plan.tile_n == 64;
+                        let boxes = plan.nchw_boxes == 1;
                         match (plan.bulk_copies, plan.a_vector) {
+                            (1, _) if plan.splits > 1 && narrow && boxes => SplitTensorCoreBoxesNarrow,
                             (1, _) if plan.splits > 1 && narrow => SplitTensorCoreBulkNarrow,
                             (0, 0) if plan.splits > 1 => SplitTensorCoreScalar,
                             _ if plan.splits > 1 => panic!("{c:?} {pass:?}: {plan:?}"),
+                            (1, _) if boxes && narrow => TensorCoreBoxesNarrow,
+                            (1, _) if boxes => TensorCoreBoxes,
                             (1, _) if c.params.layout == ConvLayout::Nchw && narrow => {
                                 TensorCoreBulkFromNchwNarrow
                             }
@@ -1053,9 +1114,14 @@ fn every_conv_kernel_matches_the_reference_on_fixed_cases() {
                 };
                 let (path, expected) = match (path, expected) {
                     (path, TensorCoreBulk | TensorCoreBulkNarrow) if warpgroup_mma == 0 => (path, TensorCore),
-                    (path, TensorCoreBulkFromNchw | TensorCoreBulkFromNchwNarrow) if warpgroup_mma == 0 => {
-                        (path, TensorCoreScalar)
-                    }
+                    (
+                        path,
+                        TensorCoreBulkFromNchw
+                        | TensorCoreBulkFromNchwNarrow
+                        | TensorCoreBoxes
+                        | TensorCoreBoxesNarrow
+                        | SplitTensorCoreBoxesNarrow,
+                    ) if warpgroup_mma == 0 => (path, TensorCoreScalar),
                     (SplitTensorCoreGrad, WarpgroupGrad | SplitWarpgroupGrad) if warpgroup_mma == 0 => {
                         (TensorCoreGrad, TensorCoreGrad)
                     }
@@ -1071,6 +1137,10 @@ fn every_conv_kernel_matches_the_reference_on_fixed_cases() {
             // The split epilogue, which adds the parts, applies the fused one too.
             if paths[0] == SplitTensorCoreBulkNarrow || paths[0] == SplitTensorCoreScalar {
                 check_fused(gpu, c.clone(), Activation::Relu, true).unwrap();
+            }
+            // The epilogue through shared memory, in the stages the boxes filled.
+            if paths[0] == TensorCoreBoxes || paths[0] == TensorCoreBoxesNarrow {
+                check_fused(gpu, c.clone(), Activation::Silu, true).unwrap();
             }
             check_forward(gpu, c.clone()).unwrap();
             check_backward(gpu, c).unwrap();

@@ -11,9 +11,12 @@
 //! Two kinds of kernel multiply them. On Hopper, warpgroup MMA (`wgmma`, A from
 //! registers rounded to TF32, B from shared memory, rounded beforehand) in persistent
 //! blocks where a producer warpgroup copies the stages while two consumer warpgroups
-//! multiply and store; there NCHW operands that bulk copies could stage in NHWC are
-//! changed to NHWC by the host, y staying NCHW. Elsewhere `mma.sync` m16n8k8 TF32 (fragments by `ldmatrix`, rounded to TF32 to
-//! nearest), every thread copying and multiplying, one block per tile. Sums stay FP32,
+//! multiply and store. There an NCHW x at stride 1 whose output rows are whole boxes
+//! of `NCHW_BOX_PIXELS` is staged as it lies (boxes of `TC_BK` channels by a row's
+//! pixels, A read transposed from them); other NCHW operands that bulk copies could
+//! stage in NHWC are changed to NHWC by the host; y stays NCHW. Elsewhere `mma.sync`
+//! m16n8k8 TF32 (fragments by `ldmatrix`, rounded to TF32 to nearest), every thread
+//! copying and multiplying, one block per tile. Sums stay FP32,
 //! in a fixed order, so results are the same from run to run. The weight gradient has
 //! kernels of its own, its GEMM running over the output pixels: on `wgmma` over NCHW
 //! or NHWC tensors (`warpgroup_weight_grad`), and on `mma.sync` over NHWC
@@ -76,6 +79,9 @@ pub const WGMMA_TABLE_BYTES: u32 = 16 * WGMMA_BM;
 pub const WGMMA_SHARED_BIAS: u32 = 2048;
 pub const WGMMA_BIAS_BYTES: u32 = 4 * WGMMA_SHARED_BIAS;
 
+/// Output pixels of one row per bulk copy of NCHW x: 128 bytes, the swizzle's span.
+pub const NCHW_BOX_PIXELS: u32 = 32;
+
 /// Fewest k-tiles of a split of K: fewer would spend more of each part filling and
 /// draining the pipeline than multiplying.
 pub const MIN_SPLIT_K_TILES: u32 = 16;
@@ -113,9 +119,15 @@ pub struct TensorCorePlan {
     /// Whether a k-tile is one tap of `TC_BK` channels (NHWC, channels per group a
     /// multiple of `TC_BK`, or bulk copies), as 1 or 0 (K in the weights' order).
     pub channel_tiles: u32,
-    /// Whether bulk tensor copies (TMA) stage A (im2col) and B, as 1 or 0: NHWC on
-    /// `wgmma`, where the tensor maps can describe the problem.
+    /// Whether bulk tensor copies (TMA) stage A and B, as 1 or 0: on `wgmma`, where
+    /// the tensor maps can describe the problem; A by im2col over NHWC x, or with
+    /// `nchw_boxes`, by boxes of NCHW x.
     pub bulk_copies: u32,
+    /// Whether A is staged from NCHW x as it lies, as 1 or 0: per k-tile (one tap,
+    /// `TC_BK` channels) a box of `NCHW_BOX_PIXELS` pixels of a row for every such run
+    /// of the tile's output pixels (stride 1, output rows a whole number of boxes). B
+    /// is then the weights in [`box_filter_index`] order.
+    pub nchw_boxes: u32,
     /// The k-tiles of the GEMM: `TC_BK` K each, or with channel tiles, one per tap and
     /// `TC_BK` channels (a partial last chunk zero-filled by the bulk copies).
     pub k_tiles: u32,
@@ -138,9 +150,12 @@ impl TensorCorePlan {
         let y_channels_last = matches!(layout, ConvLayout::Nhwc);
         let warpgroup_mma = device.warpgroup_mma;
         // The bulk copies stage NHWC operands many times faster than the NCHW producer
-        // gathers them, far more than x's change of layout costs.
-        let bulk_copies = warpgroup_mma && device.tensor_maps && bulk_copies_fit(problem);
-        let channels_last = y_channels_last || bulk_copies;
+        // gathers them, far more than x's change of layout costs; NCHW boxes spare
+        // that change.
+        let maps = warpgroup_mma && device.tensor_maps;
+        let nchw_boxes = maps && !y_channels_last && nchw_boxes_fit(problem);
+        let bulk_copies = nchw_boxes || (maps && bulk_copies_fit(problem));
+        let channels_last = y_channels_last || (bulk_copies && !nchw_boxes);
         let rows = if warpgroup_mma { WGMMA_BM } else { TC_BM };
         let m_tiles = m.div_ceil(rows as u64) as u32;
         let tile_n = if bulk_copies && problem.out_per_group() <= WGMMA_NARROW_BN {
@@ -151,7 +166,7 @@ impl TensorCorePlan {
         let n_tiles = problem.out_per_group().div_ceil(tile_n);
         let tiles = m_tiles as u64 * problem.groups as u64 * n_tiles as u64;
         let in_group = problem.in_per_group();
-        let channel_tiles = channels_last && (bulk_copies || in_group.is_multiple_of(TC_BK));
+        let channel_tiles = bulk_copies || (channels_last && in_group.is_multiple_of(TC_BK));
         let k_tiles = if channel_tiles {
             problem.taps() * in_group.div_ceil(TC_BK)
         } else {
@@ -179,6 +194,7 @@ impl TensorCorePlan {
             b_vector: (in_group * problem.taps()).is_multiple_of(4) as u32,
             channel_tiles: channel_tiles as u32,
             bulk_copies: bulk_copies as u32,
+            nchw_boxes: nchw_boxes as u32,
             k_tiles,
             channels_last: channels_last as u32,
             y_channels_last: y_channels_last as u32,
@@ -204,8 +220,8 @@ impl TensorCorePlan {
     }
 
     /// The tensor maps of the bulk copies, when the plan takes them: x for im2col
-    /// (`[C][W][H][N]`, boxes of `TC_BK` channels of `WGMMA_BM` pixels) and w as
-    /// `[in / groups][taps][out]` (boxes of `TC_BK` x 1 x `tile_n`).
+    /// (`[C][W][H][N]`, boxes of `TC_BK` channels of `WGMMA_BM` pixels) or in NCHW
+    /// boxes, and w as `[in / groups][taps][out]` (boxes of `TC_BK` x 1 x `tile_n`).
     pub fn tensor_maps(
         &self,
         problem: &ConvProblem,
@@ -216,7 +232,11 @@ impl TensorCorePlan {
             return None;
         }
         let p = problem;
-        let patches = im2col_map(p, x, WGMMA_BM);
+        let patches = if self.nchw_boxes == 1 {
+            nchw_rows_map(p, x, TC_BK)
+        } else {
+            im2col_map(p, x, WGMMA_BM)
+        };
         let in_group = p.in_per_group() as u64;
         let filters = TensorMapSpec::tiled(
             w.address(),
@@ -290,11 +310,14 @@ impl TensorCorePlan {
             problem: *problem,
             plan: *self,
         };
+        let narrow = self.tile_n == WGMMA_NARROW_BN;
         let kernel = match (self.channels_last == 1, self.warpgroup_mma == 1) {
             (true, false) => CONV_FORWARD_NHWC_TF32,
             (false, false) => CONV_FORWARD_NCHW_TF32,
-            (true, true) if self.tile_n == WGMMA_NARROW_BN => CONV_FORWARD_NHWC_TF32_WGMMA_NARROW,
+            (true, true) if narrow => CONV_FORWARD_NHWC_TF32_WGMMA_NARROW,
             (true, true) => CONV_FORWARD_NHWC_TF32_WGMMA,
+            (false, true) if self.nchw_boxes == 1 && narrow => CONV_FORWARD_NCHW_BOXES_TF32_WGMMA_NARROW,
+            (false, true) if self.nchw_boxes == 1 => CONV_FORWARD_NCHW_BOXES_TF32_WGMMA,
             (false, true) => CONV_FORWARD_NCHW_TF32_WGMMA,
         };
         Launch::new(kernel, geometry, args)
@@ -351,6 +374,56 @@ pub(crate) fn im2col_map(problem: &ConvProblem, x: DevicePtr<f32>, pixels: u32) 
     }
 }
 
+/// The tensor map of NCHW x as `[w][h][c][n]`, swizzled: boxes of one row of
+/// `TC_BK` pixels of `channels` channels, zeros past the edges.
+pub(crate) fn nchw_rows_map(problem: &ConvProblem, x: DevicePtr<f32>, channels: u32) -> TensorMapSpec {
+    let p = problem;
+    TensorMapSpec::tiled(
+        x.address(),
+        &[
+            p.width as u64,
+            p.height as u64,
+            p.in_channels as u64,
+            p.batch as u64,
+        ],
+        &[TC_BK, 1, channels, 1],
+        TensorMapSwizzle::Bytes128,
+    )
+}
+
+/// Whether NCHW boxes can stage `problem`'s x: stride 1 (a box's pixels are
+/// consecutive in x), output rows a whole number of boxes, rows of x in 16-byte
+/// multiples within the maps' 2^40-byte strides, and channels per group a multiple of
+/// the 8 that [`box_filter_index`] interleaves, their chunks in their group.
+const fn nchw_boxes_fit(p: &ConvProblem) -> bool {
+    let in_group = p.in_per_group();
+    p.stride_h == 1
+        && p.stride_w == 1
+        && p.out_w.is_multiple_of(NCHW_BOX_PIXELS)
+        && p.width.is_multiple_of(4)
+        && (p.in_channels as u64 * p.pixels() as u64 * 4) < 1 << 40
+        && in_group.is_multiple_of(8)
+        && (p.groups == 1 || in_group.is_multiple_of(TC_BK))
+}
+
+/// Where weight `i` of `problem` (NCHW, `[out][in / groups][taps]`) lies in the order
+/// the NCHW boxes' B takes: `[out][taps][in / groups]`, each whole 8 channels
+/// interleaved as 0, 2, 4, 6, 1, 3, 5, 7. The consumers read A's columns k and k + 4
+/// of an 8-wide step from channels 2k and 2k + 1: rows of the swizzled box whose
+/// 16-byte chunks differ for all four k, so a warp's transposed reads meet no bank
+/// twice.
+pub const fn box_filter_index(problem: &ConvProblem, i: u64) -> u64 {
+    let (in_group, taps) = (problem.in_per_group() as u64, problem.taps() as u64);
+    let (out, channel, tap) = (i / (in_group * taps), i / taps % in_group, i % taps);
+    let within = channel % 8;
+    let place = if channel - within + 8 <= in_group {
+        channel - within + within / 2 + 4 * (within % 2)
+    } else {
+        channel
+    };
+    (out * taps + tap) * in_group + place
+}
+
 /// Whether the tensor maps of the bulk copies can describe `problem` (NHWC): 16-byte
 /// strides (channels per group a multiple of 4), channel chunks that stay in their
 /// group, and the im2col limits (window corners within [-128, 127], strides at most 8,
@@ -393,12 +466,18 @@ kernel_args! {
         warp_mma::forward_nchw, bounds(TC_THREADS, TC_BLOCKS_PER_SM);
     /// The TF32 forward pass over NHWC tensors on `wgmma`.
     pub const CONV_FORWARD_NHWC_TF32_WGMMA = "conv_forward_nhwc_tf32_wgmma" =>
-        warpgroup_mma::forward::<true, 16>, bounds(WGMMA_THREADS, 1), requires("sm_90a");
+        warpgroup_mma::forward::<true, false, 16>, bounds(WGMMA_THREADS, 1), requires("sm_90a");
     /// The same in tiles of `WGMMA_NARROW_BN` output channels.
     pub const CONV_FORWARD_NHWC_TF32_WGMMA_NARROW = "conv_forward_nhwc_tf32_wgmma_narrow" =>
-        warpgroup_mma::forward::<true, 8>, bounds(WGMMA_THREADS, 1), requires("sm_90a");
+        warpgroup_mma::forward::<true, false, 8>, bounds(WGMMA_THREADS, 1), requires("sm_90a");
     /// The TF32 forward pass over NCHW tensors on `wgmma`.
     pub const CONV_FORWARD_NCHW_TF32_WGMMA = "conv_forward_nchw_tf32_wgmma" =>
-        warpgroup_mma::forward::<false, 16>, bounds(WGMMA_THREADS, 1), requires("sm_90a");
+        warpgroup_mma::forward::<false, false, 16>, bounds(WGMMA_THREADS, 1), requires("sm_90a");
+    /// The TF32 forward pass over NCHW tensors on `wgmma`, x staged by NCHW boxes.
+    pub const CONV_FORWARD_NCHW_BOXES_TF32_WGMMA = "conv_forward_nchw_boxes_tf32_wgmma" =>
+        warpgroup_mma::forward::<false, true, 16>, bounds(WGMMA_THREADS, 1), requires("sm_90a");
+    /// The same in tiles of `WGMMA_NARROW_BN` output channels.
+    pub const CONV_FORWARD_NCHW_BOXES_TF32_WGMMA_NARROW = "conv_forward_nchw_boxes_tf32_wgmma_narrow" =>
+        warpgroup_mma::forward::<false, true, 8>, bounds(WGMMA_THREADS, 1), requires("sm_90a");
     entry points in ENTRY_POINTS;
 }

@@ -1,12 +1,13 @@
 //! The forward pass on warpgroup MMA (`wgmma`, sm_90a): persistent blocks of three
 //! warpgroups. The producer warpgroup copies k-tiles of A (`WGMMA_BM` rows) and B
 //! (the plan's `tile_n` rows: 128, or 64 for narrow problems) into `WGMMA_STAGES`
-//! stages, by bulk tensor copies (TMA im2col) where the plan takes them, else with
-//! `cp.async`; each of the two consumer warpgroups multiplies its 128 rows by the
-//! tile's columns straight from the swizzled
+//! stages, by bulk tensor copies (TMA: im2col over NHWC x, or boxes of NCHW x's rows)
+//! where the plan takes them, else with `cp.async`; each of the two consumer
+//! warpgroups multiplies its 128 rows by the tile's columns straight from the swizzled
 //! stages (A through registers, rounded to TF32 on the way; B, which the tensor cores
-//! read from shared memory as TF32, rounded by the host beforehand) and stores its sums, while the producer already copies the next tile's stages. Full
-//! and empty mbarriers per stage order the two sides.
+//! read from shared memory as TF32, rounded by the host beforehand) and stores its
+//! sums, while the producer already copies the next tile's stages. Full and empty
+//! mbarriers per stage order the two sides.
 
 use super::epilogue::{TileOrigin, WarpTiles, bias_sums, store_plain};
 use super::operands::{
@@ -33,6 +34,9 @@ const NCHW_ROWS: usize = (WGMMA_BM / WARPGROUP) as usize;
 const B_ROWS: usize = (TC_BN * TC_BK / 4 / WARPGROUP) as usize;
 /// Bytes of a stage: A then B (of `TC_BN` rows at most).
 const STAGE_BYTES: u32 = tile_bytes(WGMMA_BM) + tile_bytes(TC_BN);
+/// NCHW boxes per staged A tile, and the bytes of one (`TC_BK` rows of channels).
+const BOXES: usize = (WGMMA_BM / NCHW_BOX_PIXELS) as usize;
+const BOX_BYTES: u32 = TC_BK * NCHW_BOX_PIXELS * 4;
 
 /// Registers per thread of the producer and of the consumers. Together they may take
 /// no more than the block got at launch (the 64K of the SM over its threads, in steps
@@ -131,16 +135,17 @@ fn work_unit(plan: &TensorCorePlan, index: u32) -> WorkUnit {
     }
 }
 
-/// y = conv(x, w) + bias over NHWC (`CHANNELS_LAST`) or NCHW tensors, in tiles of `8 J`
-/// output channels.
+/// y = conv(x, w) + bias over NHWC (`CHANNELS_LAST`) or NCHW tensors, x staged by NCHW
+/// boxes where `NCHW_BOXES`, in tiles of `8 J` output channels.
 ///
 /// # Safety
 /// x, w and y hold the problem's tensors in that layout (w `[out][kh][kw][in / groups]`
-/// in NHWC, `[out][in / groups][kh][kw]` in NCHW), bias null or `out_channels` floats;
-/// `plan` is the problem's forward plan for `wgmma` in that layout with `tile_n` `8 J`,
-/// the launch the one it builds.
+/// in NHWC, `[out][in / groups][kh][kw]` in NCHW, in [`box_filter_index`] order with
+/// NCHW boxes), bias null or `out_channels` floats; `plan` is the problem's forward
+/// plan for `wgmma` in that layout with `tile_n` `8 J` and `nchw_boxes` as
+/// `NCHW_BOXES`, the launch the one it builds.
 #[inline(always)]
-pub unsafe fn forward<const CHANNELS_LAST: bool, const J: usize>(args: TensorCoreArgs)
+pub unsafe fn forward<const CHANNELS_LAST: bool, const NCHW_BOXES: bool, const J: usize>(args: TensorCoreArgs)
 where
     [[f32; 4]; J]: WarpgroupAccumulators,
 {
@@ -148,7 +153,7 @@ where
     let k_tiles = KTiles::new(p, plan);
     let units = plan.units();
     // With bulk copies one producer thread arrives per fill, else every producer.
-    let bulk = CHANNELS_LAST && plan.bulk_copies == 1;
+    let bulk = NCHW_BOXES || (CHANNELS_LAST && plan.bulk_copies == 1);
     let producers = if bulk { 1 } else { WARPGROUP };
     // SAFETY: every thread calls them; the mbarriers follow the stages in the launch's
     // shared memory, the bias table the producer's table, and the barrier below
@@ -169,26 +174,44 @@ where
         if warpgroup == 0 {
             set_max_registers::<false, PRODUCER_REGISTERS>();
             if bulk {
-                produce_bulk::<J>(&args, units, &pipeline);
+                produce_bulk::<NCHW_BOXES, J>(&args, units, &pipeline);
             } else {
                 produce::<CHANNELS_LAST>(&args, k_tiles, units, &pipeline);
             }
         } else {
             set_max_registers::<true, CONSUMER_REGISTERS>();
-            consume::<J>(&args, units, &pipeline, warpgroup - 1);
+            consume::<NCHW_BOXES, J>(&args, units, &pipeline, warpgroup - 1);
         }
     }
 }
 
+/// The window origin (column, row, image) of output pixel `m` of the batch.
+#[inline(always)]
+fn window_origin(p: &ConvProblem, m: u32) -> [i32; 3] {
+    let (image, pixel) = p.div_out_pixels.divmod(m);
+    let (oy, ox) = p.div_out_w.divmod(pixel);
+    [
+        (ox * p.stride_w) as i32 - p.pad_w as i32,
+        (oy * p.stride_h) as i32 - p.pad_h as i32,
+        image as i32,
+    ]
+}
+
 /// The producer on bulk tensor copies: its first thread stages the k-tiles of every
-/// unit of this block, A as an im2col box of `WGMMA_BM` pixels of `TC_BK` channels at
-/// one tap, B as a box of `8 J` filters of that tap and those channels.
+/// unit of this block, A at one tap and `TC_BK` channels as an im2col box of
+/// `WGMMA_BM` pixels, or with `NCHW_BOXES` as `BOXES` boxes of `NCHW_BOX_PIXELS` pixels
+/// of a row one after the other, B as a box of `8 J` filters of that tap and those
+/// channels.
 ///
 /// # Safety
 /// As [`forward`]; the producer warpgroup calls it; `args.maps` holds the plan's tensor
 /// maps.
 #[inline(always)]
-unsafe fn produce_bulk<const J: usize>(args: &TensorCoreArgs, units: u32, pipeline: &StagePipeline) {
+unsafe fn produce_bulk<const NCHW_BOXES: bool, const J: usize>(
+    args: &TensorCoreArgs,
+    units: u32,
+    pipeline: &StagePipeline,
+) {
     if thread_idx_x() != 0 {
         return;
     }
@@ -205,14 +228,14 @@ unsafe fn produce_bulk<const J: usize>(args: &TensorCoreArgs, units: u32, pipeli
     while index < units {
         let unit = work_unit(plan, index);
         let tile = unit.tile;
-        // The window origin of the tile's first output pixel.
-        let (image, pixel) = p.div_out_pixels.divmod(tile.m0);
-        let (oy, ox) = p.div_out_w.divmod(pixel);
-        let origin = [
-            (ox * p.stride_w) as i32 - p.pad_w as i32,
-            (oy * p.stride_h) as i32 - p.pad_h as i32,
-            image as i32,
-        ];
+        let origin = window_origin(p, tile.m0);
+        // Each box's: its pixels are a row's (stride 1, rows of whole boxes), the
+        // tile's last ones past the batch zero-filled.
+        let box_origins: [[i32; 3]; BOXES] = if NCHW_BOXES {
+            core::array::from_fn(|b| window_origin(p, tile.m0 + b as u32 * NCHW_BOX_PIXELS))
+        } else {
+            [origin; BOXES]
+        };
         let filter = (tile.group * p.out_per_group() + tile.n0) as i32;
         for kt in unit.k_first..unit.k_first + unit.k_count {
             let (chunk, tap) = p.div_taps.divmod(kt);
@@ -225,13 +248,22 @@ unsafe fn produce_bulk<const J: usize>(args: &TensorCoreArgs, units: u32, pipeli
             unsafe {
                 pipeline.acquire(stage, fill);
                 pipeline.arrive_expecting(stage, tile_bytes(WGMMA_BM) + tile_bytes(8 * J as u32));
-                let at = [
-                    (tile.group * p.in_per_group() + channel) as i32,
-                    origin[0],
-                    origin[1],
-                    origin[2],
-                ];
-                pipeline.load_im2col(stage, stage_a(stage), patches_map, at, offsets);
+                let x_channel = (tile.group * p.in_per_group() + channel) as i32;
+                if NCHW_BOXES {
+                    for (b, [column, row, image]) in box_origins.into_iter().enumerate() {
+                        let at = [
+                            column + offsets[0] as i32,
+                            row + offsets[1] as i32,
+                            x_channel,
+                            image,
+                        ];
+                        let to = stage_a(stage) + b as u32 * BOX_BYTES;
+                        pipeline.load_tile_4d(stage, to, patches_map, at);
+                    }
+                } else {
+                    let at = [x_channel, origin[0], origin[1], origin[2]];
+                    pipeline.load_im2col(stage, stage_a(stage), patches_map, at, offsets);
+                }
                 pipeline.load_tile_3d(
                     stage,
                     stage_b(stage),
@@ -373,18 +405,43 @@ unsafe fn finish_fills(pipeline: &StagePipeline, fills: u32) {
 /// This thread's A fragment of the `wgmma` over rows `rows ..` (64) and k `8 kk ..` of
 /// the staged A tile at `tile`, rounded to TF32 to nearest: the tensor cores would
 /// truncate the low mantissa bits, which biases the products and more than doubles the
-/// error. Lane `i` of warp `w` addresses row `16 w + i % 8 + 8 (i / 8 % 2)`, k
-/// `8 kk + 4 (i / 16)`, so that `ldmatrix` hands out the fragment's four registers.
+/// error. Registers 0 to 3 hold (row, column) (g, t), (g + 8, t), (g, t + 4),
+/// (g + 8, t + 4) of the warp's 16 rows, g the lane's quad and t its place in it.
+/// Rows of K (the im2col and `cp.async` tiles): lane `i` of warp `w` addresses row
+/// `16 w + i % 8 + 8 (i / 8 % 2)`, k `8 kk + 4 (i / 16)`, so that `ldmatrix` hands out
+/// the four registers. NCHW boxes (rows of pixels, one per channel): column t of the
+/// step is channel 2t, column t + 4 channel 2t + 1 ([`box_filter_index`]).
 ///
 /// # Safety
 /// The whole warpgroup calls it; the tile's copies landed and are visible to it.
 #[inline(always)]
-unsafe fn a_fragment(tile: u32, rows: u32, kk: u32) -> [u32; 4] {
-    let lane = lane_id();
-    let row = rows + 16 * (thread_idx_x() / 32 % 4) + lane % 8 + 8 * (lane / 8 % 2);
+unsafe fn a_fragment<const NCHW_BOXES: bool>(tile: u32, rows: u32, kk: u32) -> [u32; 4] {
+    let (lane, warp) = (lane_id(), thread_idx_x() / 32 % 4);
+    if NCHW_BOXES {
+        let (row, channel) = (rows + 16 * warp + lane / 4, 8 * kk + 2 * (lane % 4));
+        let at = |row: u32, channel: u32| boxed(tile, row, channel);
+        let places = [
+            at(row, channel),
+            at(row + 8, channel),
+            at(row, channel + 1),
+            at(row + 8, channel + 1),
+        ];
+        // SAFETY: elements of the landed tile.
+        return places.map(|place| to_tf32(unsafe { load_shared_f32(place) }));
+    }
+    let row = rows + 16 * warp + lane % 8 + 8 * (lane / 8 % 2);
     // SAFETY: 16-byte rows of the landed tile; the warp converges here.
     unsafe { load_matrix_x4(staged(tile, row, kk * 8 + 4 * (lane / 16))) }
         .map(|bits| to_tf32(f32::from_bits(bits)))
+}
+
+/// Where the element of output pixel `row` of the tile and channel `channel` of the
+/// k-tile lies among the NCHW boxes staged at `tile`: in box `row / NCHW_BOX_PIXELS`,
+/// at row `channel`, its 16-byte chunk swizzled by the row as the bulk copy wrote it.
+#[inline(always)]
+fn boxed(tile: u32, row: u32, channel: u32) -> u32 {
+    let (pixel, chunk) = (row % NCHW_BOX_PIXELS, row % NCHW_BOX_PIXELS / 4);
+    tile + row / NCHW_BOX_PIXELS * BOX_BYTES + channel * 128 + 16 * (chunk ^ (channel % 8)) + 4 * (pixel % 4)
 }
 
 /// `wgmma` batches left in flight after each issue: the multiplies of the ones before
@@ -406,7 +463,7 @@ const _: () = assert!(BATCHES_IN_FLIGHT >= 1 && BATCHES_IN_FLIGHT <= TC_BK / 8);
 /// (at the wait of the next k-tile's batch `BATCHES_IN_FLIGHT - 1` here, else after
 /// the tile's last wait).
 #[inline(always)]
-unsafe fn multiply_k_tile<const J: usize>(
+unsafe fn multiply_k_tile<const NCHW_BOXES: bool, const J: usize>(
     sums: &mut [[[f32; 4]; J]; 2],
     pipeline: &StagePipeline,
     first_fill: u32,
@@ -422,8 +479,8 @@ unsafe fn multiply_k_tile<const J: usize>(
         pipeline.wait_full(stage, fill / WGMMA_STAGES);
         fence_async_shared();
         for kk in 0..TC_BK / 8 {
-            let a_top = a_fragment(stage_a(stage), rows, kk);
-            let a_bottom = a_fragment(stage_a(stage), rows + 64, kk);
+            let a_top = a_fragment::<NCHW_BOXES>(stage_a(stage), rows, kk);
+            let a_bottom = a_fragment::<NCHW_BOXES>(stage_a(stage), rows + 64, kk);
             let b = swizzled_k_major_descriptor(stage_b(stage) + kk * 32);
             // Written out rather than looped: a loop indexes the sums in local memory,
             // whose loads ptxas cannot overlap with the multiplies.
@@ -446,8 +503,12 @@ unsafe fn multiply_k_tile<const J: usize>(
 /// # Safety
 /// As [`forward`]; consumer warpgroup `consumer` (0 or 1) calls it.
 #[inline(always)]
-unsafe fn consume<const J: usize>(args: &TensorCoreArgs, units: u32, pipeline: &StagePipeline, consumer: u32)
-where
+unsafe fn consume<const NCHW_BOXES: bool, const J: usize>(
+    args: &TensorCoreArgs,
+    units: u32,
+    pipeline: &StagePipeline,
+    consumer: u32,
+) where
     [[f32; 4]; J]: WarpgroupAccumulators,
 {
     let p = &args.problem;
@@ -471,10 +532,10 @@ where
         // The first k-tile runs before the loop, so that the sums enter it defined by a
         // `wgmma` as they leave it: else ptxas serializes every `wgmma` of the loop.
         // SAFETY: forwarded; there is at least one k-tile.
-        unsafe { multiply_k_tile(&mut sums, pipeline, fills, 0, rows) };
+        unsafe { multiply_k_tile::<NCHW_BOXES, J>(&mut sums, pipeline, fills, 0, rows) };
         for kt in 1..k_tiles {
             // SAFETY: as above.
-            unsafe { multiply_k_tile(&mut sums, pipeline, fills, kt, rows) };
+            unsafe { multiply_k_tile::<NCHW_BOXES, J>(&mut sums, pipeline, fills, kt, rows) };
         }
         fills += k_tiles;
         // SAFETY: as above; the sums are final after the wait.

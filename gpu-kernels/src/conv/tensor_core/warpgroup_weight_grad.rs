@@ -32,7 +32,9 @@
 //! dy (zeros), so their x values add nothing unless they are infinite or NaN.
 
 use super::weight_grad::wave_filling_split;
-use super::{TC_BK, WGMMA_BARRIER_BYTES, WGMMA_THREADS, bulk_copies_fit, im2col_map, tile_bytes};
+use super::{
+    TC_BK, WGMMA_BARRIER_BYTES, WGMMA_THREADS, bulk_copies_fit, im2col_map, nchw_rows_map, tile_bytes,
+};
 use crate::conv::reduce::{self, SplitSumArgs};
 use crate::conv::{ConvLayout, ConvProblem};
 use crate::launch::{
@@ -246,20 +248,13 @@ impl WarpgroupWeightGradPlan {
 /// `WGMMA_WGRAD_CHANNELS` input channels, swizzled.
 fn nchw_tensor_maps(problem: &ConvProblem, x: DevicePtr<f32>, dy: DevicePtr<f32>) -> [TensorMapSpec; 2] {
     let p = problem;
-    let (batch, in_channels, out_channels) = (p.batch as u64, p.in_channels as u64, p.out_channels as u64);
     let dy = TensorMapSpec::tiled(
         dy.address(),
-        &[p.out_pixels() as u64, out_channels, batch],
+        &[p.out_pixels() as u64, p.out_channels as u64, p.batch as u64],
         &[DY_PITCH, WGMMA_WGRAD_ROWS, 1],
         TensorMapSwizzle::None,
     );
-    let x = TensorMapSpec::tiled(
-        x.address(),
-        &[p.width as u64, p.height as u64, in_channels, batch],
-        &[TC_BK, 1, WGMMA_WGRAD_CHANNELS, 1],
-        TensorMapSwizzle::Bytes128,
-    );
-    [dy, x]
+    [dy, nchw_rows_map(p, x, WGMMA_WGRAD_CHANNELS)]
 }
 
 /// The NHWC tensor maps: of dy, as `[c][pixels of the batch][1]`, in boxes of `TC_BK`
