@@ -330,7 +330,7 @@ mod tests {
     }
 
     #[test]
-    fn nchw_tf32_forward_stages_x_in_boxes_where_rows_are_whole_boxes() {
+    fn nchw_tf32_forward_stages_x_in_boxes_where_rows_are_long() {
         let problem = |input: [u32; 4], weight: [u32; 4], stride, groups| {
             ConvProblem::new(&ConvShape {
                 input,
@@ -352,7 +352,16 @@ mod tests {
             ConvAlgorithm::TensorCore(plan) => plan,
             other => panic!("TF32 forward took {other:?}"),
         };
-        let headline = problem([8, 64, 512, 1024], [128, 64, 3, 3], 1, 1);
+        // The headline (no padding): rows of 1022 pixels padded to 1024.
+        let headline = ConvProblem::new(&ConvShape {
+            input: [8, 64, 512, 1024],
+            weight: [128, 64, 3, 3],
+            stride: [1, 1],
+            padding: [0, 0],
+            dilation: [1, 1],
+            groups: 1,
+        })
+        .expect("the headline is a valid problem");
         let boxes = plan(&headline, ConvLayout::Nchw);
         assert_eq!(
             (boxes.nchw_boxes, boxes.bulk_copies, boxes.channel_tiles),
@@ -362,26 +371,40 @@ mod tests {
             (boxes.layout(), boxes.output_layout()),
             (ConvLayout::Nchw, ConvLayout::Nchw)
         );
-        assert_eq!(boxes.k_tiles, 9 * 2);
+        assert_eq!((boxes.row_pitch.divisor, boxes.k_tiles), (1024, 9 * 2));
+        assert_eq!(boxes.m_tiles, 8 * 510 * 4);
+        // GEMM rows past a row's 1022 pixels are none; the next row follows.
+        assert_eq!(boxes.output_pixel(&headline, 1021), Some(1021));
+        assert_eq!(boxes.output_pixel(&headline, 1022), None);
+        assert_eq!(boxes.output_pixel(&headline, 1024 + 3), Some(1022 + 3));
+        assert_eq!(boxes.output_pixel(&headline, 8 * 510 * 1024), None);
         assert_eq!(plan(&headline, ConvLayout::Nhwc).nchw_boxes, 0);
-        // Rows not whole boxes, a stride, channels not in eights: x goes to NHWC for
-        // the im2col copies; chunks that would cross into the next group: gathered.
+        // Rows 1/16 short of whole tiles at most.
+        assert_eq!(
+            plan(&problem([2, 64, 4, 244], [16, 64, 3, 3], 1, 1), ConvLayout::Nchw).nchw_boxes,
+            1
+        );
+        // Rows more than 1/16 short of whole tiles, a stride, channels not in eights:
+        // x goes to NHWC for the im2col copies; chunks that would cross into the next
+        // group: gathered.
         for (p, layout) in [
-            (problem([2, 64, 8, 40], [16, 64, 3, 3], 1, 1), ConvLayout::Nhwc),
-            (problem([2, 64, 16, 66], [16, 64, 3, 3], 2, 1), ConvLayout::Nhwc),
-            (problem([2, 12, 8, 64], [16, 12, 3, 3], 1, 1), ConvLayout::Nhwc),
-            (problem([2, 32, 8, 64], [16, 16, 3, 3], 1, 2), ConvLayout::Nchw),
+            (problem([2, 64, 4, 240], [16, 64, 3, 3], 1, 1), ConvLayout::Nhwc),
+            (problem([2, 64, 4, 64], [16, 64, 3, 3], 1, 1), ConvLayout::Nhwc),
+            (problem([2, 64, 4, 512], [16, 64, 3, 3], 2, 1), ConvLayout::Nhwc),
+            (problem([2, 12, 4, 256], [16, 12, 3, 3], 1, 1), ConvLayout::Nhwc),
+            (problem([2, 32, 4, 256], [16, 16, 3, 3], 1, 2), ConvLayout::Nchw),
         ] {
             let fallback = plan(&p, ConvLayout::Nchw);
             assert_eq!((fallback.nchw_boxes, fallback.layout()), (0, layout), "{p:?}");
+            assert_eq!(fallback.output_pixel(&p, 5), Some(5));
         }
         // Channels in eights past the last whole chunk, and groups of whole chunks.
         assert_eq!(
-            plan(&problem([2, 40, 8, 64], [16, 40, 3, 3], 1, 1), ConvLayout::Nchw).nchw_boxes,
+            plan(&problem([2, 40, 4, 256], [16, 40, 3, 3], 1, 1), ConvLayout::Nchw).nchw_boxes,
             1
         );
         assert_eq!(
-            plan(&problem([2, 64, 8, 64], [16, 32, 3, 3], 1, 2), ConvLayout::Nchw).nchw_boxes,
+            plan(&problem([2, 64, 4, 256], [16, 32, 3, 3], 1, 2), ConvLayout::Nchw).nchw_boxes,
             1
         );
     }

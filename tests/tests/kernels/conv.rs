@@ -356,8 +356,8 @@ fn every_conv_kernel_matches_the_reference_on_fixed_cases() {
         /// Hopper only, `TensorCoreScalar` elsewhere.
         TensorCoreBulkFromNchw,
         TensorCoreBulkFromNchwNarrow,
-        /// NCHW x staged by boxes of its rows as it lies, y written in NCHW: Hopper
-        /// only, `TensorCoreScalar` elsewhere; split (K) or not.
+        /// NCHW x staged as it lies, by strips of boxes along its rows, y written in
+        /// NCHW: Hopper only, `TensorCoreScalar` elsewhere; K split or not.
         TensorCoreBoxes,
         TensorCoreBoxesNarrow,
         SplitTensorCoreBoxesNarrow,
@@ -631,16 +631,18 @@ fn every_conv_kernel_matches_the_reference_on_fixed_cases() {
             ),
             [TensorCoreBulk, SplitTensorCoreBulkNarrow, SplitWarpgroupGrad],
         ),
-        // NCHW rows of whole boxes (64 and 32 pixels) at stride 1: x and dy staged as
-        // they lie. 40 input channels (a chunk of 32 and one of 8), 136 output
-        // channels (a partial second tile), windows dilated along w and past every
-        // edge, the batch's last tile half past it; the input gradient split in two.
+        // NCHW at stride 1, rows of 500 and 250 pixels (tiles of 256: 12 and 6 GEMM
+        // rows dropped per row): x and dy staged as they lie, in strips that start at
+        // 16-byte multiples (the taps' first columns 2 before, at, and 2 past a tile's;
+        // then 0, 1, 2 past). 40 input channels (a chunk of 32 and one of 8), 136
+        // output channels (a partial second tile), a window dilated along w and past
+        // every edge; the input gradient split in two.
         (
             case(
-                2,
+                1,
                 [40, 136],
                 [3, 3],
-                [5, 64],
+                [3, 500],
                 Conv2dParams {
                     padding: [1, 2],
                     dilation: [1, 2],
@@ -650,29 +652,31 @@ fn every_conv_kernel_matches_the_reference_on_fixed_cases() {
             ),
             [TensorCoreBoxes, SplitTensorCoreBoxesNarrow, SplitWarpgroupGrad],
         ),
-        // Images of three rows of 32: a tile's boxes span images; half a chunk of
-        // input channels.
         (
             case(
                 3,
                 [16, 24],
                 [3, 3],
-                [3, 32],
+                [2, 252],
                 Conv2dParams {
-                    padding: [1, 1],
+                    padding: [1, 0],
                     ..tf32(ConvLayout::Nchw)
                 },
                 true,
             ),
-            [TensorCoreBoxesNarrow, TensorCoreBoxesNarrow, TensorCoreGrad],
+            [
+                TensorCoreBoxesNarrow,
+                TensorCoreBulkFromNchwNarrow,
+                SplitTensorCoreGrad,
+            ],
         ),
         // Two groups of a whole chunk each.
         (
             case(
-                2,
+                1,
                 [64, 64],
                 [3, 3],
-                [4, 32],
+                [2, 256],
                 Conv2dParams {
                     padding: [1, 1],
                     groups: 2,
@@ -680,7 +684,7 @@ fn every_conv_kernel_matches_the_reference_on_fixed_cases() {
                 },
                 true,
             ),
-            [TensorCoreBoxesNarrow, TensorCoreBoxesNarrow, TensorCoreGrad],
+            [TensorCoreBoxesNarrow, TensorCoreBoxesNarrow, SplitTensorCoreGrad],
         ),
         // 7 x 7 maps over NCHW: rows too short for the NCHW `wgmma` weight gradient, so
         // x and dy go to NHWC for its im2col variant.

@@ -11,9 +11,9 @@
 //! Two kinds of kernel multiply them. On Hopper, warpgroup MMA (`wgmma`, A from
 //! registers rounded to TF32, B from shared memory, rounded beforehand) in persistent
 //! blocks where a producer warpgroup copies the stages while two consumer warpgroups
-//! multiply and store. There an NCHW x at stride 1 whose output rows are whole boxes
-//! of `NCHW_BOX_PIXELS` is staged as it lies (boxes of `TC_BK` channels by a row's
-//! pixels, A read transposed from them); other NCHW operands that bulk copies could
+//! multiply and store. There an NCHW x at stride 1 with long output rows is staged as
+//! it lies (per tap, a strip of boxes of `TC_BK` channels by `NCHW_BOX_PIXELS` pixels
+//! of a row, A read transposed from them); other NCHW operands that bulk copies could
 //! stage in NHWC are changed to NHWC by the host; y stays NCHW. Elsewhere `mma.sync`
 //! m16n8k8 TF32 (fragments by `ldmatrix`, rounded to TF32 to nearest), every thread
 //! copying and multiplying, one block per tile. Sums stay FP32,
@@ -39,7 +39,7 @@ pub use warpgroup_weight_grad::WarpgroupWeightGradPlan;
 pub use weight_grad::WeightGradPlan;
 
 use super::reduce::{self, SplitEpilogueArgs};
-use super::{ConvEpilogue, ConvLayout, ConvProblem};
+use super::{ConvEpilogue, ConvLayout, ConvProblem, FastDiv};
 use crate::launch::{
     DeviceLimits, DevicePtr, DevicePtrMut, Launch, LaunchGeometry, ScratchLayout, kernel_args,
 };
@@ -79,8 +79,15 @@ pub const WGMMA_TABLE_BYTES: u32 = 16 * WGMMA_BM;
 pub const WGMMA_SHARED_BIAS: u32 = 2048;
 pub const WGMMA_BIAS_BYTES: u32 = 4 * WGMMA_SHARED_BIAS;
 
-/// Output pixels of one row per bulk copy of NCHW x: 128 bytes, the swizzle's span.
+/// Pixels of one row per bulk copy of NCHW x: 128 bytes, the swizzle's span.
 pub const NCHW_BOX_PIXELS: u32 = 32;
+/// Boxes of the strip staged per k-tile from NCHW x: a tile's row of pixels and the
+/// up to 3 more that a box start at a 16-byte multiple leaves before its first.
+pub const NCHW_BOXES_PER_STRIP: u32 = WGMMA_BM / NCHW_BOX_PIXELS + 1;
+/// Bytes of A in a stage of the `wgmma` forward kernels: a tile of `WGMMA_BM` rows, or
+/// a strip of NCHW boxes.
+pub const WGMMA_A_BYTES: u32 = NCHW_BOXES_PER_STRIP * NCHW_BOX_PIXELS * TC_BK * 4;
+const _: () = assert!(WGMMA_A_BYTES >= tile_bytes(WGMMA_BM));
 
 /// Fewest k-tiles of a split of K: fewer would spend more of each part filling and
 /// draining the pipeline than multiplying.
@@ -124,10 +131,14 @@ pub struct TensorCorePlan {
     /// `nchw_boxes`, by boxes of NCHW x.
     pub bulk_copies: u32,
     /// Whether A is staged from NCHW x as it lies, as 1 or 0: per k-tile (one tap,
-    /// `TC_BK` channels) a box of `NCHW_BOX_PIXELS` pixels of a row for every such run
-    /// of the tile's output pixels (stride 1, output rows a whole number of boxes). B
-    /// is then the weights in [`box_filter_index`] order.
+    /// `TC_BK` channels) a strip of `NCHW_BOXES_PER_STRIP` boxes along the row of x
+    /// that the tile's output pixels read (stride 1). The rows of the GEMM are then
+    /// output rows padded to `row_pitch`, whole tiles, the pixels past `out_w`
+    /// computed and dropped; B is the weights in [`box_filter_index`] order.
     pub nchw_boxes: u32,
+    /// Rows of the GEMM per output row: `out_w`, or with NCHW boxes the tiles' rows
+    /// that cover it (division by it).
+    pub row_pitch: FastDiv,
     /// The k-tiles of the GEMM: `TC_BK` K each, or with channel tiles, one per tap and
     /// `TC_BK` channels (a partial last chunk zero-filled by the bulk copies).
     pub k_tiles: u32,
@@ -146,7 +157,6 @@ impl TensorCorePlan {
     /// The plan of the forward pass of `problem` over tensors in `layout`, on `wgmma`
     /// where the device's kernels have it.
     pub const fn forward(problem: &ConvProblem, layout: ConvLayout, device: &DeviceLimits) -> Self {
-        let m = problem.batch as u64 * problem.out_pixels() as u64;
         let y_channels_last = matches!(layout, ConvLayout::Nhwc);
         let warpgroup_mma = device.warpgroup_mma;
         // The bulk copies stage NHWC operands many times faster than the NCHW producer
@@ -154,6 +164,12 @@ impl TensorCorePlan {
         // that change.
         let maps = warpgroup_mma && device.tensor_maps;
         let nchw_boxes = maps && !y_channels_last && nchw_boxes_fit(problem);
+        let row_pitch = if nchw_boxes {
+            boxes_row_pitch(problem)
+        } else {
+            problem.out_w
+        };
+        let m = problem.batch as u64 * problem.out_h as u64 * row_pitch as u64;
         let bulk_copies = nchw_boxes || (maps && bulk_copies_fit(problem));
         let channels_last = y_channels_last || (bulk_copies && !nchw_boxes);
         let rows = if warpgroup_mma { WGMMA_BM } else { TC_BM };
@@ -195,12 +211,31 @@ impl TensorCorePlan {
             channel_tiles: channel_tiles as u32,
             bulk_copies: bulk_copies as u32,
             nchw_boxes: nchw_boxes as u32,
+            row_pitch: FastDiv::new(row_pitch),
             k_tiles,
             channels_last: channels_last as u32,
             y_channels_last: y_channels_last as u32,
             warpgroup_mma: warpgroup_mma as u32,
             splits,
             split_k_tiles,
+        }
+    }
+
+    /// The output pixel of the batch (`image * out_pixels + pixel`) that row `m` of the
+    /// GEMM computes, if any: `m` below the batch's, or with NCHW boxes, a row's
+    /// first `out_w` of every `row_pitch`.
+    #[inline(always)]
+    pub const fn output_pixel(&self, problem: &ConvProblem, m: u32) -> Option<u32> {
+        let pixels = problem.batch * problem.out_pixels();
+        if self.nchw_boxes == 0 {
+            return if m < pixels { Some(m) } else { None };
+        }
+        let (row, column) = self.row_pitch.divmod(m);
+        let pixel = row * problem.out_w + column;
+        if column < problem.out_w && pixel < pixels {
+            Some(pixel)
+        } else {
+            None
         }
     }
 
@@ -290,7 +325,7 @@ impl TensorCorePlan {
             LaunchGeometry {
                 grid: [self.blocks as u64, 1, 1],
                 threads: WGMMA_THREADS,
-                shared_bytes: WGMMA_STAGES * (tile_bytes(WGMMA_BM) + tile_bytes(TC_BN) + WGMMA_BARRIER_BYTES)
+                shared_bytes: WGMMA_STAGES * (WGMMA_A_BYTES + tile_bytes(TC_BN) + WGMMA_BARRIER_BYTES)
                     + WGMMA_TABLE_BYTES
                     + WGMMA_BIAS_BYTES,
             }
@@ -391,15 +426,24 @@ pub(crate) fn nchw_rows_map(problem: &ConvProblem, x: DevicePtr<f32>, channels: 
     )
 }
 
+/// The GEMM rows per output row with NCHW boxes: whole tiles.
+const fn boxes_row_pitch(p: &ConvProblem) -> u32 {
+    p.out_w.div_ceil(WGMMA_BM) * WGMMA_BM
+}
+
 /// Whether NCHW boxes can stage `problem`'s x: stride 1 (a box's pixels are
-/// consecutive in x), output rows a whole number of boxes, rows of x in 16-byte
-/// multiples within the maps' 2^40-byte strides, and channels per group a multiple of
-/// the 8 that [`box_filter_index`] interleaves, their chunks in their group.
+/// consecutive in x), output rows that whole tiles cover with at most 1/16 more
+/// (computed and dropped), the padded rows' pixels under 2^31 (the divisions' range),
+/// rows of x in 16-byte multiples within the maps' 2^40-byte strides, and channels
+/// per group a multiple of the 8 that [`box_filter_index`] interleaves, their chunks
+/// in their group.
 const fn nchw_boxes_fit(p: &ConvProblem) -> bool {
     let in_group = p.in_per_group();
+    let pitch = boxes_row_pitch(p) as u64;
     p.stride_h == 1
         && p.stride_w == 1
-        && p.out_w.is_multiple_of(NCHW_BOX_PIXELS)
+        && pitch * 16 <= p.out_w as u64 * 17
+        && (p.batch as u64 * p.out_h as u64 * pitch) < 1 << 31
         && p.width.is_multiple_of(4)
         && (p.in_channels as u64 * p.pixels() as u64 * 4) < 1 << 40
         && in_group.is_multiple_of(8)

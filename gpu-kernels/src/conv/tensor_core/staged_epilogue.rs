@@ -182,10 +182,9 @@ unsafe fn write_nhwc(args: &TensorCoreArgs, tile: TileOrigin, rows: u32, buffer:
 unsafe fn write_nchw(args: &TensorCoreArgs, tile: TileOrigin, rows: u32, buffer: u32, pass: u32) {
     let p = &args.problem;
     let row = thread_idx_x() % THREADS;
-    let m = rows + row;
-    if m >= p.batch * p.out_pixels() {
+    let Some(m) = args.plan.output_pixel(p, rows + row) else {
         return;
-    }
+    };
     let out_group = p.out_per_group();
     let y = args.y.as_mut_ptr();
     let (image, pixel) = p.div_out_pixels.divmod(m);

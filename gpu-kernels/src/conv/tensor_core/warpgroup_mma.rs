@@ -1,7 +1,8 @@
 //! The forward pass on warpgroup MMA (`wgmma`, sm_90a): persistent blocks of three
 //! warpgroups. The producer warpgroup copies k-tiles of A (`WGMMA_BM` rows) and B
 //! (the plan's `tile_n` rows: 128, or 64 for narrow problems) into `WGMMA_STAGES`
-//! stages, by bulk tensor copies (TMA: im2col over NHWC x, or boxes of NCHW x's rows)
+//! stages, by bulk tensor copies (TMA: im2col over NHWC x, or strips of boxes along
+//! NCHW x's rows)
 //! where the plan takes them, else with `cp.async`; each of the two consumer
 //! warpgroups multiplies its 128 rows by the tile's columns straight from the swizzled
 //! stages (A through registers, rounded to TF32 on the way; B, which the tensor cores
@@ -33,9 +34,8 @@ const A_ROWS: usize = (WGMMA_BM * TC_BK / 4 / WARPGROUP) as usize;
 const NCHW_ROWS: usize = (WGMMA_BM / WARPGROUP) as usize;
 const B_ROWS: usize = (TC_BN * TC_BK / 4 / WARPGROUP) as usize;
 /// Bytes of a stage: A then B (of `TC_BN` rows at most).
-const STAGE_BYTES: u32 = tile_bytes(WGMMA_BM) + tile_bytes(TC_BN);
-/// NCHW boxes per staged A tile, and the bytes of one (`TC_BK` rows of channels).
-const BOXES: usize = (WGMMA_BM / NCHW_BOX_PIXELS) as usize;
+const STAGE_BYTES: u32 = WGMMA_A_BYTES + tile_bytes(TC_BN);
+/// Bytes of an NCHW box (`TC_BK` rows of channels).
 const BOX_BYTES: u32 = TC_BK * NCHW_BOX_PIXELS * 4;
 
 /// Registers per thread of the producer and of the consumers. Together they may take
@@ -55,7 +55,7 @@ fn stage_a(stage: u32) -> u32 {
 
 #[inline(always)]
 fn stage_b(stage: u32) -> u32 {
-    stage_a(stage) + tile_bytes(WGMMA_BM)
+    stage_a(stage) + WGMMA_A_BYTES
 }
 
 /// The producer's table of window origins, after the stages' mbarriers.
@@ -197,11 +197,21 @@ fn window_origin(p: &ConvProblem, m: u32) -> [i32; 3] {
     ]
 }
 
+/// Where the NCHW strip of k-tile `kt` starts along x's row, relative to the tile's
+/// first output column: at the 16-byte multiple (bulk copies start no elsewhere) at or
+/// before the tap's first column; and how many pixels before that column (0 to 3).
+#[inline(always)]
+fn strip_shift(p: &ConvProblem, kt: u32) -> (i32, u32) {
+    let s = p.div_kernel_w.divmod(p.div_taps.divmod(kt).1).1;
+    let shift = (s * p.dilation_w) as i32 - p.pad_w as i32;
+    (shift & !3, (shift & 3) as u32)
+}
+
 /// The producer on bulk tensor copies: its first thread stages the k-tiles of every
 /// unit of this block, A at one tap and `TC_BK` channels as an im2col box of
-/// `WGMMA_BM` pixels, or with `NCHW_BOXES` as `BOXES` boxes of `NCHW_BOX_PIXELS` pixels
-/// of a row one after the other, B as a box of `8 J` filters of that tap and those
-/// channels.
+/// `WGMMA_BM` pixels, or with `NCHW_BOXES` as a strip of `NCHW_BOXES_PER_STRIP` boxes
+/// of `NCHW_BOX_PIXELS` pixels along the row of x the tap reads ([`strip_shift`]), B
+/// as a box of `8 J` filters of that tap and those channels.
 ///
 /// # Safety
 /// As [`forward`]; the producer warpgroup calls it; `args.maps` holds the plan's tensor
@@ -228,13 +238,14 @@ unsafe fn produce_bulk<const NCHW_BOXES: bool, const J: usize>(
     while index < units {
         let unit = work_unit(plan, index);
         let tile = unit.tile;
-        let origin = window_origin(p, tile.m0);
-        // Each box's: its pixels are a row's (stride 1, rows of whole boxes), the
-        // tile's last ones past the batch zero-filled.
-        let box_origins: [[i32; 3]; BOXES] = if NCHW_BOXES {
-            core::array::from_fn(|b| window_origin(p, tile.m0 + b as u32 * NCHW_BOX_PIXELS))
+        // NCHW boxes: the tile is part of one output row (padded to whole tiles), at
+        // stride 1 its window's origin the row's shifted by the tile's first column.
+        let origin = if NCHW_BOXES {
+            let (row, column) = plan.row_pitch.divmod(tile.m0);
+            let [_, y, image] = window_origin(p, row * p.out_w);
+            [column as i32, y, image]
         } else {
-            [origin; BOXES]
+            window_origin(p, tile.m0)
         };
         let filter = (tile.group * p.out_per_group() + tile.n0) as i32;
         for kt in unit.k_first..unit.k_first + unit.k_count {
@@ -242,23 +253,25 @@ unsafe fn produce_bulk<const NCHW_BOXES: bool, const J: usize>(
             let (r, s) = p.div_kernel_w.divmod(tap);
             let channel = chunk * TC_BK;
             let offsets = [(s * p.dilation_w) as u16, (r * p.dilation_h) as u16];
+            let a_bytes = if NCHW_BOXES {
+                NCHW_BOXES_PER_STRIP * BOX_BYTES
+            } else {
+                tile_bytes(WGMMA_BM)
+            };
             let (stage, fill) = (fills % WGMMA_STAGES, fills / WGMMA_STAGES);
             // SAFETY: the stage is released before the copies start; the full barrier
             // expects both boxes' bytes (zero-filled parts included).
             unsafe {
                 pipeline.acquire(stage, fill);
-                pipeline.arrive_expecting(stage, tile_bytes(WGMMA_BM) + tile_bytes(8 * J as u32));
+                pipeline.arrive_expecting(stage, a_bytes + tile_bytes(8 * J as u32));
                 let x_channel = (tile.group * p.in_per_group() + channel) as i32;
                 if NCHW_BOXES {
-                    for (b, [column, row, image]) in box_origins.into_iter().enumerate() {
-                        let at = [
-                            column + offsets[0] as i32,
-                            row + offsets[1] as i32,
-                            x_channel,
-                            image,
-                        ];
-                        let to = stage_a(stage) + b as u32 * BOX_BYTES;
-                        pipeline.load_tile_4d(stage, to, patches_map, at);
+                    let (start, _) = strip_shift(p, kt);
+                    let row = origin[1] + offsets[1] as i32;
+                    for b in 0..NCHW_BOXES_PER_STRIP {
+                        let column = origin[0] + start + (b * NCHW_BOX_PIXELS) as i32;
+                        let at = [column, row, x_channel, origin[2]];
+                        pipeline.load_tile_4d(stage, stage_a(stage) + b * BOX_BYTES, patches_map, at);
                     }
                 } else {
                     let at = [x_channel, origin[0], origin[1], origin[2]];
@@ -409,16 +422,17 @@ unsafe fn finish_fills(pipeline: &StagePipeline, fills: u32) {
 /// (g + 8, t + 4) of the warp's 16 rows, g the lane's quad and t its place in it.
 /// Rows of K (the im2col and `cp.async` tiles): lane `i` of warp `w` addresses row
 /// `16 w + i % 8 + 8 (i / 8 % 2)`, k `8 kk + 4 (i / 16)`, so that `ldmatrix` hands out
-/// the four registers. NCHW boxes (rows of pixels, one per channel): column t of the
-/// step is channel 2t, column t + 4 channel 2t + 1 ([`box_filter_index`]).
+/// the four registers. NCHW boxes (rows of pixels, one per channel, the tile's first
+/// pixel `skip` into the strip): column t of the step is channel 2t, column t + 4
+/// channel 2t + 1 ([`box_filter_index`]).
 ///
 /// # Safety
 /// The whole warpgroup calls it; the tile's copies landed and are visible to it.
 #[inline(always)]
-unsafe fn a_fragment<const NCHW_BOXES: bool>(tile: u32, rows: u32, kk: u32) -> [u32; 4] {
+unsafe fn a_fragment<const NCHW_BOXES: bool>(tile: u32, rows: u32, kk: u32, skip: u32) -> [u32; 4] {
     let (lane, warp) = (lane_id(), thread_idx_x() / 32 % 4);
     if NCHW_BOXES {
-        let (row, channel) = (rows + 16 * warp + lane / 4, 8 * kk + 2 * (lane % 4));
+        let (row, channel) = (skip + rows + 16 * warp + lane / 4, 8 * kk + 2 * (lane % 4));
         let at = |row: u32, channel: u32| boxed(tile, row, channel);
         let places = [
             at(row, channel),
@@ -435,9 +449,9 @@ unsafe fn a_fragment<const NCHW_BOXES: bool>(tile: u32, rows: u32, kk: u32) -> [
         .map(|bits| to_tf32(f32::from_bits(bits)))
 }
 
-/// Where the element of output pixel `row` of the tile and channel `channel` of the
-/// k-tile lies among the NCHW boxes staged at `tile`: in box `row / NCHW_BOX_PIXELS`,
-/// at row `channel`, its 16-byte chunk swizzled by the row as the bulk copy wrote it.
+/// Where the element of pixel `row` of the strip and channel `channel` of the k-tile
+/// lies among the NCHW boxes staged at `tile`: in box `row / NCHW_BOX_PIXELS`, at row
+/// `channel`, its 16-byte chunk swizzled by the row as the bulk copy wrote it.
 #[inline(always)]
 fn boxed(tile: u32, row: u32, channel: u32) -> u32 {
     let (pixel, chunk) = (row % NCHW_BOX_PIXELS, row % NCHW_BOX_PIXELS / 4);
@@ -451,7 +465,8 @@ const BATCHES_IN_FLIGHT: u32 = 1;
 const _: () = assert!(BATCHES_IN_FLIGHT >= 1 && BATCHES_IN_FLIGHT <= TC_BK / 8);
 
 /// K-tile `kt` of a tile's product, its k-tiles staged from fill `first_fill` on:
-/// `sums += A B^T` over the k-tile for this consumer's rows `rows ..`, one batch of two
+/// `sums += A B^T` over the k-tile for this consumer's rows `rows ..` (`skip` pixels
+/// further into an NCHW strip), one batch of two
 /// `wgmma` (64 rows each) per 8 k, each followed by a wait that leaves
 /// `BATCHES_IN_FLIGHT` in flight.
 ///
@@ -469,6 +484,7 @@ unsafe fn multiply_k_tile<const NCHW_BOXES: bool, const J: usize>(
     first_fill: u32,
     kt: u32,
     rows: u32,
+    skip: u32,
 ) where
     [[f32; 4]; J]: WarpgroupAccumulators,
 {
@@ -479,8 +495,8 @@ unsafe fn multiply_k_tile<const NCHW_BOXES: bool, const J: usize>(
         pipeline.wait_full(stage, fill / WGMMA_STAGES);
         fence_async_shared();
         for kk in 0..TC_BK / 8 {
-            let a_top = a_fragment::<NCHW_BOXES>(stage_a(stage), rows, kk);
-            let a_bottom = a_fragment::<NCHW_BOXES>(stage_a(stage), rows + 64, kk);
+            let a_top = a_fragment::<NCHW_BOXES>(stage_a(stage), rows, kk, skip);
+            let a_bottom = a_fragment::<NCHW_BOXES>(stage_a(stage), rows + 64, kk, skip);
             let b = swizzled_k_major_descriptor(stage_b(stage) + kk * 32);
             // Written out rather than looped: a loop indexes the sums in local memory,
             // whose loads ptxas cannot overlap with the multiplies.
@@ -532,10 +548,18 @@ unsafe fn consume<const NCHW_BOXES: bool, const J: usize>(
         // The first k-tile runs before the loop, so that the sums enter it defined by a
         // `wgmma` as they leave it: else ptxas serializes every `wgmma` of the loop.
         // SAFETY: forwarded; there is at least one k-tile.
-        unsafe { multiply_k_tile::<NCHW_BOXES, J>(&mut sums, pipeline, fills, 0, rows) };
+        // With NCHW boxes, where the tile's row starts in each k-tile's strip.
+        let skip = |kt: u32| {
+            if NCHW_BOXES {
+                strip_shift(p, unit.k_first + kt).1
+            } else {
+                0
+            }
+        };
+        unsafe { multiply_k_tile::<NCHW_BOXES, J>(&mut sums, pipeline, fills, 0, rows, skip(0)) };
         for kt in 1..k_tiles {
             // SAFETY: as above.
-            unsafe { multiply_k_tile::<NCHW_BOXES, J>(&mut sums, pipeline, fills, kt, rows) };
+            unsafe { multiply_k_tile::<NCHW_BOXES, J>(&mut sums, pipeline, fills, kt, rows, skip(kt)) };
         }
         fills += k_tiles;
         // SAFETY: as above; the sums are final after the wait.
