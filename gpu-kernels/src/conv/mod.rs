@@ -373,11 +373,11 @@ mod tests {
         );
         assert_eq!((boxes.row_pitch.divisor, boxes.k_tiles), (1024, 9 * 2));
         assert_eq!(boxes.m_tiles, 8 * 510 * 4);
-        // GEMM rows past a row's 1022 pixels are none; the next row follows.
-        assert_eq!(boxes.output_pixel(&headline, 1021), Some(1021));
-        assert_eq!(boxes.output_pixel(&headline, 1022), None);
-        assert_eq!(boxes.output_pixel(&headline, 1024 + 3), Some(1022 + 3));
-        assert_eq!(boxes.output_pixel(&headline, 8 * 510 * 1024), None);
+        // A row's last tile has 1022 - 768 pixels; the next row's first follows.
+        assert_eq!(boxes.tile_pixels(&headline, 0), (0, 1022));
+        assert_eq!(boxes.tile_pixels(&headline, 768), (768, 254));
+        assert_eq!(boxes.tile_pixels(&headline, 1024 + 256), (1022 + 256, 766));
+        assert_eq!(boxes.tile_pixels(&headline, 8 * 510 * 1024).1, 0);
         assert_eq!(plan(&headline, ConvLayout::Nhwc).nchw_boxes, 0);
         // Rows 1/16 short of whole tiles at most.
         assert_eq!(
@@ -396,7 +396,8 @@ mod tests {
         ] {
             let fallback = plan(&p, ConvLayout::Nchw);
             assert_eq!((fallback.nchw_boxes, fallback.layout()), (0, layout), "{p:?}");
-            assert_eq!(fallback.output_pixel(&p, 5), Some(5));
+            let pixels = p.batch * p.out_pixels();
+            assert_eq!(fallback.tile_pixels(&p, 256), (256, pixels - 256));
         }
         // Channels in eights past the last whole chunk, and groups of whole chunks.
         assert_eq!(

@@ -90,6 +90,7 @@ pub unsafe fn store_plain<const I: usize, const J: usize>(
     let p = &args.problem;
     let lane = lane_id();
     let (g, t) = (lane / 4, lane % 4);
+    let (first, live) = args.plan.tile_pixels(p, tile.m0);
     let out_group = p.out_per_group();
     let y = args.y.as_mut_ptr();
     let channels_last = args.plan.y_channels_last == 1;
@@ -104,10 +105,11 @@ pub unsafe fn store_plain<const I: usize, const J: usize>(
             // The two output channels of this lane's column pair.
             let channels = [column, column + 1].map(|c| (c < out_group, tile.group * out_group + c));
             for half in 0..2 {
-                let row = tile.m0 + warp.origin.0 + warp.row_step * i as u32 + g + 8 * half;
-                let Some(m) = args.plan.output_pixel(p, row) else {
+                let row = warp.origin.0 + warp.row_step * i as u32 + g + 8 * half;
+                if row >= live {
                     continue;
-                };
+                }
+                let m = first + row;
                 let values = [0, 1].map(|e| args.epilogue.rectify(sums[2 * half as usize + e]));
                 if channels_last {
                     let at = m as usize * p.out_channels as usize + channels[0].1 as usize;
@@ -154,6 +156,7 @@ unsafe fn store_fused<const I: usize, const J: usize>(
     let p = &args.problem;
     let lane = lane_id();
     let (g, t) = (lane / 4, lane % 4);
+    let (first, live) = args.plan.tile_pixels(p, tile.m0);
     let out_group = p.out_per_group() as usize;
     let y = args.y.as_mut_ptr();
     let channels_last = args.plan.y_channels_last == 1;
@@ -168,10 +171,11 @@ unsafe fn store_fused<const I: usize, const J: usize>(
     for i in 0..I {
         let row_tiles = row_of_tiles(&warp.sums, i);
         for half in 0..2 {
-            let gemm_row = tile.m0 + warp.origin.0 + warp.row_step * i as u32 + g + 8 * half;
-            let Some(m) = args.plan.output_pixel(p, gemm_row) else {
+            let row = warp.origin.0 + warp.row_step * i as u32 + g + 8 * half;
+            if row >= live {
                 continue;
-            };
+            }
+            let m = first + row;
             // The element of (m, the group's first channel).
             let row = if channels_last {
                 m as usize * p.out_channels as usize

@@ -221,22 +221,25 @@ impl TensorCorePlan {
         }
     }
 
-    /// The output pixel of the batch (`image * out_pixels + pixel`) that row `m` of the
-    /// GEMM computes, if any: `m` below the batch's, or with NCHW boxes, a row's
-    /// first `out_w` of every `row_pitch`.
+    /// The output pixels of the tile whose first GEMM row is `m0`: the first one's
+    /// index in the batch (`image * out_pixels + pixel`), and how many of the tile's
+    /// rows have one, consecutive from there (the rest lie past the batch or, with
+    /// NCHW boxes, past `out_w` in the tile's output row).
     #[inline(always)]
-    pub const fn output_pixel(&self, problem: &ConvProblem, m: u32) -> Option<u32> {
+    pub const fn tile_pixels(&self, problem: &ConvProblem, m0: u32) -> (u32, u32) {
         let pixels = problem.batch * problem.out_pixels();
-        if self.nchw_boxes == 0 {
-            return if m < pixels { Some(m) } else { None };
-        }
-        let (row, column) = self.row_pitch.divmod(m);
-        let pixel = row * problem.out_w + column;
-        if column < problem.out_w && pixel < pixels {
-            Some(pixel)
+        let (first, live) = if self.nchw_boxes == 1 {
+            let (row, column) = self.row_pitch.divmod(m0);
+            (row * problem.out_w + column, problem.out_w.saturating_sub(column))
         } else {
-            None
-        }
+            (m0, u32::MAX)
+        };
+        let live = if live < pixels.saturating_sub(first) {
+            live
+        } else {
+            pixels.saturating_sub(first)
+        };
+        (first, live)
     }
 
     /// The units of work of the `wgmma` kernels: every tile once per split.

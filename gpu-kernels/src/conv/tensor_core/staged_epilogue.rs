@@ -53,7 +53,8 @@ pub unsafe fn store_staged<const J: usize>(
     buffer: u32,
     consumer: u32,
 ) {
-    let rows = tile.m0 + consumer * ROWS;
+    // The consumer's first row of the tile.
+    let rows = consumer * ROWS;
     // A loop the compiler keeps rolled (the code of four passes would not fit the
     // instruction cache beside the mainloop), the pass's sums picked by selects.
     for pass in 0..8 * J as u32 / COLUMNS {
@@ -132,7 +133,7 @@ fn pick<const J: usize>(pass: u32, tiles: &[[f32; 4]; J], j: usize) -> [f32; 4] 
 #[inline(always)]
 unsafe fn write_nhwc(args: &TensorCoreArgs, tile: TileOrigin, rows: u32, buffer: u32, pass: u32) {
     let p = &args.problem;
-    let m_total = p.batch * p.out_pixels();
+    let (pixel0, live) = args.plan.tile_pixels(p, tile.m0);
     let out_group = p.out_per_group();
     let (y, residual) = (args.y.as_mut_ptr(), args.epilogue.residual.as_ptr());
     // 16-byte runs of y where every pixel's and group's first channel is aligned.
@@ -144,9 +145,9 @@ unsafe fn write_nhwc(args: &TensorCoreArgs, tile: TileOrigin, rows: u32, buffer:
     }
     // Rows past the problem's end skipped by the bound (a bound the compiler cannot
     // see keeps the loop rolled, and the code small).
-    let live_rows = ROWS.min(m_total.saturating_sub(rows));
+    let live_rows = ROWS.min(live.saturating_sub(rows));
     for row in (thread_idx_x() % THREADS / 8..live_rows).step_by((THREADS / 8) as usize) {
-        let m = rows + row;
+        let m = pixel0 + rows + row;
         // SAFETY: inside the buffer, published by the barrier.
         let sums = unsafe { load_shared_v4_f32(chunk_address(buffer, row, chunk)) };
         let at = m as usize * p.out_channels as usize + (tile.group * out_group + first) as usize;
@@ -182,9 +183,11 @@ unsafe fn write_nhwc(args: &TensorCoreArgs, tile: TileOrigin, rows: u32, buffer:
 unsafe fn write_nchw(args: &TensorCoreArgs, tile: TileOrigin, rows: u32, buffer: u32, pass: u32) {
     let p = &args.problem;
     let row = thread_idx_x() % THREADS;
-    let Some(m) = args.plan.output_pixel(p, rows + row) else {
+    let (pixel0, live) = args.plan.tile_pixels(p, tile.m0);
+    if rows + row >= live {
         return;
-    };
+    }
+    let m = pixel0 + rows + row;
     let out_group = p.out_per_group();
     let y = args.y.as_mut_ptr();
     let (image, pixel) = p.div_out_pixels.divmod(m);
