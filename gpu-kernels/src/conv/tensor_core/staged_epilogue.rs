@@ -6,9 +6,10 @@
 //! must unroll whole, or the sums move to local memory; with the activation and the
 //! residual inside it is too long for that).
 //!
-//! The staging buffer is the consumer's own rows of A in the tile's last stage: only
-//! this warpgroup's `wgmma`s read them, and they are done once it waits for them; the
-//! stage goes back to the producer after the epilogue.
+//! The staging buffer is the consumer's own part of A in the tile's last stage: only
+//! this warpgroup reads it (its `wgmma`s, and the fragments it loads), and that is
+//! done once it waits for its `wgmma`s; the stage goes back to the producer after the
+//! epilogue.
 
 use super::epilogue::TileOrigin;
 use super::*;

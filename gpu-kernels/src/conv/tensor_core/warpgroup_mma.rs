@@ -37,6 +37,13 @@ const B_ROWS: usize = (TC_BN * TC_BK / 4 / WARPGROUP) as usize;
 const STAGE_BYTES: u32 = WGMMA_A_BYTES + tile_bytes(TC_BN);
 /// Bytes of an NCHW box (`TC_BK` rows of channels).
 const BOX_BYTES: u32 = TC_BK * NCHW_BOX_PIXELS * 4;
+/// Where the second consumer's staged epilogue starts in the A of the last stage, the
+/// first's at its start: `tile_bytes(CONSUMER_ROWS)` each, clear of the other's reads
+/// in both layouts. A tile's rows of K: the first consumer reads the first half. An
+/// NCHW strip: the first reads boxes 0 to 4 (its 128 pixels up to 3 into the strip),
+/// the second boxes 4 to 8, so the second stages in the last four.
+const STAGING_STEP: u32 = WGMMA_A_BYTES - tile_bytes(CONSUMER_ROWS);
+const _: () = assert!(STAGING_STEP >= tile_bytes(CONSUMER_ROWS) && STAGING_STEP >= 5 * BOX_BYTES);
 
 /// Registers per thread of the producer and of the consumers. Together they may take
 /// no more than the block got at launch (the 64K of the SM over its threads, in steps
@@ -576,10 +583,16 @@ unsafe fn consume<const NCHW_BOXES: bool, const J: usize>(
                 };
                 store_plain(args, tile, &warp_tiles);
             } else {
-                // Through this consumer's rows of the last stage, which nothing else
-                // reads until its release; the fence orders the epilogue's accesses
-                // before the producer's next copies into it.
-                store_staged(args, tile, &sums, stage_a(last) + rows * TC_BK * 4, consumer);
+                // Through this consumer's part of A in the last stage, which nothing
+                // else reads until its release; the fence orders the epilogue's
+                // accesses before the producer's next copies into it.
+                store_staged(
+                    args,
+                    tile,
+                    &sums,
+                    stage_a(last) + consumer * STAGING_STEP,
+                    consumer,
+                );
                 fence_async_shared();
                 pipeline.release(last);
             }
