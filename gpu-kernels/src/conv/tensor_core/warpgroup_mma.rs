@@ -502,8 +502,14 @@ unsafe fn multiply_k_tile<const NCHW_BOXES: bool, const J: usize>(
         pipeline.wait_full(stage, fill / WGMMA_STAGES);
         fence_async_shared();
         for kk in 0..TC_BK / 8 {
+            // The bottom 64 rows: in an NCHW strip two boxes on, at the same places.
+            let (bottom, bottom_rows) = if NCHW_BOXES {
+                (stage_a(stage) + 64 / NCHW_BOX_PIXELS * BOX_BYTES, rows)
+            } else {
+                (stage_a(stage), rows + 64)
+            };
             let a_top = a_fragment::<NCHW_BOXES>(stage_a(stage), rows, kk, skip);
-            let a_bottom = a_fragment::<NCHW_BOXES>(stage_a(stage), rows + 64, kk, skip);
+            let a_bottom = a_fragment::<NCHW_BOXES>(bottom, bottom_rows, kk, skip);
             let b = swizzled_k_major_descriptor(stage_b(stage) + kk * 32);
             // Written out rather than looped: a loop indexes the sums in local memory,
             // whose loads ptxas cannot overlap with the multiplies.
