@@ -2,10 +2,9 @@
 //! warpgroups. The producer warpgroup copies k-tiles of A (`WGMMA_BM` rows) and B
 //! (the plan's `tile_n` rows: 128, or 64 for narrow problems) into `WGMMA_STAGES`
 //! stages, by bulk tensor copies (TMA: im2col over NHWC x, or strips of boxes along
-//! NCHW x's rows)
-//! where the plan takes them, else with `cp.async`; each of the two consumer
-//! warpgroups multiplies its 128 rows by the tile's columns straight from the swizzled
-//! stages (A through registers, rounded to TF32 on the way; B, which the tensor cores
+//! NCHW x's rows) where the plan takes them, else with `cp.async`; each of the two
+//! consumer warpgroups multiplies its 128 rows by the tile's columns straight from the
+//! swizzled stages (A through registers, rounded to TF32 on the way; B, which the tensor cores
 //! read from shared memory as TF32, rounded by the host beforehand) and stores its
 //! sums, while the producer already copies the next tile's stages. Full and empty
 //! mbarriers per stage order the two sides.
