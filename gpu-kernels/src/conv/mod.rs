@@ -379,6 +379,25 @@ mod tests {
         assert_eq!(boxes.tile_pixels(&headline, 1024 + 256), (1022 + 256, 766));
         assert_eq!(boxes.tile_pixels(&headline, 8 * 510 * 1024).1, 0);
         assert_eq!(plan(&headline, ConvLayout::Nhwc).nchw_boxes, 0);
+        // Without `wgmma` and tensor maps: the `mma.sync` kernel over NCHW, no boxes.
+        let a100 = DeviceLimits {
+            multiprocessors: 108,
+            max_shared_bytes_per_block: 163 * 1024,
+            warpgroup_mma: false,
+            tensor_maps: false,
+        };
+        let portable = match algorithm(
+            &headline,
+            ConvPass::Forward,
+            ConvPrecision::Tf32,
+            ConvLayout::Nchw,
+            &a100,
+        ) {
+            ConvAlgorithm::TensorCore(plan) => plan,
+            other => panic!("TF32 forward took {other:?}"),
+        };
+        assert_eq!((portable.nchw_boxes, portable.bulk_copies), (0, 0));
+        assert_eq!(portable.tile_pixels(&headline, 256), (256, 8 * 510 * 1022 - 256));
         // Rows 1/16 short of whole tiles at most.
         assert_eq!(
             plan(&problem([2, 64, 4, 244], [16, 64, 3, 3], 1, 1), ConvLayout::Nchw).nchw_boxes,
