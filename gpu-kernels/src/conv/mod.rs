@@ -279,6 +279,35 @@ mod tests {
         tensor_maps: true,
     };
 
+    /// An A100's limits: no `wgmma`, no tensor maps.
+    const A100: DeviceLimits = DeviceLimits {
+        multiprocessors: 108,
+        max_shared_bytes_per_block: 163 * 1024,
+        warpgroup_mma: false,
+        tensor_maps: false,
+    };
+
+    /// The headline problem: x 8 x 64 x 512 x 1024, w 128 x 64 x 3 x 3, no padding.
+    fn headline() -> ConvProblem {
+        ConvProblem::new(&ConvShape {
+            input: [8, 64, 512, 1024],
+            weight: [128, 64, 3, 3],
+            stride: [1, 1],
+            padding: [0, 0],
+            dilation: [1, 1],
+            groups: 1,
+        })
+        .expect("the headline is a valid problem")
+    }
+
+    /// The TF32 forward plan of `problem` over tensors in `layout` on `device`.
+    fn tf32_forward(problem: &ConvProblem, layout: ConvLayout, device: &DeviceLimits) -> TensorCorePlan {
+        match algorithm(problem, ConvPass::Forward, ConvPrecision::Tf32, layout, device) {
+            ConvAlgorithm::TensorCore(plan) => plan,
+            other => panic!("TF32 forward took {other:?}"),
+        }
+    }
+
     #[test]
     fn tensor_core_forward_splits_k_where_tiles_leave_multiprocessors_idle() {
         let h100 = H100;
@@ -292,16 +321,7 @@ mod tests {
                 groups: 1,
             })
             .expect("a valid problem");
-            match algorithm(
-                &problem,
-                ConvPass::Forward,
-                ConvPrecision::Tf32,
-                ConvLayout::Nhwc,
-                &h100,
-            ) {
-                ConvAlgorithm::TensorCore(plan) => plan,
-                other => panic!("TF32 forward took {other:?}"),
-            }
+            tf32_forward(&problem, ConvLayout::Nhwc, &h100)
         };
         // 7x7 maps of 512 channels: 28 tiles of 144 k-tiles, in four splits of 36.
         let small_maps = plan([32, 512, 7, 7], [512, 512, 3, 3]);
@@ -342,26 +362,9 @@ mod tests {
             })
             .expect("a valid problem")
         };
-        let plan = |p: &ConvProblem, layout| match algorithm(
-            p,
-            ConvPass::Forward,
-            ConvPrecision::Tf32,
-            layout,
-            &H100,
-        ) {
-            ConvAlgorithm::TensorCore(plan) => plan,
-            other => panic!("TF32 forward took {other:?}"),
-        };
+        let plan = |p: &ConvProblem, layout| tf32_forward(p, layout, &H100);
         // The headline (no padding): rows of 1022 pixels padded to 1024.
-        let headline = ConvProblem::new(&ConvShape {
-            input: [8, 64, 512, 1024],
-            weight: [128, 64, 3, 3],
-            stride: [1, 1],
-            padding: [0, 0],
-            dilation: [1, 1],
-            groups: 1,
-        })
-        .expect("the headline is a valid problem");
+        let headline = headline();
         let boxes = plan(&headline, ConvLayout::Nchw);
         assert_eq!(
             (boxes.nchw_boxes, boxes.bulk_copies, boxes.channel_tiles),
@@ -380,22 +383,7 @@ mod tests {
         assert_eq!(boxes.tile_pixels(&headline, 8 * 510 * 1024).1, 0);
         assert_eq!(plan(&headline, ConvLayout::Nhwc).nchw_boxes, 0);
         // Without `wgmma` and tensor maps: the `mma.sync` kernel over NCHW, no boxes.
-        let a100 = DeviceLimits {
-            multiprocessors: 108,
-            max_shared_bytes_per_block: 163 * 1024,
-            warpgroup_mma: false,
-            tensor_maps: false,
-        };
-        let portable = match algorithm(
-            &headline,
-            ConvPass::Forward,
-            ConvPrecision::Tf32,
-            ConvLayout::Nchw,
-            &a100,
-        ) {
-            ConvAlgorithm::TensorCore(plan) => plan,
-            other => panic!("TF32 forward took {other:?}"),
-        };
+        let portable = tf32_forward(&headline, ConvLayout::Nchw, &A100);
         assert_eq!((portable.nchw_boxes, portable.bulk_copies), (0, 0));
         assert_eq!(portable.tile_pixels(&headline, 256), (256, 8 * 510 * 1022 - 256));
         // Rows 1/16 short of whole tiles at most.
@@ -493,15 +481,7 @@ mod tests {
 
     #[test]
     fn weight_gradient_splits_long_reductions() {
-        let problem = ConvProblem::new(&ConvShape {
-            input: [8, 64, 512, 1024],
-            weight: [128, 64, 3, 3],
-            stride: [1, 1],
-            padding: [0, 0],
-            dilation: [1, 1],
-            groups: 1,
-        })
-        .expect("the headline is a valid problem");
+        let problem = headline();
         let plan = gemm::plan(&problem, ConvPass::WeightGrad, 132);
         let (_, _, k) = problem.gemm(ConvPass::WeightGrad);
         assert!(plan.k_chunk <= gemm::WGRAD_MAX_CHUNK && plan.k_chunk.is_multiple_of(gemm::TILE_K));
@@ -518,22 +498,8 @@ mod tests {
             ));
         }
         // TF32 forward takes wgmma where the kernels have it, mma.sync elsewhere.
-        let tf32 = |device: &DeviceLimits| match algorithm(
-            &problem,
-            ConvPass::Forward,
-            ConvPrecision::Tf32,
-            ConvLayout::Nhwc,
-            device,
-        ) {
-            ConvAlgorithm::TensorCore(plan) => plan.warpgroup_mma,
-            other => panic!("TF32 forward took {other:?}"),
-        };
-        let a100 = DeviceLimits {
-            multiprocessors: 108,
-            max_shared_bytes_per_block: 163 * 1024,
-            warpgroup_mma: false,
-            tensor_maps: false,
-        };
+        let tf32 = |device: &DeviceLimits| tf32_forward(&problem, ConvLayout::Nhwc, device).warpgroup_mma;
+        let a100 = A100;
         assert_eq!((tf32(&h100), tf32(&a100)), (1, 0));
         // The TF32 weight gradient on wgmma in either layout on Hopper.
         for layout in [ConvLayout::Nchw, ConvLayout::Nhwc] {
