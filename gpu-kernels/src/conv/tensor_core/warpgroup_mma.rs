@@ -239,6 +239,11 @@ unsafe fn produce_bulk<const NCHW_BOXES: bool, const J: usize>(
         fence_tensor_map(patches_map);
         fence_tensor_map(filters_map);
     }
+    let a_bytes = if NCHW_BOXES {
+        NCHW_BOXES_PER_STRIP * BOX_BYTES
+    } else {
+        tile_bytes(WGMMA_BM)
+    };
     let mut fills = 0;
     let mut index = block_idx_x();
     while index < units {
@@ -259,11 +264,6 @@ unsafe fn produce_bulk<const NCHW_BOXES: bool, const J: usize>(
             let (r, s) = p.div_kernel_w.divmod(tap);
             let channel = chunk * TC_BK;
             let offsets = [(s * p.dilation_w) as u16, (r * p.dilation_h) as u16];
-            let a_bytes = if NCHW_BOXES {
-                NCHW_BOXES_PER_STRIP * BOX_BYTES
-            } else {
-                tile_bytes(WGMMA_BM)
-            };
             let (stage, fill) = (fills % WGMMA_STAGES, fills / WGMMA_STAGES);
             // SAFETY: the stage is released before the copies start; the full barrier
             // expects both boxes' bytes (zero-filled parts included).
@@ -439,12 +439,11 @@ unsafe fn a_fragment<const NCHW_BOXES: bool>(tile: u32, rows: u32, kk: u32, skip
     let (lane, warp) = (lane_id(), thread_idx_x() / 32 % 4);
     if NCHW_BOXES {
         let (row, channel) = (skip + rows + 16 * warp + lane / 4, 8 * kk + 2 * (lane % 4));
-        let at = |row: u32, channel: u32| boxed(tile, row, channel);
         let places = [
-            at(row, channel),
-            at(row + 8, channel),
-            at(row, channel + 1),
-            at(row + 8, channel + 1),
+            boxed(tile, row, channel),
+            boxed(tile, row + 8, channel),
+            boxed(tile, row, channel + 1),
+            boxed(tile, row + 8, channel + 1),
         ];
         // SAFETY: elements of the landed tile.
         return places.map(|place| to_tf32(unsafe { load_shared_f32(place) }));
