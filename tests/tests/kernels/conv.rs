@@ -1425,3 +1425,82 @@ fn tf32_passes_are_close_and_deterministic() {
         }
     }
 }
+
+/// The TF32 passes round their inputs to TF32 to nearest, as cuDNN does. One tensor of
+/// each run holds 1 + 3 2^-12 (between the TF32 neighbours 1 and 1 + 2^-10, nearer the
+/// second), the others 1: its products must be 1 + 2^-10, truncation would give 1.
+/// Every sum of such products is exact in FP32, so each result must equal the f64
+/// reference on the rounded tensors exactly, on the `wgmma` paths (im2col tiles read
+/// by the tensor cores from shared memory, NCHW boxes through registers) and on the
+/// portable ones.
+#[test]
+fn tf32_passes_round_inputs_to_nearest() {
+    let test = "tf32_passes_round_inputs_to_nearest";
+    let (Some(gpu), Some(portable)) = (gpu_or_skip(test), portable_gpu_or_skip(test)) else {
+        return;
+    };
+    const BETWEEN: f32 = 1.0 + 3.0 / 4096.0;
+    const ROUNDED: f32 = 1.0 + 4.0 / 4096.0;
+    for (x_shape, w_shape, layout) in [
+        ([2, 6, 10, 64], [32, 3, 3, 64], ConvLayout::Nhwc),
+        ([1, 32, 3, 256], [16, 32, 3, 3], ConvLayout::Nchw),
+        ([2, 64, 9, 36], [48, 64, 3, 3], ConvLayout::Nchw),
+    ] {
+        let params = Conv2dParams {
+            padding: [1, 1],
+            layout,
+            precision: ConvPrecision::Tf32,
+            ..Conv2dParams::default()
+        };
+        let (_, y_shape) = conv2d_problem(&x_shape, &w_shape, &params).unwrap();
+        for between in 0..3 {
+            let tensors = |value: f32| {
+                [&x_shape[..], &w_shape[..], &y_shape[..]]
+                    .iter()
+                    .enumerate()
+                    .map(|(i, shape)| {
+                        Array4::from_elem(
+                            <[usize; 4]>::try_from(*shape).unwrap(),
+                            if i == between { value } else { 1.0 },
+                        )
+                    })
+                    .collect::<Vec<_>>()
+            };
+            let (given, rounded) = (tensors(BETWEEN), tensors(ROUNDED));
+            let [x, w, dy] = [0, 1, 2].map(|i| rounded[i].view());
+            let want = [
+                reference::conv::conv2d(x, w, None, &params).unwrap().into_dyn(),
+                reference::conv::conv2d_grad_input(dy, w, &x_shape, &params)
+                    .unwrap()
+                    .into_dyn(),
+                reference::conv::conv2d_grad_weight(x, dy, &w_shape, &params)
+                    .unwrap()
+                    .into_dyn(),
+            ];
+            for gpu in [&*gpu, &*portable] {
+                let [x, w, dy] = [0, 1, 2].map(|i| gpu.upload(&given[i]).unwrap());
+                let gradients = ConvGradients {
+                    input: true,
+                    weight: true,
+                    bias: false,
+                };
+                let y = gpu.conv2d(&x, &w, None, &params).unwrap();
+                let (dx, dw, _) = gpu.conv2d_backward(&x, &w, &dy, &params, gradients).unwrap();
+                let got = [y, dx.unwrap(), dw.unwrap()].map(|a| gpu.download(&a).unwrap().into_dyn());
+                for ((got, want), pass) in
+                    got.iter()
+                        .zip(&want)
+                        .zip(["forward", "input gradient", "weight gradient"])
+                {
+                    let difference = first_difference(got, want.as_slice().unwrap());
+                    assert!(
+                        difference.is_none(),
+                        "{x_shape:?} {layout:?} {pass} on {}, tensor {between} between TF32 values: \
+                         (index, got, rounded) {difference:?}",
+                        gpu.info().kernel_image,
+                    );
+                }
+            }
+        }
+    }
+}
