@@ -4,11 +4,10 @@
 //! stages, by bulk tensor copies (TMA: im2col over NHWC x, or strips of boxes along
 //! NCHW x's rows) where the plan takes them, else with `cp.async`; each of the two
 //! consumer warpgroups multiplies its 128 rows by the tile's columns straight from the
-//! swizzled stages (the tensor cores read both operands from shared memory, rounding
-//! them to TF32; A of NCHW boxes goes through registers, rounded on the way; B is
-//! rounded by the host beforehand) and stores its sums, while the producer already
-//! copies the next tile's stages. Full and empty mbarriers per stage order the two
-//! sides.
+//! swizzled stages (A through registers, rounded to TF32 on the way; B, which the tensor cores
+//! read from shared memory as TF32, rounded by the host beforehand) and stores its
+//! sums, while the producer already copies the next tile's stages. Full and empty
+//! mbarriers per stage order the two sides.
 
 use super::epilogue::{TileOrigin, WarpTiles, bias_sums, store_plain};
 use super::operands::{
@@ -19,9 +18,9 @@ use super::staged_epilogue::store_staged;
 use super::*;
 use crate::device::{
     PIPELINE_BARRIER_BYTES, Shuffle, StagePipeline, WarpgroupAccumulators, async_copy_commit,
-    async_copy_wait, block_idx_x, fence_async_shared, fence_tensor_map, grid_dim_x, lane_id, load_shared_f32,
-    set_max_registers, shared_base, store_shared_f32, swizzled_k_major_descriptor, sync_group, sync_threads,
-    thread_idx_x, to_tf32, warpgroup_commit, warpgroup_fence, warpgroup_wait,
+    async_copy_wait, block_idx_x, fence_async_shared, fence_tensor_map, grid_dim_x, lane_id, load_matrix_x4,
+    load_shared_f32, set_max_registers, shared_base, store_shared_f32, swizzled_k_major_descriptor,
+    sync_group, sync_threads, thread_idx_x, to_tf32, warpgroup_commit, warpgroup_fence, warpgroup_wait,
 };
 use crate::tensor_map::TensorMap;
 
@@ -423,26 +422,36 @@ unsafe fn finish_fills(pipeline: &StagePipeline, fills: u32) {
 }
 
 /// This thread's A fragment of the `wgmma` over rows `rows ..` (64) and k `8 kk ..` of
-/// the NCHW boxes staged at `tile` (rows of pixels, one per channel, the tile's first
-/// pixel `skip` into the strip), rounded to TF32 to nearest. Registers 0 to 3 hold
-/// (row, column) (g, t), (g + 8, t), (g, t + 4), (g + 8, t + 4) of the warp's 16 rows,
-/// g the lane's quad and t its place in it; column t of the step is channel 2t, column
-/// t + 4 channel 2t + 1 ([`box_filter_index`]).
+/// the staged A tile at `tile`, rounded to TF32 to nearest: the tensor cores would
+/// truncate the low mantissa bits, which biases the products and more than doubles the
+/// error. Registers 0 to 3 hold (row, column) (g, t), (g + 8, t), (g, t + 4),
+/// (g + 8, t + 4) of the warp's 16 rows, g the lane's quad and t its place in it.
+/// Rows of K (the im2col and `cp.async` tiles): lane `i` of warp `w` addresses row
+/// `16 w + i % 8 + 8 (i / 8 % 2)`, k `8 kk + 4 (i / 16)`, so that `ldmatrix` hands out
+/// the four registers. NCHW boxes (rows of pixels, one per channel, the tile's first
+/// pixel `skip` into the strip): column t of the step is channel 2t, column t + 4
+/// channel 2t + 1 ([`box_filter_index`]).
 ///
 /// # Safety
 /// The whole warpgroup calls it; the tile's copies landed and are visible to it.
 #[inline(always)]
-unsafe fn box_fragment(tile: u32, rows: u32, kk: u32, skip: u32) -> [u32; 4] {
+unsafe fn a_fragment<const NCHW_BOXES: bool>(tile: u32, rows: u32, kk: u32, skip: u32) -> [u32; 4] {
     let (lane, warp) = (lane_id(), thread_idx_x() / 32 % 4);
-    let (row, channel) = (skip + rows + 16 * warp + lane / 4, 8 * kk + 2 * (lane % 4));
-    let places = [
-        boxed(tile, row, channel),
-        boxed(tile, row + 8, channel),
-        boxed(tile, row, channel + 1),
-        boxed(tile, row + 8, channel + 1),
-    ];
-    // SAFETY: elements of the landed tile.
-    places.map(|place| to_tf32(unsafe { load_shared_f32(place) }))
+    if NCHW_BOXES {
+        let (row, channel) = (skip + rows + 16 * warp + lane / 4, 8 * kk + 2 * (lane % 4));
+        let places = [
+            boxed(tile, row, channel),
+            boxed(tile, row + 8, channel),
+            boxed(tile, row, channel + 1),
+            boxed(tile, row + 8, channel + 1),
+        ];
+        // SAFETY: elements of the landed tile.
+        return places.map(|place| to_tf32(unsafe { load_shared_f32(place) }));
+    }
+    let row = rows + 16 * warp + lane % 8 + 8 * (lane / 8 % 2);
+    // SAFETY: 16-byte rows of the landed tile; the warp converges here.
+    unsafe { load_matrix_x4(staged(tile, row, kk * 8 + 4 * (lane / 16))) }
+        .map(|bits| to_tf32(f32::from_bits(bits)))
 }
 
 /// Where the element of pixel `row` of the strip and channel `channel` of the k-tile
@@ -454,21 +463,25 @@ fn boxed(tile: u32, row: u32, channel: u32) -> u32 {
     tile + row / NCHW_BOX_PIXELS * BOX_BYTES + channel * 128 + 16 * (chunk ^ (channel % 8)) + 4 * (pixel % 4)
 }
 
+/// `wgmma` batches left in flight after each issue: the multiplies of the ones before
+/// overlap the loads of the next fragments. Two would hold a third set of A fragments,
+/// past the consumers' 200 registers (ptxas spills).
+const BATCHES_IN_FLIGHT: u32 = 1;
+const _: () = assert!(BATCHES_IN_FLIGHT >= 1 && BATCHES_IN_FLIGHT <= TC_BK / 8);
+
 /// K-tile `kt` of a tile's product, its k-tiles staged from fill `first_fill` on:
 /// `sums += A B^T` over the k-tile for this consumer's rows `rows ..` (`skip` pixels
-/// further into an NCHW strip), two `wgmma` (64 rows each) per 8 k. A tile's rows of
-/// K (im2col and `cp.async` tiles) are K-major as B: the tensor cores read both from
-/// shared memory, the k-tile's eight `wgmma` in one batch. NCHW boxes hold A
-/// M-major, which TF32 `wgmma` reads from registers only: one batch per 8 k, its
-/// fragments loaded while the batch before multiplies.
+/// further into an NCHW strip), one batch of two
+/// `wgmma` (64 rows each) per 8 k, each followed by a wait that leaves
+/// `BATCHES_IN_FLIGHT` in flight.
 ///
 /// # Safety
 /// The consumer warpgroup calls it together for the k-tiles of a tile in order. The
 /// stage's copies landed once the full barrier is passed, and are fenced for the
-/// tensor cores' reads; A fragments and stages stay untouched until a wait says the
-/// batches reading them are done: one batch is left in flight at each wait, so the
-/// stage before is released at this k-tile's first wait, the last after the tile's
-/// final wait.
+/// tensor cores' reads of B; each batch's A fragments stay untouched until a wait
+/// says the batch is done; a stage is released once the last batch reading it is done
+/// (at the wait of the next k-tile's batch `BATCHES_IN_FLIGHT - 1` here, else after
+/// the tile's last wait).
 #[inline(always)]
 unsafe fn multiply_k_tile<const NCHW_BOXES: bool, const J: usize>(
     sums: &mut [[[f32; 4]; J]; 2],
@@ -482,47 +495,31 @@ unsafe fn multiply_k_tile<const NCHW_BOXES: bool, const J: usize>(
 {
     let fill = first_fill + kt;
     let stage = fill % WGMMA_STAGES;
-    let release_previous = || {
-        if kt > 0 {
-            // SAFETY: the batches reading the stage before are done.
-            unsafe { pipeline.release((fill - 1) % WGMMA_STAGES) };
-        }
-    };
-    // Written out rather than looped: a loop indexes the sums in local memory, whose
-    // loads ptxas cannot overlap with the multiplies.
-    let [top, bottom] = &mut *sums;
     // SAFETY: the caller's contract.
     unsafe {
         pipeline.wait_full(stage, fill / WGMMA_STAGES);
         fence_async_shared();
-        if NCHW_BOXES {
-            // The bottom 64 rows: two boxes on, at the same places.
-            let bottom_tile = stage_a(stage) + 64 / NCHW_BOX_PIXELS * BOX_BYTES;
-            for kk in 0..TC_BK / 8 {
-                let a_top = box_fragment(stage_a(stage), rows, kk, skip);
-                let a_bottom = box_fragment(bottom_tile, rows, kk, skip);
-                let b = swizzled_k_major_descriptor(stage_b(stage) + kk * 32);
-                warpgroup_fence();
-                top.multiply_tf32(a_top, b);
-                bottom.multiply_tf32(a_bottom, b);
-                warpgroup_commit();
-                warpgroup_wait::<1>();
-                if kk == 0 {
-                    release_previous();
-                }
-            }
-        } else {
-            let a =
-                |row: u32, kk: u32| swizzled_k_major_descriptor(stage_a(stage) + 4 * TC_BK * row + 32 * kk);
+        for kk in 0..TC_BK / 8 {
+            // The bottom 64 rows: in an NCHW strip two boxes on, at the same places.
+            let (bottom, bottom_rows) = if NCHW_BOXES {
+                (stage_a(stage) + 64 / NCHW_BOX_PIXELS * BOX_BYTES, rows)
+            } else {
+                (stage_a(stage), rows + 64)
+            };
+            let a_top = a_fragment::<NCHW_BOXES>(stage_a(stage), rows, kk, skip);
+            let a_bottom = a_fragment::<NCHW_BOXES>(bottom, bottom_rows, kk, skip);
+            let b = swizzled_k_major_descriptor(stage_b(stage) + kk * 32);
+            // Written out rather than looped: a loop indexes the sums in local memory,
+            // whose loads ptxas cannot overlap with the multiplies.
+            let [top, bottom] = &mut *sums;
             warpgroup_fence();
-            for kk in 0..TC_BK / 8 {
-                let b = swizzled_k_major_descriptor(stage_b(stage) + kk * 32);
-                top.multiply_tf32_shared(a(rows, kk), b);
-                bottom.multiply_tf32_shared(a(rows + 64, kk), b);
-            }
+            top.multiply_tf32(a_top, b);
+            bottom.multiply_tf32(a_bottom, b);
             warpgroup_commit();
-            warpgroup_wait::<1>();
-            release_previous();
+            warpgroup_wait::<BATCHES_IN_FLIGHT>();
+            if kk == BATCHES_IN_FLIGHT - 1 && kt > 0 {
+                pipeline.release((fill - 1) % WGMMA_STAGES);
+            }
         }
     }
 }
