@@ -1441,10 +1441,12 @@ fn tf32_passes_round_inputs_to_nearest() {
     };
     const BETWEEN: f32 = 1.0 + 3.0 / 4096.0;
     const ROUNDED: f32 = 1.0 + 4.0 / 4096.0;
-    for (x_shape, w_shape, layout) in [
-        ([2, 6, 10, 64], [32, 3, 3, 64], ConvLayout::Nhwc),
-        ([1, 32, 3, 256], [16, 32, 3, 3], ConvLayout::Nchw),
-        ([2, 64, 9, 36], [48, 64, 3, 3], ConvLayout::Nchw),
+    let hopper = gpu.info().compute_capability == (9, 0);
+    // The forward's staging of x on `wgmma`: (bulk copies, NCHW boxes).
+    for (x_shape, w_shape, layout, staging) in [
+        ([2, 6, 10, 64], [32, 3, 3, 64], ConvLayout::Nhwc, (1, 0)),
+        ([1, 32, 3, 256], [16, 32, 3, 3], ConvLayout::Nchw, (1, 1)),
+        ([2, 64, 9, 36], [48, 64, 3, 3], ConvLayout::Nchw, (1, 0)),
     ] {
         let params = Conv2dParams {
             padding: [1, 1],
@@ -1453,6 +1455,20 @@ fn tf32_passes_round_inputs_to_nearest() {
             ..Conv2dParams::default()
         };
         let (_, y_shape) = conv2d_problem(&x_shape, &w_shape, &params).unwrap();
+        for (gpu, wgmma) in [(&*gpu, hopper), (&*portable, false)] {
+            match gpu
+                .conv2d_algorithm(&x_shape, &w_shape, &params, ConvPass::Forward)
+                .unwrap()
+            {
+                ConvAlgorithm::TensorCore(plan) => assert!(
+                    !wgmma
+                        || (plan.warpgroup_mma, plan.bulk_copies, plan.nchw_boxes)
+                            == (1, staging.0, staging.1),
+                    "{x_shape:?} {layout:?}: {plan:?}"
+                ),
+                other => panic!("{x_shape:?} {layout:?}: {other:?}, not on the tensor cores"),
+            }
+        }
         for between in 0..3 {
             let tensors = |value: f32| {
                 [&x_shape[..], &w_shape[..], &y_shape[..]]

@@ -424,7 +424,8 @@ unsafe fn finish_fills(pipeline: &StagePipeline, fills: u32) {
 /// This thread's A fragment of the `wgmma` over rows `rows ..` (64) and k `8 kk ..` of
 /// the staged A tile at `tile`, rounded to TF32 to nearest: the tensor cores would
 /// truncate the low mantissa bits, which biases the products (from registers or from
-/// shared memory alike: truncated, the headline's error rises from 2.6e-4 to 4.1e-4). Registers 0 to 3 hold (row, column) (g, t), (g + 8, t), (g, t + 4),
+/// shared memory alike: truncated, the headline's error rises from 2.6e-4 to
+/// 4.1e-4). Registers 0 to 3 hold (row, column) (g, t), (g + 8, t), (g, t + 4),
 /// (g + 8, t + 4) of the warp's 16 rows, g the lane's quad and t its place in it.
 /// Rows of K (the im2col and `cp.async` tiles): lane `i` of warp `w` addresses row
 /// `16 w + i % 8 + 8 (i / 8 % 2)`, k `8 kk + 4 (i / 16)`, so that `ldmatrix` hands out
