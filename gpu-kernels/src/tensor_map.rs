@@ -40,6 +40,17 @@ pub enum TensorMapSwizzle {
     Bytes128,
 }
 
+/// What the bulk copies put in shared memory for each `f32` of the tensor.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TensorMapElement {
+    /// The value as it is.
+    F32,
+    /// The value rounded to TF32 to nearest (`CU_TENSOR_MAP_DATA_TYPE_TFLOAT32`): what
+    /// TF32 `wgmma` needs of an operand it reads from shared memory, since it would
+    /// drop the low mantissa bits of an `f32`.
+    Tf32,
+}
+
 /// A tensor of `f32` as a tensor map describes it, and how its boxes land in shared
 /// memory. Bulk tensor copies fault unless a box starts at a 16-byte multiple along
 /// the innermost dimension (seen on the H100, whatever the swizzle).
@@ -57,6 +68,7 @@ pub struct TensorMapSpec {
     pub element_strides: [u32; 5],
     pub mode: TensorMapMode,
     pub swizzle: TensorMapSwizzle,
+    pub element: TensorMapElement,
 }
 
 impl TensorMapSpec {
@@ -80,6 +92,15 @@ impl TensorMapSpec {
             element_strides,
             mode: TensorMapMode::Tiled { box_dims: boxes },
             swizzle,
+            element: TensorMapElement::F32,
+        }
+    }
+
+    /// The same map, its copies rounding each element to TF32.
+    pub const fn rounded_to_tf32(self) -> Self {
+        Self {
+            element: TensorMapElement::Tf32,
+            ..self
         }
     }
 }
@@ -161,6 +182,7 @@ mod tests {
                 box_dims: [8, 4, 1, 1, 0],
             },
             swizzle: TensorMapSwizzle::Bytes128,
+            element: TensorMapElement::F32,
         };
         assert_eq!(spec, want);
     }

@@ -428,7 +428,7 @@ impl Gpu {
     ) -> Result<()> {
         // NCHW boxes read the weights in an order of their own, rounded on the way.
         let (w, prepare) = match w {
-            _ if plan.nchw_boxes == 1 => (w.ptr(), Some(transposed::box_order_filters as fn(_, _, _) -> _)),
+            _ if plan.nchw_boxes() => (w.ptr(), Some(transposed::box_order_filters as fn(_, _, _) -> _)),
             Weights::AsGiven(w) if plan.warpgroup_mma == 1 => (w, Some(transposed::round_filters as _)),
             Weights::AsGiven(w) | Weights::Tf32(w) => (w, None),
         };

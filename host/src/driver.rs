@@ -13,7 +13,7 @@ use cust::memory::{DeviceBuffer, DeviceCopy};
 use cust::module::Module;
 use cust::sys as cu;
 use gpu_kernels::launch::{DevicePtrMut, EntryPoint, KernelArgs, Launch, LaunchGeometry};
-use gpu_kernels::tensor_map::{TensorMap, TensorMapMode, TensorMapSpec, TensorMapSwizzle};
+use gpu_kernels::tensor_map::{TensorMap, TensorMapElement, TensorMapMode, TensorMapSpec, TensorMapSwizzle};
 
 use crate::array::{DeviceArray, Element};
 use crate::error::{Error, Result};
@@ -540,6 +540,7 @@ type EncodeIm2col = unsafe extern "C" fn(
 
 // The driver API's enumerators (cuda.h, CUDA 12).
 const DATA_TYPE_FLOAT32: u32 = 7;
+const DATA_TYPE_TFLOAT32: u32 = 11;
 const INTERLEAVE_NONE: u32 = 0;
 const SWIZZLE_NONE: u32 = 0;
 const SWIZZLE_128B: u32 = 3;
@@ -567,7 +568,7 @@ impl TensorMapEncoders {
         }
     }
 
-    /// Encodes `spec` (f32); the driver checks its limits and says
+    /// Encodes `spec` (f32, copied as it is or rounded to TF32); the driver checks its limits and says
     /// what is wrong.
     pub(crate) fn encode(&self, spec: &TensorMapSpec) -> Result<TensorMap> {
         let mut map = TensorMap([0; 16]);
@@ -578,6 +579,10 @@ impl TensorMapEncoders {
             &spec.element_strides[..rank],
         );
         let address = spec.address as *mut c_void;
+        let data_type = match spec.element {
+            TensorMapElement::F32 => DATA_TYPE_FLOAT32,
+            TensorMapElement::Tf32 => DATA_TYPE_TFLOAT32,
+        };
         let swizzle = match spec.swizzle {
             TensorMapSwizzle::None => SWIZZLE_NONE,
             TensorMapSwizzle::Bytes128 => SWIZZLE_128B,
@@ -589,7 +594,7 @@ impl TensorMapEncoders {
             match spec.mode {
                 TensorMapMode::Tiled { box_dims } => (self.tiled)(
                     &mut map,
-                    DATA_TYPE_FLOAT32,
+                    data_type,
                     spec.rank,
                     address,
                     dims.as_ptr(),
@@ -608,7 +613,7 @@ impl TensorMapEncoders {
                     pixels,
                 } => (self.im2col)(
                     &mut map,
-                    DATA_TYPE_FLOAT32,
+                    data_type,
                     spec.rank,
                     address,
                     dims.as_ptr(),

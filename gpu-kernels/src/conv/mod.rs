@@ -323,13 +323,14 @@ mod tests {
             .expect("a valid problem");
             tf32_forward(&problem, ConvLayout::Nhwc, &h100)
         };
-        // 7x7 maps of 512 channels: 28 tiles of 144 k-tiles, in four splits of 36.
+        // 7x7 maps of 512 channels: 52 tiles of 144 k-tiles for 132 blocks, in two
+        // splits of 72.
         let small_maps = plan([32, 512, 7, 7], [512, 512, 3, 3]);
         assert_eq!(
             (small_maps.splits, small_maps.split_k_tiles, small_maps.units()),
-            (4, 36, 112)
+            (2, 72, 104)
         );
-        assert_eq!(small_maps.blocks, 112);
+        assert_eq!(small_maps.blocks, 104);
         // Tiles enough for every SM: no split.
         let headline = plan([8, 64, 512, 1024], [128, 64, 3, 3]);
         assert_eq!((headline.splits, headline.split_k_tiles), (1, headline.k_tiles));
@@ -367,54 +368,64 @@ mod tests {
         let headline = headline();
         let boxes = plan(&headline, ConvLayout::Nchw);
         assert_eq!(
-            (boxes.nchw_boxes, boxes.bulk_copies, boxes.channel_tiles),
-            (1, 1, 1)
+            (boxes.nchw_boxes(), boxes.bulk_copies, boxes.channel_tiles),
+            (true, 1, 1)
         );
         assert_eq!(
             (boxes.layout(), boxes.output_layout()),
             (ConvLayout::Nchw, ConvLayout::Nchw)
         );
         assert_eq!((boxes.row_pitch.divisor, boxes.k_tiles), (1024, 9 * 2));
-        assert_eq!(boxes.m_tiles, 8 * 510 * 4);
+        assert_eq!(boxes.m_tiles, 8 * 510 * 8);
         // A row's last tile has 1022 - 768 pixels; the next row's first follows.
         assert_eq!(boxes.tile_pixels(&headline, 0), (0, 1022));
         assert_eq!(boxes.tile_pixels(&headline, 768), (768, 254));
         assert_eq!(boxes.tile_pixels(&headline, 1024 + 256), (1022 + 256, 766));
         assert_eq!(boxes.tile_pixels(&headline, 8 * 510 * 1024).1, 0);
-        assert_eq!(plan(&headline, ConvLayout::Nhwc).nchw_boxes, 0);
-        // Without `wgmma` and tensor maps: the `mma.sync` kernel over NCHW, no boxes.
+        // NHWC: row strips, a box of 130 pixels (a tile's 128 and the window's 2).
+        let strips = plan(&headline, ConvLayout::Nhwc);
+        assert_eq!((strips.nchw_boxes(), strips.row_strips), (false, 1));
+        assert_eq!(
+            (strips.layout(), strips.strip_box_pixels),
+            (ConvLayout::Nhwc, 130)
+        );
+        assert_eq!(strips.tile_pixels(&headline, 768), (768, 254));
+        // Without `wgmma` and tensor maps: the `mma.sync` kernel over NCHW, no strips.
         let portable = tf32_forward(&headline, ConvLayout::Nchw, &A100);
-        assert_eq!((portable.nchw_boxes, portable.bulk_copies), (0, 0));
+        assert_eq!((portable.row_strips, portable.bulk_copies), (0, 0));
         assert_eq!(portable.tile_pixels(&headline, 256), (256, 8 * 510 * 1022 - 256));
         // Rows 1/16 short of whole tiles at most.
-        assert_eq!(
-            plan(&problem([2, 64, 4, 244], [16, 64, 3, 3], 1, 1), ConvLayout::Nchw).nchw_boxes,
-            1
-        );
-        // Rows more than 1/16 short of whole tiles, a stride, channels not in eights:
-        // x goes to NHWC for the im2col copies; chunks that would cross into the next
-        // group: gathered.
+        assert!(plan(&problem([2, 64, 4, 244], [16, 64, 3, 3], 1, 1), ConvLayout::Nchw).nchw_boxes());
+        // Rows more than 1/16 short of whole tiles, a stride: x goes to NHWC for the
+        // im2col copies; chunks that would cross into the next group: gathered.
         for (p, layout) in [
             (problem([2, 64, 4, 240], [16, 64, 3, 3], 1, 1), ConvLayout::Nhwc),
             (problem([2, 64, 4, 64], [16, 64, 3, 3], 1, 1), ConvLayout::Nhwc),
             (problem([2, 64, 4, 512], [16, 64, 3, 3], 2, 1), ConvLayout::Nhwc),
-            (problem([2, 12, 4, 256], [16, 12, 3, 3], 1, 1), ConvLayout::Nhwc),
             (problem([2, 32, 4, 256], [16, 16, 3, 3], 1, 2), ConvLayout::Nchw),
         ] {
             let fallback = plan(&p, ConvLayout::Nchw);
-            assert_eq!((fallback.nchw_boxes, fallback.layout()), (0, layout), "{p:?}");
+            assert_eq!((fallback.row_strips, fallback.layout()), (0, layout), "{p:?}");
             let pixels = p.batch * p.out_pixels();
             assert_eq!(fallback.tile_pixels(&p, 256), (256, pixels - 256));
         }
+        // Channels not in eights: NHWC row strips; a window too wide for a strip's
+        // margin: im2col.
+        let nhwc = plan(&problem([2, 12, 4, 256], [16, 12, 3, 3], 1, 1), ConvLayout::Nchw);
+        assert_eq!((nhwc.row_strips, nhwc.layout()), (1, ConvLayout::Nhwc));
+        let wide = ConvProblem::new(&ConvShape {
+            input: [2, 64, 4, 512],
+            weight: [16, 64, 1, 16],
+            stride: [1, 1],
+            padding: [0, 0],
+            dilation: [1, 2],
+            groups: 1,
+        })
+        .expect("a valid problem");
+        assert_eq!(plan(&wide, ConvLayout::Nhwc).row_strips, 0);
         // Channels in eights past the last whole chunk, and groups of whole chunks.
-        assert_eq!(
-            plan(&problem([2, 40, 4, 256], [16, 40, 3, 3], 1, 1), ConvLayout::Nchw).nchw_boxes,
-            1
-        );
-        assert_eq!(
-            plan(&problem([2, 64, 4, 256], [16, 32, 3, 3], 1, 2), ConvLayout::Nchw).nchw_boxes,
-            1
-        );
+        assert!(plan(&problem([2, 40, 4, 256], [16, 40, 3, 3], 1, 1), ConvLayout::Nchw).nchw_boxes());
+        assert!(plan(&problem([2, 64, 4, 256], [16, 32, 3, 3], 1, 2), ConvLayout::Nchw).nchw_boxes());
     }
 
     #[test]

@@ -92,6 +92,21 @@ pub unsafe fn sync_group<const ID: u32>(threads: u32) {
     }
 }
 
+/// Arrives at barrier `id` among `threads` threads without waiting:
+/// `barrier.arrive id, threads`. The group that [`sync_group`]s on it waits for these
+/// arrivals: one side of a handoff between groups of warps.
+///
+/// # Safety
+/// As [`sync_group`]: the arrivals and the waiters are `threads` threads together,
+/// whole warps, and no other group uses `id` meanwhile.
+#[inline(always)]
+pub unsafe fn arrive_group<const ID: u32>(threads: u32) {
+    // SAFETY: the caller guarantees the arrivals; a compiler memory barrier as above.
+    unsafe {
+        core::arch::asm!("barrier.arrive {id}, {n};", id = const ID, n = in(reg32) threads, options(nostack))
+    }
+}
+
 /// Stops the kernel with an error the host sees at its next synchronization.
 #[inline(always)]
 pub fn trap() -> ! {

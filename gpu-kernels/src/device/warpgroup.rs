@@ -1,6 +1,6 @@
-//! Warpgroup MMA (`wgmma`, sm_90a): four warps multiply A from their registers by B,
-//! which the tensor cores read from shared memory through a matrix descriptor,
-//! asynchronously, into registers.
+//! Warpgroup MMA (`wgmma`, sm_90a): four warps multiply A, from their registers or
+//! from shared memory, by B, which the tensor cores read from shared memory through a
+//! matrix descriptor, asynchronously, into registers.
 
 use core::arch::asm;
 
@@ -134,6 +134,16 @@ pub trait WarpgroupAccumulators {
     /// [`fence_async_shared`]; neither it, `a` nor the accumulators are touched until
     /// [`warpgroup_wait`] says the batch is done.
     unsafe fn multiply_tf32(&mut self, a: [u32; 4], b: u64);
+
+    /// `self += A B^T` as [`multiply_tf32`](Self::multiply_tf32), A 64 x 8 also from
+    /// shared memory through a descriptor (K-major, as B), read as TF32 as B is (so
+    /// both should be TF32 values already: a bulk copy through a
+    /// [`TensorMapElement::Tf32`](crate::tensor_map::TensorMapElement::Tf32) map rounds
+    /// them on the way).
+    ///
+    /// # Safety
+    /// As [`multiply_tf32`](Self::multiply_tf32), for both descriptors.
+    unsafe fn multiply_tf32_shared(&mut self, a: u64, b: u64);
 }
 
 /// The trait for the accumulators of one width, its `wgmma` shape and index list.
@@ -171,6 +181,24 @@ macro_rules! warpgroup_accumulators {
                             b = in(reg64) b,
                             options(nostack),
                         ],
+                    ))
+                };
+            }
+
+            #[inline(always)]
+            unsafe fn multiply_tf32_shared(&mut self, a: u64, b: u64) {
+                let acc = self;
+                // SAFETY: as above.
+                unsafe {
+                    with_accumulator_indices!($width, asm_on_accumulators!(
+                        acc,
+                        concat!(
+                            "{{\n.reg .pred accumulate;\nsetp.ne.b32 accumulate, 1, 0;\nwgmma.mma_async.sync.aligned.",
+                            $shape,
+                            ".f32.tf32.tf32 "
+                        ),
+                        ", {a}, {b}, accumulate, 1, 1;\n}}",
+                        [a = in(reg64) a, b = in(reg64) b, options(nostack),],
                     ))
                 };
             }

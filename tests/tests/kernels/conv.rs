@@ -361,6 +361,12 @@ fn every_conv_kernel_matches_the_reference_on_fixed_cases() {
         TensorCoreBoxes,
         TensorCoreBoxesNarrow,
         SplitTensorCoreBoxesNarrow,
+        /// NHWC x (as given, or changed from NCHW) staged by row strips of two boxes,
+        /// y in the case's layout: Hopper only, `TensorCore` elsewhere (NCHW:
+        /// `TensorCoreScalar`); K split or not.
+        TensorCoreStrips,
+        TensorCoreStripsNarrow,
+        SplitTensorCoreStripsNarrow,
         /// K split over blocks (`wgmma` only: `TensorCore` and `TensorCoreScalar`
         /// elsewhere), staged by bulk copies or gathered from NCHW.
         SplitTensorCoreBulkNarrow,
@@ -386,10 +392,10 @@ fn every_conv_kernel_matches_the_reference_on_fixed_cases() {
     }
     use Path::{
         Direct, DirectStaged, Gemm, Phases, SplitGemm, SplitTensorCoreBoxesNarrow, SplitTensorCoreBulkNarrow,
-        SplitTensorCoreGrad, SplitTensorCoreScalar, SplitWarpgroupGrad, Stencil, TensorCore, TensorCoreBoxes,
-        TensorCoreBoxesNarrow, TensorCoreBulk, TensorCoreBulkFromNchw, TensorCoreBulkFromNchwNarrow,
-        TensorCoreBulkNarrow, TensorCoreGrad, TensorCoreGradScalar, TensorCoreScalar, WarpgroupGrad,
-        Winograd,
+        SplitTensorCoreGrad, SplitTensorCoreScalar, SplitTensorCoreStripsNarrow, SplitWarpgroupGrad, Stencil,
+        TensorCore, TensorCoreBoxes, TensorCoreBoxesNarrow, TensorCoreBulk, TensorCoreBulkFromNchw,
+        TensorCoreBulkFromNchwNarrow, TensorCoreBulkNarrow, TensorCoreGrad, TensorCoreGradScalar,
+        TensorCoreScalar, TensorCoreStrips, TensorCoreStripsNarrow, WarpgroupGrad, Winograd,
     };
     let tf32 = |layout| Conv2dParams {
         layout,
@@ -652,6 +658,25 @@ fn every_conv_kernel_matches_the_reference_on_fixed_cases() {
             ),
             [TensorCoreBoxes, SplitTensorCoreBoxesNarrow, SplitWarpgroupGrad],
         ),
+        // The same over NHWC tensors: x staged by row strips of two boxes of 136
+        // pixels (the 256 of a tile and the 4 of the window's width), each serving the
+        // three taps of a kernel row; the input gradient's K split in two, the second
+        // part starting at the last tap of a kernel row (its strip staged there).
+        (
+            case(
+                1,
+                [40, 136],
+                [3, 3],
+                [3, 500],
+                Conv2dParams {
+                    padding: [1, 2],
+                    dilation: [1, 2],
+                    ..tf32(ConvLayout::Nhwc)
+                },
+                true,
+            ),
+            [TensorCoreStrips, SplitTensorCoreStripsNarrow, SplitWarpgroupGrad],
+        ),
         (
             case(
                 3,
@@ -664,11 +689,7 @@ fn every_conv_kernel_matches_the_reference_on_fixed_cases() {
                 },
                 true,
             ),
-            [
-                TensorCoreBoxesNarrow,
-                TensorCoreBulkFromNchwNarrow,
-                SplitTensorCoreGrad,
-            ],
+            [TensorCoreBoxesNarrow, TensorCoreStripsNarrow, SplitTensorCoreGrad],
         ),
         // Two groups of a whole chunk each.
         (
@@ -1097,14 +1118,18 @@ fn every_conv_kernel_matches_the_reference_on_fixed_cases() {
                         assert_eq!(plan.warpgroup_mma, warpgroup_mma, "{c:?} {pass:?}");
                         assert_eq!(plan.output_layout(), c.params.layout, "{c:?} {pass:?}");
                         let narrow = plan.tile_n == 64;
-                        let boxes = plan.nchw_boxes == 1;
+                        let boxes = plan.nchw_boxes();
+                        let strips = plan.row_strips == 1 && !boxes;
                         match (plan.bulk_copies, plan.a_vector) {
                             (1, _) if plan.splits > 1 && narrow && boxes => SplitTensorCoreBoxesNarrow,
+                            (1, _) if plan.splits > 1 && narrow && strips => SplitTensorCoreStripsNarrow,
                             (1, _) if plan.splits > 1 && narrow => SplitTensorCoreBulkNarrow,
                             (0, 0) if plan.splits > 1 => SplitTensorCoreScalar,
                             _ if plan.splits > 1 => panic!("{c:?} {pass:?}: {plan:?}"),
                             (1, _) if boxes && narrow => TensorCoreBoxesNarrow,
                             (1, _) if boxes => TensorCoreBoxes,
+                            (1, _) if strips && narrow => TensorCoreStripsNarrow,
+                            (1, _) if strips => TensorCoreStrips,
                             (1, _) if c.params.layout == ConvLayout::Nchw && narrow => {
                                 TensorCoreBulkFromNchwNarrow
                             }
@@ -1133,6 +1158,14 @@ fn every_conv_kernel_matches_the_reference_on_fixed_cases() {
                         (path, TensorCoreGrad)
                     }
                     (path, SplitTensorCoreBulkNarrow) if warpgroup_mma == 0 => (path, TensorCore),
+                    (path, TensorCoreStrips | TensorCoreStripsNarrow | SplitTensorCoreStripsNarrow)
+                        if warpgroup_mma == 0 =>
+                    {
+                        match c.params.layout {
+                            ConvLayout::Nhwc => (path, TensorCore),
+                            ConvLayout::Nchw => (path, TensorCoreScalar),
+                        }
+                    }
                     (path, SplitTensorCoreScalar) if warpgroup_mma == 0 => (path, TensorCoreScalar),
                     other => other,
                 };
@@ -1142,8 +1175,11 @@ fn every_conv_kernel_matches_the_reference_on_fixed_cases() {
             if paths[0] == SplitTensorCoreBulkNarrow || paths[0] == SplitTensorCoreScalar {
                 check_fused(gpu, c.clone(), Activation::Relu, true).unwrap();
             }
-            // The epilogue through shared memory, in the stages the boxes filled.
-            if paths[0] == TensorCoreBoxes || paths[0] == TensorCoreBoxesNarrow {
+            // The epilogue through shared memory, in the stages the strips filled.
+            if matches!(
+                paths[0],
+                TensorCoreBoxes | TensorCoreBoxesNarrow | TensorCoreStrips | TensorCoreStripsNarrow
+            ) {
                 check_fused(gpu, c.clone(), Activation::Silu, true).unwrap();
             }
             check_forward(gpu, c.clone()).unwrap();
@@ -1430,9 +1466,9 @@ fn tf32_passes_are_close_and_deterministic() {
 /// each run holds 1 + 3 2^-12 (between the TF32 neighbours 1 and 1 + 2^-10, nearer the
 /// second), the others 1: its products must be 1 + 2^-10, truncation would give 1.
 /// Every sum of such products is exact in FP32, so each result must equal the f64
-/// reference on the rounded tensors exactly, on the `wgmma` paths (im2col tiles read
-/// by the tensor cores from shared memory, NCHW boxes through registers) and on the
-/// portable ones.
+/// reference on the rounded tensors exactly, on the `wgmma` paths (im2col tiles and
+/// NHWC row strips read by the tensor cores from shared memory as their bulk copies
+/// rounded them, NCHW boxes through registers) and on the portable ones.
 #[test]
 fn tf32_passes_round_inputs_to_nearest() {
     let test = "tf32_passes_round_inputs_to_nearest";
@@ -1442,11 +1478,12 @@ fn tf32_passes_round_inputs_to_nearest() {
     const BETWEEN: f32 = 1.0 + 3.0 / 4096.0;
     const ROUNDED: f32 = 1.0 + 4.0 / 4096.0;
     let hopper = gpu.info().compute_capability == (9, 0);
-    // The forward's staging of x on `wgmma`: (bulk copies, NCHW boxes).
+    // The forward's staging of x on `wgmma`: (bulk copies, row strips, channels last).
     for (x_shape, w_shape, layout, staging) in [
-        ([2, 6, 10, 64], [32, 3, 3, 64], ConvLayout::Nhwc, (1, 0)),
-        ([1, 32, 3, 256], [16, 32, 3, 3], ConvLayout::Nchw, (1, 1)),
-        ([2, 64, 9, 36], [48, 64, 3, 3], ConvLayout::Nchw, (1, 0)),
+        ([2, 6, 10, 64], [32, 3, 3, 64], ConvLayout::Nhwc, (1, 0, 1)),
+        ([2, 5, 128, 64], [32, 3, 3, 64], ConvLayout::Nhwc, (1, 1, 1)),
+        ([1, 32, 3, 256], [16, 32, 3, 3], ConvLayout::Nchw, (1, 1, 0)),
+        ([2, 64, 9, 36], [48, 64, 3, 3], ConvLayout::Nchw, (1, 0, 1)),
     ] {
         let params = Conv2dParams {
             padding: [1, 1],
@@ -1462,8 +1499,12 @@ fn tf32_passes_round_inputs_to_nearest() {
             {
                 ConvAlgorithm::TensorCore(plan) => assert!(
                     !wgmma
-                        || (plan.warpgroup_mma, plan.bulk_copies, plan.nchw_boxes)
-                            == (1, staging.0, staging.1),
+                        || (
+                            plan.warpgroup_mma,
+                            plan.bulk_copies,
+                            plan.row_strips,
+                            plan.channels_last
+                        ) == (1, staging.0, staging.1, staging.2),
                     "{x_shape:?} {layout:?}: {plan:?}"
                 ),
                 other => panic!("{x_shape:?} {layout:?}: {other:?}, not on the tensor cores"),

@@ -43,7 +43,7 @@ use super::{ConvEpilogue, ConvLayout, ConvProblem, FastDiv};
 use crate::launch::{
     DeviceLimits, DevicePtr, DevicePtrMut, Launch, LaunchGeometry, ScratchLayout, kernel_args,
 };
-use crate::tensor_map::{TensorMapMode, TensorMapPair, TensorMapSpec, TensorMapSwizzle};
+use crate::tensor_map::{TensorMapElement, TensorMapMode, TensorMapPair, TensorMapSpec, TensorMapSwizzle};
 
 /// Rows of C (output pixels) per block of the `mma.sync` kernels.
 pub const TC_BM: u32 = 128;
@@ -61,15 +61,23 @@ pub const TC_THREADS: u32 = 256;
 /// Blocks resident per SM of the `mma.sync` kernels.
 pub const TC_BLOCKS_PER_SM: u32 = 1;
 
-/// Rows of C per tile of the `wgmma` kernels: 128 for each of two consumer warpgroups.
-pub const WGMMA_BM: u32 = 2 * 64 * WGMMA_CONSUMER_BLOCKS;
+/// Rows of C per tile of the `wgmma` forward kernels: those of one consumer warpgroup.
+pub const WGMMA_BM: u32 = 64 * WGMMA_CONSUMER_BLOCKS;
 /// Blocks of 64 rows (one `wgmma` each per step of K) a consumer warpgroup multiplies.
 pub const WGMMA_CONSUMER_BLOCKS: u32 = 2;
-/// Threads per block of the `wgmma` kernels: a producer warpgroup that copies the
-/// stages and two consumer warpgroups that multiply them and store the sums.
-pub const WGMMA_THREADS: u32 = 384;
-/// Shared-memory stages of the `wgmma` kernels.
-pub const WGMMA_STAGES: u32 = if WGMMA_CONSUMER_BLOCKS == 2 { 4 } else { 6 };
+/// Threads per block of the `wgmma` forward kernels (one block per SM): a producer
+/// warpgroup that copies the stages and two consumer warpgroups that take the tiles in
+/// turns, each multiplying one while the other stores its last.
+pub const WGMMA_FORWARD_THREADS: u32 = 384;
+/// Threads per block of the `wgmma` weight-gradient kernels: a producer warpgroup and
+/// two consumer warpgroups.
+pub const WGMMA_WGRAD_THREADS: u32 = 384;
+/// Stages of A in the `wgmma` forward kernels: a stage serves one k-tile, or with row
+/// strips every tap of a kernel row.
+pub const WGMMA_STAGES: u32 = 4;
+/// Stages of B in the `wgmma` forward kernels, one per k-tile: more than of A, for the
+/// k-tiles that share a strip.
+pub const WGMMA_B_STAGES: u32 = 8;
 /// Bytes of the mbarriers of one `wgmma` stage (full and empty).
 pub const WGMMA_BARRIER_BYTES: u32 = 16;
 /// Bytes of the `wgmma` producer's table of window origins (NHWC), 16 per row.
@@ -85,9 +93,18 @@ pub const NCHW_BOX_PIXELS: u32 = 32;
 /// up to 3 more that a box start at a 16-byte multiple leaves before its first.
 pub const NCHW_BOXES_PER_STRIP: u32 = WGMMA_BM / NCHW_BOX_PIXELS + 1;
 /// Bytes of A in a stage of the `wgmma` forward kernels: a tile of `WGMMA_BM` rows, or
-/// a strip of NCHW boxes.
+/// a row strip.
 pub const WGMMA_A_BYTES: u32 = NCHW_BOXES_PER_STRIP * NCHW_BOX_PIXELS * TC_BK * 4;
 const _: () = assert!(WGMMA_A_BYTES >= tile_bytes(WGMMA_BM));
+/// Shared memory of the `wgmma` forward kernels: the stages of A and of B (filled and
+/// released apart: a row strip serves several k-tiles) and their mbarriers, the
+/// producer's table, the bias.
+pub const WGMMA_FORWARD_SHARED_BYTES: u32 = WGMMA_STAGES * (WGMMA_A_BYTES + WGMMA_BARRIER_BYTES)
+    + WGMMA_B_STAGES * (tile_bytes(TC_BN) + WGMMA_BARRIER_BYTES)
+    + WGMMA_TABLE_BYTES
+    + WGMMA_BIAS_BYTES;
+/// A block fits an SM's 228 KB of shared memory (1 KB of it reserved).
+const _: () = assert!(WGMMA_FORWARD_SHARED_BYTES + 1024 <= 228 * 1024);
 
 /// Fewest k-tiles of a split of K: fewer would spend more of each part filling and
 /// draining the pipeline than multiplying.
@@ -99,7 +116,7 @@ pub const fn tile_bytes(rows: u32) -> u32 {
 }
 
 const _: () = assert!(TC_BM == TC_BN && TC_BK == 32 && TC_THREADS == 256 && TC_STAGES >= 2);
-const _: () = assert!(TC_BN == 128 && WGMMA_THREADS == 3 * 128 && WGMMA_STAGES >= 2);
+const _: () = assert!(TC_BN == 128 && WGMMA_FORWARD_THREADS == 3 * 128 && WGMMA_STAGES >= 2);
 
 /// How a tensor-core pass is launched. Its GEMM has `m_tiles x groups x n_tiles` tiles
 /// (M by the kernel's rows per tile, `TC_BN` output channels of a group). The
@@ -127,16 +144,22 @@ pub struct TensorCorePlan {
     /// multiple of `TC_BK`, or bulk copies), as 1 or 0 (K in the weights' order).
     pub channel_tiles: u32,
     /// Whether bulk tensor copies (TMA) stage A and B, as 1 or 0: on `wgmma`, where
-    /// the tensor maps can describe the problem; A by im2col over NHWC x, or with
-    /// `nchw_boxes`, by boxes of NCHW x.
+    /// the tensor maps can describe the problem; A by im2col over NHWC x, or in row
+    /// strips.
     pub bulk_copies: u32,
-    /// Whether A is staged from NCHW x as it lies, as 1 or 0: per k-tile (one tap,
-    /// `TC_BK` channels) a strip of `NCHW_BOXES_PER_STRIP` boxes along the row of x
-    /// that the tile's output pixels read (stride 1). The rows of the GEMM are then
+    /// Whether A is staged by row strips, as 1 or 0 (stride 1, bulk copies): a tile is
+    /// part of one output row, and per kernel row and `TC_BK` channels one strip of the
+    /// row of x that its pixels' windows read serves every tap of that kernel row (the
+    /// taps' k-tiles read it `dilation_w` pixels apart). The rows of the GEMM are then
     /// output rows padded to `row_pitch`, whole tiles, the pixels past `out_w`
-    /// computed and dropped; B is the weights in [`box_filter_index`] order.
-    pub nchw_boxes: u32,
-    /// Rows of the GEMM per output row: `out_w`, or with NCHW boxes the tiles' rows
+    /// computed and dropped. NHWC x: a strip is a box of `strip_box_pixels` pixels.
+    /// NCHW x, as it lies: `NCHW_BOXES_PER_STRIP` boxes of `NCHW_BOX_PIXELS` pixels of
+    /// each channel, starting at a 16-byte multiple; B is the weights in
+    /// [`box_filter_index`] order.
+    pub row_strips: u32,
+    /// Pixels of the box of an NHWC row strip.
+    pub strip_box_pixels: u32,
+    /// Rows of the GEMM per output row: `out_w`, or with row strips the tiles' rows
     /// that cover it (division by it).
     pub row_pitch: FastDiv,
     /// The k-tiles of the GEMM: `TC_BK` K each, or with channel tiles, one per tap and
@@ -163,14 +186,16 @@ impl TensorCorePlan {
         // gathers them, far more than x's change of layout costs; NCHW boxes spare
         // that change.
         let maps = warpgroup_mma && device.tensor_maps;
-        let nchw_boxes = maps && !y_channels_last && nchw_boxes_fit(problem);
-        let row_pitch = if nchw_boxes {
-            boxes_row_pitch(problem)
+        let rows_fit = maps && row_strips_fit(problem);
+        let nchw_boxes = rows_fit && !y_channels_last && nchw_boxes_fit(problem);
+        let bulk_copies = nchw_boxes || (maps && bulk_copies_fit(problem));
+        let row_strips = nchw_boxes || (rows_fit && bulk_copies);
+        let row_pitch = if row_strips {
+            strips_row_pitch(problem)
         } else {
             problem.out_w
         };
         let m = problem.batch as u64 * problem.out_h as u64 * row_pitch as u64;
-        let bulk_copies = nchw_boxes || (maps && bulk_copies_fit(problem));
         let channels_last = y_channels_last || (bulk_copies && !nchw_boxes);
         let rows = if warpgroup_mma { WGMMA_BM } else { TC_BM };
         let m_tiles = m.div_ceil(rows as u64) as u32;
@@ -188,8 +213,9 @@ impl TensorCorePlan {
         } else {
             (in_group * problem.taps()).div_ceil(TC_BK)
         };
+        let resident = device.multiprocessors;
         let splits = if warpgroup_mma && problem.output_count() < 1 << 31 {
-            split_count(tiles, k_tiles, device.multiprocessors)
+            split_count(tiles, k_tiles, resident)
         } else {
             1
         };
@@ -201,16 +227,17 @@ impl TensorCorePlan {
             n_tiles,
             tile_n,
             groups: problem.groups,
-            blocks: if units < device.multiprocessors as u64 {
+            blocks: if units < resident as u64 {
                 units as u32
             } else {
-                device.multiprocessors
+                resident
             },
             a_vector: (channels_last && in_group.is_multiple_of(4)) as u32,
             b_vector: (in_group * problem.taps()).is_multiple_of(4) as u32,
             channel_tiles: channel_tiles as u32,
             bulk_copies: bulk_copies as u32,
-            nchw_boxes: nchw_boxes as u32,
+            row_strips: row_strips as u32,
+            strip_box_pixels: strip_box_pixels(problem),
             row_pitch: FastDiv::new(row_pitch),
             k_tiles,
             channels_last: channels_last as u32,
@@ -224,11 +251,11 @@ impl TensorCorePlan {
     /// The output pixels of the tile whose first GEMM row is `m0`: the first one's
     /// index in the batch (`image * out_pixels + pixel`), and how many of the tile's
     /// rows have one, consecutive from there (the rest lie past the batch or, with
-    /// NCHW boxes, past `out_w` in the tile's output row).
+    /// row strips, past `out_w` in the tile's output row).
     #[inline(always)]
     pub const fn tile_pixels(&self, problem: &ConvProblem, m0: u32) -> (u32, u32) {
         let pixels = problem.batch * problem.out_pixels();
-        let (first, live) = if self.nchw_boxes == 1 {
+        let (first, live) = if self.row_strips == 1 {
             let (row, column) = self.row_pitch.divmod(m0);
             (row * problem.out_w + column, problem.out_w.saturating_sub(column))
         } else {
@@ -247,6 +274,11 @@ impl TensorCorePlan {
         self.m_tiles * self.groups * self.n_tiles * self.splits
     }
 
+    /// Whether row strips stage NCHW x as it lies (in boxes of its rows).
+    pub const fn nchw_boxes(&self) -> bool {
+        self.row_strips == 1 && self.channels_last == 0
+    }
+
     /// The layout of x and w.
     pub const fn layout(&self) -> ConvLayout {
         ConvLayout::of_channels_last(self.channels_last)
@@ -257,9 +289,11 @@ impl TensorCorePlan {
         ConvLayout::of_channels_last(self.y_channels_last)
     }
 
-    /// The tensor maps of the bulk copies, when the plan takes them: x for im2col
-    /// (`[C][W][H][N]`, boxes of `TC_BK` channels of `WGMMA_BM` pixels) or in NCHW
-    /// boxes, and w as `[in / groups][taps][out]` (boxes of `TC_BK` x 1 x `tile_n`).
+    /// The tensor maps of the bulk copies, when the plan takes them: NHWC x for
+    /// im2col (`[C][W][H][N]`, boxes of `TC_BK` channels of `WGMMA_BM` pixels) or in
+    /// row strips (boxes of `TC_BK` channels of `strip_box_pixels` pixels of a row),
+    /// NCHW x in boxes of its rows, and w as `[in / groups][taps][out]` (boxes of
+    /// `TC_BK` x 1 x `tile_n`).
     pub fn tensor_maps(
         &self,
         problem: &ConvProblem,
@@ -270,10 +304,25 @@ impl TensorCorePlan {
             return None;
         }
         let p = problem;
-        let patches = if self.nchw_boxes == 1 {
+        // NHWC strips and im2col tiles are rounded on the way: the consumers read them
+        // straight from shared memory.
+        let patches = if self.nchw_boxes() {
             nchw_rows_map(p, x, TC_BK)
+        } else if self.row_strips == 1 {
+            TensorMapSpec::tiled(
+                x.address(),
+                &[
+                    p.in_channels as u64,
+                    p.width as u64,
+                    p.height as u64,
+                    p.batch as u64,
+                ],
+                &[TC_BK, self.strip_box_pixels, 1, 1],
+                TensorMapSwizzle::Bytes128,
+            )
+            .rounded_to_tf32()
         } else {
-            im2col_map(p, x, WGMMA_BM)
+            im2col_map(p, x, WGMMA_BM).rounded_to_tf32()
         };
         let in_group = p.in_per_group() as u64;
         let filters = TensorMapSpec::tiled(
@@ -327,10 +376,8 @@ impl TensorCorePlan {
         let geometry = if self.warpgroup_mma == 1 {
             LaunchGeometry {
                 grid: [self.blocks as u64, 1, 1],
-                threads: WGMMA_THREADS,
-                shared_bytes: WGMMA_STAGES * (WGMMA_A_BYTES + tile_bytes(TC_BN) + WGMMA_BARRIER_BYTES)
-                    + WGMMA_TABLE_BYTES
-                    + WGMMA_BIAS_BYTES,
+                threads: WGMMA_FORWARD_THREADS,
+                shared_bytes: WGMMA_FORWARD_SHARED_BYTES,
             }
         } else {
             LaunchGeometry {
@@ -349,24 +396,28 @@ impl TensorCorePlan {
             plan: *self,
         };
         let narrow = self.tile_n == WGMMA_NARROW_BN;
+        let (strips, bulk) = (self.row_strips == 1, self.bulk_copies == 1);
         let kernel = match (self.channels_last == 1, self.warpgroup_mma == 1) {
             (true, false) => CONV_FORWARD_NHWC_TF32,
             (false, false) => CONV_FORWARD_NCHW_TF32,
-            (true, true) if narrow => CONV_FORWARD_NHWC_TF32_WGMMA_NARROW,
+            (true, true) if strips && narrow => CONV_FORWARD_NHWC_STRIPS_TF32_WGMMA_NARROW,
+            (true, true) if strips => CONV_FORWARD_NHWC_STRIPS_TF32_WGMMA,
+            (true, true) if bulk && narrow => CONV_FORWARD_NHWC_IM2COL_TF32_WGMMA_NARROW,
+            (true, true) if bulk => CONV_FORWARD_NHWC_IM2COL_TF32_WGMMA,
             (true, true) => CONV_FORWARD_NHWC_TF32_WGMMA,
-            (false, true) if self.nchw_boxes == 1 && narrow => CONV_FORWARD_NCHW_BOXES_TF32_WGMMA_NARROW,
-            (false, true) if self.nchw_boxes == 1 => CONV_FORWARD_NCHW_BOXES_TF32_WGMMA,
+            (false, true) if strips && narrow => CONV_FORWARD_NCHW_BOXES_TF32_WGMMA_NARROW,
+            (false, true) if strips => CONV_FORWARD_NCHW_BOXES_TF32_WGMMA,
             (false, true) => CONV_FORWARD_NCHW_TF32_WGMMA,
         };
         Launch::new(kernel, geometry, args)
     }
 }
 
-/// Parts to split K into where `tiles` tiles leave SMs idle: as many as give every
-/// SM a unit of work at most, each of `MIN_SPLIT_K_TILES` k-tiles at least. The
-/// whole waves of units this leaves keep every part equally long.
-const fn split_count(tiles: u64, k_tiles: u32, multiprocessors: u32) -> u32 {
-    let fill = multiprocessors as u64 / tiles;
+/// Parts to split K into where `tiles` tiles leave blocks idle: as many as give every
+/// resident block a unit of work at most, each of `MIN_SPLIT_K_TILES` k-tiles at
+/// least. The whole waves of units this leaves keep every part equally long.
+const fn split_count(tiles: u64, k_tiles: u32, resident: u32) -> u32 {
+    let fill = resident as u64 / tiles;
     let most = (k_tiles / MIN_SPLIT_K_TILES) as u64;
     let splits = if fill < most { fill } else { most };
     if splits < 1 { 1 } else { splits as u32 }
@@ -409,6 +460,7 @@ pub(crate) fn im2col_map(problem: &ConvProblem, x: DevicePtr<f32>, pixels: u32) 
             pixels,
         },
         swizzle: TensorMapSwizzle::Bytes128,
+        element: TensorMapElement::F32,
     }
 }
 
@@ -429,25 +481,47 @@ pub(crate) fn nchw_rows_map(problem: &ConvProblem, x: DevicePtr<f32>, channels: 
     )
 }
 
-/// The GEMM rows per output row with NCHW boxes: whole tiles.
-const fn boxes_row_pitch(p: &ConvProblem) -> u32 {
+/// The GEMM rows per output row with row strips: whole tiles.
+const fn strips_row_pitch(p: &ConvProblem) -> u32 {
     p.out_w.div_ceil(WGMMA_BM) * WGMMA_BM
 }
 
-/// Whether NCHW boxes can stage `problem`'s x: stride 1 (a box's pixels are
-/// consecutive in x), output rows that whole tiles cover with at most 1/16 more
-/// (computed and dropped), the padded rows' pixels under 2^31 (the divisions' range),
-/// rows of x in 16-byte multiples within the maps' 2^40-byte strides, and channels
-/// per group a multiple of the 8 that [`box_filter_index`] interleaves, their chunks
-/// in their group.
-const fn nchw_boxes_fit(p: &ConvProblem) -> bool {
-    let in_group = p.in_per_group();
-    let pitch = boxes_row_pitch(p) as u64;
+/// Pixels a row strip holds beyond a tile's `WGMMA_BM`: the window's width, and the
+/// up to 3 pixels before it that the start of NCHW boxes at 16-byte multiples adds.
+pub const STRIP_MARGIN: u32 = NCHW_BOXES_PER_STRIP * NCHW_BOX_PIXELS - WGMMA_BM;
+
+/// Whether row strips can stage `problem`'s x (in a layout the bulk copies take):
+/// stride 1 (a strip's pixels are consecutive in x), output rows that whole tiles
+/// cover with at most 1/16 more (computed and dropped), the padded rows' pixels under
+/// 2^31 (the divisions' range), and windows whose width, with the 3 pixels NCHW boxes
+/// may start early, fits the strip's margin.
+const fn row_strips_fit(p: &ConvProblem) -> bool {
+    let pitch = strips_row_pitch(p) as u64;
     p.stride_h == 1
         && p.stride_w == 1
         && pitch * 16 <= p.out_w as u64 * 17
         && (p.batch as u64 * p.out_h as u64 * pitch) < 1 << 31
-        && p.width.is_multiple_of(4)
+        && (p.kernel_w as u64 - 1) * p.dilation_w as u64 + 3 <= STRIP_MARGIN as u64
+}
+
+/// Pixels of the box of an NHWC row strip: a tile's row and the window's width.
+const fn strip_box_pixels(p: &ConvProblem) -> u32 {
+    let window = (p.kernel_w - 1).saturating_mul(p.dilation_w);
+    WGMMA_BM
+        + if window < STRIP_MARGIN {
+            window
+        } else {
+            STRIP_MARGIN
+        }
+}
+
+/// Whether NCHW boxes can stage `problem`'s x where row strips fit: rows of x in
+/// 16-byte multiples within the maps' 2^40-byte strides, and channels per group a
+/// multiple of the 8 that [`box_filter_index`] interleaves, their chunks in their
+/// group.
+const fn nchw_boxes_fit(p: &ConvProblem) -> bool {
+    let in_group = p.in_per_group();
+    p.width.is_multiple_of(4)
         && (p.in_channels as u64 * p.pixels() as u64 * 4) < 1 << 40
         && in_group.is_multiple_of(8)
         && (p.groups == 1 || in_group.is_multiple_of(TC_BK))
@@ -511,20 +585,37 @@ kernel_args! {
     /// The TF32 forward pass over NCHW tensors on `mma.sync`.
     pub const CONV_FORWARD_NCHW_TF32 = "conv_forward_nchw_tf32" =>
         warp_mma::forward_nchw, bounds(TC_THREADS, TC_BLOCKS_PER_SM);
-    /// The TF32 forward pass over NHWC tensors on `wgmma`.
+    /// The TF32 forward pass over NHWC tensors on `wgmma`, x gathered by `cp.async`.
     pub const CONV_FORWARD_NHWC_TF32_WGMMA = "conv_forward_nhwc_tf32_wgmma" =>
-        warpgroup_mma::forward::<true, false, 16>, bounds(WGMMA_THREADS, 1), requires("sm_90a");
+        warpgroup_mma::forward::<true, false, false, 16>,
+        bounds(WGMMA_FORWARD_THREADS, 1), requires("sm_90a");
+    /// The TF32 forward pass over NHWC tensors on `wgmma`, x staged by im2col copies.
+    pub const CONV_FORWARD_NHWC_IM2COL_TF32_WGMMA = "conv_forward_nhwc_im2col_tf32_wgmma" =>
+        warpgroup_mma::forward::<true, true, false, 16>,
+        bounds(WGMMA_FORWARD_THREADS, 1), requires("sm_90a");
     /// The same in tiles of `WGMMA_NARROW_BN` output channels.
-    pub const CONV_FORWARD_NHWC_TF32_WGMMA_NARROW = "conv_forward_nhwc_tf32_wgmma_narrow" =>
-        warpgroup_mma::forward::<true, false, 8>, bounds(WGMMA_THREADS, 1), requires("sm_90a");
-    /// The TF32 forward pass over NCHW tensors on `wgmma`.
+    pub const CONV_FORWARD_NHWC_IM2COL_TF32_WGMMA_NARROW = "conv_forward_nhwc_im2col_tf32_wgmma_narrow" =>
+        warpgroup_mma::forward::<true, true, false, 8>,
+        bounds(WGMMA_FORWARD_THREADS, 1), requires("sm_90a");
+    /// The TF32 forward pass over NHWC tensors on `wgmma`, x staged by row strips.
+    pub const CONV_FORWARD_NHWC_STRIPS_TF32_WGMMA = "conv_forward_nhwc_strips_tf32_wgmma" =>
+        warpgroup_mma::forward::<true, true, true, 16>,
+        bounds(WGMMA_FORWARD_THREADS, 1), requires("sm_90a");
+    /// The same in tiles of `WGMMA_NARROW_BN` output channels.
+    pub const CONV_FORWARD_NHWC_STRIPS_TF32_WGMMA_NARROW = "conv_forward_nhwc_strips_tf32_wgmma_narrow" =>
+        warpgroup_mma::forward::<true, true, true, 8>,
+        bounds(WGMMA_FORWARD_THREADS, 1), requires("sm_90a");
+    /// The TF32 forward pass over NCHW tensors on `wgmma`, x gathered by `cp.async`.
     pub const CONV_FORWARD_NCHW_TF32_WGMMA = "conv_forward_nchw_tf32_wgmma" =>
-        warpgroup_mma::forward::<false, false, 16>, bounds(WGMMA_THREADS, 1), requires("sm_90a");
+        warpgroup_mma::forward::<false, false, false, 16>,
+        bounds(WGMMA_FORWARD_THREADS, 1), requires("sm_90a");
     /// The TF32 forward pass over NCHW tensors on `wgmma`, x staged by NCHW boxes.
     pub const CONV_FORWARD_NCHW_BOXES_TF32_WGMMA = "conv_forward_nchw_boxes_tf32_wgmma" =>
-        warpgroup_mma::forward::<false, true, 16>, bounds(WGMMA_THREADS, 1), requires("sm_90a");
+        warpgroup_mma::forward::<false, true, true, 16>,
+        bounds(WGMMA_FORWARD_THREADS, 1), requires("sm_90a");
     /// The same in tiles of `WGMMA_NARROW_BN` output channels.
     pub const CONV_FORWARD_NCHW_BOXES_TF32_WGMMA_NARROW = "conv_forward_nchw_boxes_tf32_wgmma_narrow" =>
-        warpgroup_mma::forward::<false, true, 8>, bounds(WGMMA_THREADS, 1), requires("sm_90a");
+        warpgroup_mma::forward::<false, true, true, 8>,
+        bounds(WGMMA_FORWARD_THREADS, 1), requires("sm_90a");
     entry points in ENTRY_POINTS;
 }

@@ -1,12 +1,12 @@
 //! The epilogue of the `wgmma` kernel with a residual or an activation past ReLU (the
-//! others store from registers): a consumer warpgroup's sums (128 rows of 128 or
+//! others store from registers): the consumer warpgroup's sums (128 rows of 128 or
 //! 64 columns) go out through shared memory, 32 columns at a time, so that every store to y (and every
 //! read of the residual) is coalesced in either layout, and the fused epilogue runs in
 //! loops over shared memory rather than over the registers (a loop over the registers
 //! must unroll whole, or the sums move to local memory; with the activation and the
 //! residual inside it is too long for that).
 //!
-//! The staging buffer is the consumer's own part of A in the tile's last stage: only
+//! The staging buffer is the start of A in the tile's last stage: only
 //! this warpgroup reads it (its `wgmma`s, and the fragments it loads), and that is
 //! done once it waits for its `wgmma`s; the stage goes back to the producer after the
 //! epilogue.
@@ -18,8 +18,8 @@ use crate::device::{
     sync_group, thread_idx_x,
 };
 
-/// Rows of a consumer warpgroup's tile and of the buffer.
-const ROWS: u32 = WGMMA_BM / 2;
+/// Rows of the consumer warpgroup's tile and of the buffer.
+const ROWS: u32 = WGMMA_BM;
 /// Columns staged per pass: one 128-byte row of A per row of the tile.
 const COLUMNS: u32 = TC_BK;
 /// Tiles of 8 columns per pass.
@@ -40,7 +40,7 @@ fn chunk_address(buffer: u32, row: u32, chunk: u32) -> u32 {
     buffer + row * COLUMNS * 4 + ((chunk ^ (row % 8)) * 16)
 }
 
-/// Writes consumer `consumer`'s sums of `tile` through the fused epilogue to y, staged
+/// Writes the consumer's sums of `tile` through the fused epilogue to y, staged
 /// in `buffer` (`ROWS` x `COLUMNS` floats of shared memory).
 ///
 /// # Safety
@@ -54,8 +54,6 @@ pub unsafe fn store_staged<const J: usize>(
     buffer: u32,
     consumer: u32,
 ) {
-    // The consumer's first row of the tile.
-    let rows = consumer * ROWS;
     // A loop the compiler keeps rolled (the code of four passes would not fit the
     // instruction cache beside the mainloop), the pass's sums picked by selects.
     for pass in 0..8 * J as u32 / COLUMNS {
@@ -67,9 +65,9 @@ pub unsafe fn store_staged<const J: usize>(
             stage(sums, buffer, pass);
             sync_consumer(consumer);
             if args.plan.y_channels_last == 1 {
-                write_nhwc(args, tile, rows, buffer, pass);
+                write_nhwc(args, tile, buffer, pass);
             } else {
-                write_nchw(args, tile, rows, buffer, pass);
+                write_nchw(args, tile, buffer, pass);
             }
         }
     }
@@ -81,7 +79,7 @@ pub unsafe fn store_staged<const J: usize>(
 /// The consumer warpgroup reaches it together.
 #[inline(always)]
 unsafe fn sync_consumer(consumer: u32) {
-    // SAFETY: forwarded; each consumer has its own barrier.
+    // SAFETY: forwarded; the consumer's own barrier.
     unsafe {
         if consumer == 0 {
             sync_group::<2>(THREADS)
@@ -132,7 +130,7 @@ fn pick<const J: usize>(pass: u32, tiles: &[[f32; 4]; J], j: usize) -> [f32; 4] 
 /// # Safety
 /// As [`store_staged`], the pass staged and published.
 #[inline(always)]
-unsafe fn write_nhwc(args: &TensorCoreArgs, tile: TileOrigin, rows: u32, buffer: u32, pass: u32) {
+unsafe fn write_nhwc(args: &TensorCoreArgs, tile: TileOrigin, buffer: u32, pass: u32) {
     let p = &args.problem;
     let (pixel0, live) = args.plan.tile_pixels(p, tile.m0);
     let out_group = p.out_per_group();
@@ -146,9 +144,9 @@ unsafe fn write_nhwc(args: &TensorCoreArgs, tile: TileOrigin, rows: u32, buffer:
     }
     // Rows past the problem's end skipped by the bound (a bound the compiler cannot
     // see keeps the loop rolled, and the code small).
-    let live_rows = ROWS.min(live.saturating_sub(rows));
+    let live_rows = ROWS.min(live);
     for row in (thread_idx_x() % THREADS / 8..live_rows).step_by((THREADS / 8) as usize) {
-        let m = pixel0 + rows + row;
+        let m = pixel0 + row;
         // SAFETY: inside the buffer, published by the barrier.
         let sums = unsafe { load_shared_v4_f32(chunk_address(buffer, row, chunk)) };
         let at = m as usize * p.out_channels as usize + (tile.group * out_group + first) as usize;
@@ -181,14 +179,14 @@ unsafe fn write_nhwc(args: &TensorCoreArgs, tile: TileOrigin, rows: u32, buffer:
 /// # Safety
 /// As [`store_staged`], the pass staged and published.
 #[inline(always)]
-unsafe fn write_nchw(args: &TensorCoreArgs, tile: TileOrigin, rows: u32, buffer: u32, pass: u32) {
+unsafe fn write_nchw(args: &TensorCoreArgs, tile: TileOrigin, buffer: u32, pass: u32) {
     let p = &args.problem;
     let row = thread_idx_x() % THREADS;
     let (pixel0, live) = args.plan.tile_pixels(p, tile.m0);
-    if rows + row >= live {
+    if row >= live {
         return;
     }
-    let m = pixel0 + rows + row;
+    let m = pixel0 + row;
     let out_group = p.out_per_group();
     let y = args.y.as_mut_ptr();
     let (image, pixel) = p.div_out_pixels.divmod(m);

@@ -1,13 +1,17 @@
 //! The forward pass on warpgroup MMA (`wgmma`, sm_90a): persistent blocks of three
-//! warpgroups. The producer warpgroup copies k-tiles of A (`WGMMA_BM` rows) and B
-//! (the plan's `tile_n` rows: 128, or 64 for narrow problems) into `WGMMA_STAGES`
-//! stages, by bulk tensor copies (TMA: im2col over NHWC x, or strips of boxes along
-//! NCHW x's rows) where the plan takes them, else with `cp.async`; each of the two
-//! consumer warpgroups multiplies its 128 rows by the tile's columns straight from the
-//! swizzled stages (A through registers, rounded to TF32 on the way; B, which the tensor cores
-//! read from shared memory as TF32, rounded by the host beforehand) and stores its
-//! sums, while the producer already copies the next tile's stages. Full and empty
-//! mbarriers per stage order the two sides.
+//! warpgroups, one block per SM. The producer warpgroup copies A (`WGMMA_BM` rows per
+//! k-tile) and B (the plan's `tile_n` rows: 128, or 64 for narrow problems) into two
+//! rings of stages, by bulk tensor copies (TMA: im2col over NHWC x, or row strips, one
+//! per kernel row that all its taps read) where the plan takes them, else with
+//! `cp.async`. The two consumer warpgroups take the block's tiles in turns (CUTLASS's
+//! ping-pong): one multiplies a tile's 128 rows by its columns straight from the
+//! swizzled stages while the other stores the sums of the tile before, so that the
+//! stores overlap the multiplies. The tensor cores truncate FP32 to TF32, so every
+//! operand is rounded to nearest first: B by the host; A of NHWC bulk copies by the
+//! copies themselves (TFLOAT32 tensor maps), read by the tensor cores from shared
+//! memory like B; A of NCHW boxes and `cp.async` tiles through registers, rounded on
+//! the way. Full and empty mbarriers per stage order the two sides: a stage of B
+//! serves one k-tile, a stage of A one k-tile or one strip.
 
 use super::epilogue::{TileOrigin, WarpTiles, bias_sums, store_plain};
 use super::operands::{
@@ -17,7 +21,7 @@ use super::operands::{
 use super::staged_epilogue::store_staged;
 use super::*;
 use crate::device::{
-    PIPELINE_BARRIER_BYTES, Shuffle, StagePipeline, WarpgroupAccumulators, async_copy_commit,
+    PIPELINE_BARRIER_BYTES, Shuffle, StagePipeline, WarpgroupAccumulators, arrive_group, async_copy_commit,
     async_copy_wait, block_idx_x, fence_async_shared, fence_tensor_map, grid_dim_x, lane_id, load_matrix_x4,
     load_shared_f32, set_max_registers, shared_base, store_shared_f32, swizzled_k_major_descriptor,
     sync_group, sync_threads, thread_idx_x, to_tf32, warpgroup_commit, warpgroup_fence, warpgroup_wait,
@@ -26,48 +30,45 @@ use crate::tensor_map::TensorMap;
 
 /// Threads of a warpgroup.
 const WARPGROUP: u32 = 128;
-/// Rows of the tile each consumer warpgroup multiplies (two `wgmma` of 64 rows).
-const CONSUMER_ROWS: u32 = WGMMA_BM / 2;
 /// Staged rows per producer thread: of A (NHWC), of A (NCHW), of B.
 const A_ROWS: usize = (WGMMA_BM * TC_BK / 4 / WARPGROUP) as usize;
 const NCHW_ROWS: usize = (WGMMA_BM / WARPGROUP) as usize;
 const B_ROWS: usize = (TC_BN * TC_BK / 4 / WARPGROUP) as usize;
-/// Bytes of a stage: A then B (of `TC_BN` rows at most).
-const STAGE_BYTES: u32 = WGMMA_A_BYTES + tile_bytes(TC_BN);
 /// Bytes of an NCHW box (`TC_BK` rows of channels).
 const BOX_BYTES: u32 = TC_BK * NCHW_BOX_PIXELS * 4;
-/// Where the second consumer's staged epilogue starts in the A of the last stage, the
-/// first's at its start: `tile_bytes(CONSUMER_ROWS)` each, clear of the other's reads
-/// in both layouts. A tile's rows of K: the first consumer reads the first half. An
-/// NCHW strip: the first reads boxes 0 to 4 (its 128 pixels up to 3 into the strip),
-/// the second boxes 4 to 8, so the second stages in the last four.
-const STAGING_STEP: u32 = WGMMA_A_BYTES - tile_bytes(CONSUMER_ROWS);
-const _: () = assert!(STAGING_STEP >= tile_bytes(CONSUMER_ROWS) && STAGING_STEP >= 5 * BOX_BYTES);
 
-/// Registers per thread of the producer and of the consumers. Together they may take
-/// no more than the block got at launch (the 64K of the SM over its threads, in steps
-/// of 8): a consumer's `setmaxnreg.inc` waits for registers that never come otherwise.
-const PRODUCER_REGISTERS: u32 = 104;
-const CONSUMER_REGISTERS: u32 = 200;
-const LAUNCH_REGISTERS: u32 = 65536 / WGMMA_THREADS / 8 * 8;
+/// Registers per thread of the producer and of each consumer, with bulk copies and
+/// with `cp.async`. Together they may take no more than the block got at launch (the
+/// 64K of the SM over its threads, in steps of 8): a consumer's `setmaxnreg.inc` waits
+/// for registers that never come otherwise.
+const BULK_REGISTERS: [u32; 2] = [40, 232];
+const GATHER_REGISTERS: [u32; 2] = [104, 200];
+const LAUNCH_REGISTERS: u32 = 65536 / WGMMA_FORWARD_THREADS / 8 * 8;
 
-const _: () = assert!(PIPELINE_BARRIER_BYTES == WGMMA_BARRIER_BYTES && CONSUMER_ROWS == 128);
-const _: () = assert!(PRODUCER_REGISTERS + 2 * CONSUMER_REGISTERS <= 3 * LAUNCH_REGISTERS);
+const _: () = assert!(PIPELINE_BARRIER_BYTES == WGMMA_BARRIER_BYTES && WGMMA_BM == 128);
+const _: () = assert!(BULK_REGISTERS[0] + 2 * BULK_REGISTERS[1] <= 3 * LAUNCH_REGISTERS);
+const _: () = assert!(GATHER_REGISTERS[0] + 2 * GATHER_REGISTERS[1] <= 3 * LAUNCH_REGISTERS);
 
 #[inline(always)]
 fn stage_a(stage: u32) -> u32 {
-    shared_base() + stage * STAGE_BYTES
+    shared_base() + stage * WGMMA_A_BYTES
 }
 
 #[inline(always)]
 fn stage_b(stage: u32) -> u32 {
-    stage_a(stage) + WGMMA_A_BYTES
+    stage_a(WGMMA_STAGES) + stage * tile_bytes(TC_BN)
 }
 
-/// The producer's table of window origins, after the stages' mbarriers.
+/// The mbarriers of the rings of A and of B, after the stages of B.
+#[inline(always)]
+fn ring_barriers(ring: u32) -> u32 {
+    stage_b(WGMMA_B_STAGES) + ring * WGMMA_STAGES * WGMMA_BARRIER_BYTES
+}
+
+/// The producer's table of window origins, after the rings' mbarriers.
 #[inline(always)]
 fn origin_table() -> u32 {
-    stage_a(WGMMA_STAGES) + WGMMA_STAGES * WGMMA_BARRIER_BYTES
+    ring_barriers(1) + WGMMA_B_STAGES * WGMMA_BARRIER_BYTES
 }
 
 /// The bias of the first `WGMMA_SHARED_BIAS` output channels, after the table: read at
@@ -90,7 +91,7 @@ unsafe fn stage_bias(args: &TensorCoreArgs) {
         return;
     }
     let channels = args.problem.out_channels.min(WGMMA_SHARED_BIAS);
-    for c in (thread_idx_x()..channels).step_by(WGMMA_THREADS as usize) {
+    for c in (thread_idx_x()..channels).step_by(WGMMA_FORWARD_THREADS as usize) {
         // SAFETY: c is a channel of the bias and of the table.
         unsafe { store_shared_f32(bias_table() + 4 * c, *bias.add(c as usize)) };
     }
@@ -110,6 +111,31 @@ unsafe fn bias_of(args: &TensorCoreArgs, c: u32) -> f32 {
             *args.epilogue.bias.as_ptr().add(c as usize)
         }
     }
+}
+
+/// The two rings of stages: A and B, filled and released apart.
+struct Rings {
+    a: StagePipeline,
+    b: StagePipeline,
+}
+
+/// Fills of both rings so far (a stage's index and round follow from them).
+#[derive(Clone, Copy, Default)]
+struct Fills {
+    a: u32,
+    b: u32,
+}
+
+/// The stage and round of fill `fill` of a ring.
+#[inline(always)]
+fn stage_of(fill: u32) -> (u32, u32) {
+    (fill % WGMMA_STAGES, fill / WGMMA_STAGES)
+}
+
+/// The stage and round of fill `fill` of the ring of B.
+#[inline(always)]
+fn b_stage_of(fill: u32) -> (u32, u32) {
+    (fill % WGMMA_B_STAGES, fill / WGMMA_B_STAGES)
 }
 
 /// A unit of a block's work: a tile of the GEMM, and the k-tiles of its split of K.
@@ -141,32 +167,36 @@ fn work_unit(plan: &TensorCorePlan, index: u32) -> WorkUnit {
     }
 }
 
-/// y = conv(x, w) + bias over NHWC (`CHANNELS_LAST`) or NCHW tensors, x staged by NCHW
-/// boxes where `NCHW_BOXES`, in tiles of `8 J` output channels.
+/// y = conv(x, w) + bias over NHWC (`CHANNELS_LAST`) or NCHW tensors, x staged by bulk
+/// copies where `BULK` (by row strips where `ROW_STRIPS`), else gathered by `cp.async`,
+/// in tiles of `8 J` output channels.
 ///
 /// # Safety
 /// x, w and y hold the problem's tensors in that layout (w `[out][kh][kw][in / groups]`
 /// in NHWC, `[out][in / groups][kh][kw]` in NCHW, in [`box_filter_index`] order with
 /// NCHW boxes), bias null or `out_channels` floats; `plan` is the problem's forward
-/// plan for `wgmma` in that layout with `tile_n` `8 J` and `nchw_boxes` as
-/// `NCHW_BOXES`, the launch the one it builds.
+/// plan for `wgmma` in that layout with `tile_n` `8 J`, `bulk_copies` as `BULK` and
+/// `row_strips` as `ROW_STRIPS`, the launch the one it builds.
 #[inline(always)]
-pub unsafe fn forward<const CHANNELS_LAST: bool, const NCHW_BOXES: bool, const J: usize>(args: TensorCoreArgs)
-where
+pub unsafe fn forward<const CHANNELS_LAST: bool, const BULK: bool, const ROW_STRIPS: bool, const J: usize>(
+    args: TensorCoreArgs,
+) where
     [[f32; 4]; J]: WarpgroupAccumulators,
 {
     let (p, plan) = (&args.problem, &args.plan);
     let k_tiles = KTiles::new(p, plan);
     let units = plan.units();
     // With bulk copies one producer thread arrives per fill, else every producer.
-    let bulk = NCHW_BOXES || (CHANNELS_LAST && plan.bulk_copies == 1);
-    let producers = if bulk { 1 } else { WARPGROUP };
+    let producers = if BULK { 1 } else { WARPGROUP };
     // SAFETY: every thread calls them; the mbarriers follow the stages in the launch's
     // shared memory, the bias table the producer's table, and the barrier below
     // publishes both.
-    let pipeline = unsafe {
+    let rings = unsafe {
         stage_bias(&args);
-        StagePipeline::new(stage_a(WGMMA_STAGES), WGMMA_STAGES, producers, 2 * WARPGROUP)
+        Rings {
+            a: StagePipeline::new(ring_barriers(0), WGMMA_STAGES, producers, WARPGROUP),
+            b: StagePipeline::new(ring_barriers(1), WGMMA_B_STAGES, producers, WARPGROUP),
+        }
     };
     // SAFETY: every thread reaches it.
     unsafe { sync_threads() };
@@ -178,15 +208,27 @@ where
     // consumers' sums.
     unsafe {
         if warpgroup == 0 {
-            set_max_registers::<false, PRODUCER_REGISTERS>();
-            if bulk {
-                produce_bulk::<NCHW_BOXES, J>(&args, units, &pipeline);
+            if BULK {
+                set_max_registers::<false, { BULK_REGISTERS[0] }>();
+                produce_bulk::<CHANNELS_LAST, ROW_STRIPS, J>(&args, units, &rings);
             } else {
-                produce::<CHANNELS_LAST>(&args, k_tiles, units, &pipeline);
+                set_max_registers::<false, { GATHER_REGISTERS[0] }>();
+                produce::<CHANNELS_LAST>(&args, k_tiles, units, &rings);
             }
         } else {
-            set_max_registers::<true, CONSUMER_REGISTERS>();
-            consume::<NCHW_BOXES, J>(&args, units, &pipeline, warpgroup - 1);
+            if BULK {
+                set_max_registers::<true, { BULK_REGISTERS[1] }>();
+            } else {
+                set_max_registers::<true, { GATHER_REGISTERS[1] }>();
+            }
+            // NHWC bulk copies round A to TF32 on the way (the plan's tensor maps), so
+            // the tensor cores read it from shared memory like B.
+            let consumer = warpgroup - 1;
+            if CHANNELS_LAST && BULK {
+                consume::<CHANNELS_LAST, ROW_STRIPS, true, J>(&args, units, &rings, consumer);
+            } else {
+                consume::<CHANNELS_LAST, ROW_STRIPS, false, J>(&args, units, &rings, consumer);
+            }
         }
     }
 }
@@ -203,30 +245,48 @@ fn window_origin(p: &ConvProblem, m: u32) -> [i32; 3] {
     ]
 }
 
-/// Where the NCHW strip of k-tile `kt` starts along x's row, relative to the tile's
-/// first output column: at the 16-byte multiple (bulk copies start no elsewhere) at or
-/// before the tap's first column; and how many pixels before that column (0 to 3).
+/// A k-tile's tap's column of the window (`s` of `kh x kw`), its tap, its chunk of
+/// channels.
 #[inline(always)]
-fn strip_shift(p: &ConvProblem, kt: u32) -> (i32, u32) {
-    let s = p.div_kernel_w.divmod(p.div_taps.divmod(kt).1).1;
-    let shift = (s * p.dilation_w) as i32 - p.pad_w as i32;
-    (shift & !3, (shift & 3) as u32)
+fn tap_of(p: &ConvProblem, kt: u32) -> (u32, u32, u32) {
+    let (chunk, tap) = p.div_taps.divmod(kt);
+    (p.div_kernel_w.divmod(tap).1, tap, chunk)
+}
+
+/// Pixels a row strip starts before the first output pixel's window: the padding, and
+/// in NCHW the up to 3 more that a start at a 16-byte multiple (where bulk copies of
+/// NCHW rows must start) adds.
+#[inline(always)]
+fn strip_lead<const CHANNELS_LAST: bool>(p: &ConvProblem) -> u32 {
+    if CHANNELS_LAST {
+        p.pad_w
+    } else {
+        (p.pad_w + 3) & !3
+    }
+}
+
+/// Where the rows of the taps at window column `s` start in a row strip: the tap's
+/// offset in the window past the strip's lead.
+#[inline(always)]
+fn strip_skip<const CHANNELS_LAST: bool>(p: &ConvProblem, s: u32) -> u32 {
+    s * p.dilation_w + strip_lead::<CHANNELS_LAST>(p) - p.pad_w
 }
 
 /// The producer on bulk tensor copies: its first thread stages the k-tiles of every
-/// unit of this block, A at one tap and `TC_BK` channels as an im2col box of
-/// `WGMMA_BM` pixels, or with `NCHW_BOXES` as a strip of `NCHW_BOXES_PER_STRIP` boxes
-/// of `NCHW_BOX_PIXELS` pixels along the row of x the tap reads ([`strip_shift`]), B
-/// as a box of `8 J` filters of that tap and those channels.
+/// unit of this block. B: per k-tile a box of `8 J` filters of its tap and `TC_BK`
+/// channels. A: per k-tile an im2col box of `WGMMA_BM` pixels at its tap; or with
+/// `ROW_STRIPS`, per kernel row (and at a unit's first k-tile) the strip of the row of
+/// x that its taps read: a box of `strip_box_pixels` NHWC pixels, or
+/// `NCHW_BOXES_PER_STRIP` NCHW boxes of `NCHW_BOX_PIXELS` pixels.
 ///
 /// # Safety
 /// As [`forward`]; the producer warpgroup calls it; `args.maps` holds the plan's tensor
 /// maps.
 #[inline(always)]
-unsafe fn produce_bulk<const NCHW_BOXES: bool, const J: usize>(
+unsafe fn produce_bulk<const CHANNELS_LAST: bool, const ROW_STRIPS: bool, const J: usize>(
     args: &TensorCoreArgs,
     units: u32,
-    pipeline: &StagePipeline,
+    rings: &Rings,
 ) {
     if thread_idx_x() != 0 {
         return;
@@ -239,58 +299,72 @@ unsafe fn produce_bulk<const NCHW_BOXES: bool, const J: usize>(
         fence_tensor_map(patches_map);
         fence_tensor_map(filters_map);
     }
-    let a_bytes = if NCHW_BOXES {
-        NCHW_BOXES_PER_STRIP * BOX_BYTES
+    let box_pixels = if CHANNELS_LAST {
+        plan.strip_box_pixels
     } else {
-        tile_bytes(WGMMA_BM)
+        NCHW_BOX_PIXELS
     };
-    let mut fills = 0;
+    let (boxes, a_bytes) = match (ROW_STRIPS, CHANNELS_LAST) {
+        (false, _) => (1, tile_bytes(WGMMA_BM)),
+        (true, true) => (1, tile_bytes(box_pixels)),
+        (true, false) => (NCHW_BOXES_PER_STRIP, NCHW_BOXES_PER_STRIP * BOX_BYTES),
+    };
+    let mut fills = Fills::default();
     let mut index = block_idx_x();
     while index < units {
         let unit = work_unit(plan, index);
         let tile = unit.tile;
-        // NCHW boxes: the tile is part of one output row (padded to whole tiles), at
-        // stride 1 its window's origin the row's shifted by the tile's first column.
-        let origin = if NCHW_BOXES {
+        // Row strips: the tile is part of one output row (padded to whole tiles), at
+        // stride 1 its strips' start the row's shifted by the tile's first column.
+        let origin = if ROW_STRIPS {
             let (row, column) = plan.row_pitch.divmod(tile.m0);
             let [_, y, image] = window_origin(p, row * p.out_w);
-            [column as i32, y, image]
+            [column as i32 - strip_lead::<CHANNELS_LAST>(p) as i32, y, image]
         } else {
             window_origin(p, tile.m0)
         };
         let filter = (tile.group * p.out_per_group() + tile.n0) as i32;
         for kt in unit.k_first..unit.k_first + unit.k_count {
-            let (chunk, tap) = p.div_taps.divmod(kt);
-            let (r, s) = p.div_kernel_w.divmod(tap);
+            let (s, tap, chunk) = tap_of(p, kt);
+            let r = p.div_kernel_w.divmod(tap).0;
             let channel = chunk * TC_BK;
-            let offsets = [(s * p.dilation_w) as u16, (r * p.dilation_h) as u16];
-            let (stage, fill) = (fills % WGMMA_STAGES, fills / WGMMA_STAGES);
-            // SAFETY: the stage is released before the copies start; the full barrier
-            // expects both boxes' bytes (zero-filled parts included).
+            let x_channel = (tile.group * p.in_per_group() + channel) as i32;
+            // SAFETY: each stage is released before the copies into it start; a full
+            // barrier expects all its boxes' bytes (zero-filled parts included).
             unsafe {
-                pipeline.acquire(stage, fill);
-                pipeline.arrive_expecting(stage, a_bytes + tile_bytes(8 * J as u32));
-                let x_channel = (tile.group * p.in_per_group() + channel) as i32;
-                if NCHW_BOXES {
-                    let (start, _) = strip_shift(p, kt);
-                    let row = origin[1] + offsets[1] as i32;
-                    for b in 0..NCHW_BOXES_PER_STRIP {
-                        let column = origin[0] + start + (b * NCHW_BOX_PIXELS) as i32;
-                        let at = [column, row, x_channel, origin[2]];
-                        pipeline.load_tile_4d(stage, stage_a(stage) + b * BOX_BYTES, patches_map, at);
+                if !ROW_STRIPS || s == 0 || kt == unit.k_first {
+                    let (stage, round) = stage_of(fills.a);
+                    rings.a.acquire(stage, round);
+                    rings.a.arrive_expecting(stage, a_bytes);
+                    let row = origin[1] + (r * p.dilation_h) as i32;
+                    for b in 0..boxes {
+                        let destination = stage_a(stage) + b * a_bytes / boxes;
+                        let column = origin[0] + (b * box_pixels) as i32;
+                        match (ROW_STRIPS, CHANNELS_LAST) {
+                            (false, _) => {
+                                let at = [x_channel, origin[0], origin[1], origin[2]];
+                                let offsets = [(s * p.dilation_w) as u16, (r * p.dilation_h) as u16];
+                                rings.a.load_im2col(stage, destination, patches_map, at, offsets);
+                            }
+                            (true, true) => {
+                                let at = [x_channel, column, row, origin[2]];
+                                rings.a.load_tile_4d(stage, destination, patches_map, at);
+                            }
+                            (true, false) => {
+                                let at = [column, row, x_channel, origin[2]];
+                                rings.a.load_tile_4d(stage, destination, patches_map, at);
+                            }
+                        }
                     }
-                } else {
-                    let at = [x_channel, origin[0], origin[1], origin[2]];
-                    pipeline.load_im2col(stage, stage_a(stage), patches_map, at, offsets);
+                    fills.a += 1;
                 }
-                pipeline.load_tile_3d(
-                    stage,
-                    stage_b(stage),
-                    filters_map,
-                    [channel as i32, tap as i32, filter],
-                );
+                let (stage, round) = b_stage_of(fills.b);
+                rings.b.acquire(stage, round);
+                rings.b.arrive_expecting(stage, tile_bytes(8 * J as u32));
+                let at = [channel as i32, tap as i32, filter];
+                rings.b.load_tile_3d(stage, stage_b(stage), filters_map, at);
+                fills.b += 1;
             }
-            fills += 1;
         }
         index += grid_dim_x();
     }
@@ -305,7 +379,7 @@ unsafe fn produce<const CHANNELS_LAST: bool>(
     args: &TensorCoreArgs,
     k_tiles: KTiles,
     units: u32,
-    pipeline: &StagePipeline,
+    rings: &Rings,
 ) {
     let (p, plan) = (&args.problem, &args.plan);
     let stagers = Stagers {
@@ -328,19 +402,19 @@ unsafe fn produce<const CHANNELS_LAST: bool>(
                 sync_group::<1>(WARPGROUP);
                 let patches = Patches::<A_ROWS, _>::with_table(x, p, k_tiles, table, stagers);
                 if plan.a_vector != 0 {
-                    with_filters(plan, VectorPatches(patches), filters, &unit, pipeline, &mut fills);
+                    with_filters(plan, VectorPatches(patches), filters, &unit, rings, &mut fills);
                 } else {
-                    with_filters(plan, ScalarPatches(patches), filters, &unit, pipeline, &mut fills);
+                    with_filters(plan, ScalarPatches(patches), filters, &unit, rings, &mut fills);
                 }
             } else {
                 let patches = NchwPatches::<NCHW_ROWS>::new(x, p, tile.m0, tile.group, WGMMA_BM, stagers);
-                with_filters(plan, patches, filters, &unit, pipeline, &mut fills);
+                with_filters(plan, patches, filters, &unit, rings, &mut fills);
             }
         }
         index += grid_dim_x();
     }
     // SAFETY: after the last fill.
-    unsafe { finish_fills(pipeline, fills) };
+    unsafe { finish_fills(rings, fills) };
 }
 
 /// Stages the k-tiles of one unit, the weights copied 16 or 4 bytes at a time as the
@@ -354,16 +428,16 @@ unsafe fn with_filters<A: Operand>(
     patches: A,
     filters: Filters<B_ROWS>,
     unit: &WorkUnit,
-    pipeline: &StagePipeline,
+    rings: &Rings,
     fills: &mut u32,
 ) {
     let k_tiles = unit.k_first..unit.k_first + unit.k_count;
     // SAFETY: forwarded.
     unsafe {
         if plan.b_vector != 0 {
-            fill(&patches, &VectorFilters(filters), k_tiles, pipeline, fills);
+            fill(&patches, &VectorFilters(filters), k_tiles, rings, fills);
         } else {
-            fill(&patches, &ScalarFilters(filters), k_tiles, pipeline, fills);
+            fill(&patches, &ScalarFilters(filters), k_tiles, rings, fills);
         }
     }
 }
@@ -376,9 +450,9 @@ unsafe fn with_filters<A: Operand>(
 const FILL_LAG: u32 = WGMMA_STAGES - 2;
 const _: () = assert!(FILL_LAG >= 1);
 
-/// Stages `k_tiles` of `a` and `b`, `fills` counting the stages filled by
-/// this block so far; arrives on the fill `FILL_LAG` before each ([`finish_fills`]
-/// arrives on the last ones).
+/// Stages `k_tiles` of `a` and `b`, `fills` counting the stages filled by this block
+/// so far (the same in both rings: one stage of A per k-tile); arrives on the fill
+/// `FILL_LAG` before each ([`finish_fills`] arrives on the last ones).
 ///
 /// # Safety
 /// As [`produce`].
@@ -387,24 +461,39 @@ unsafe fn fill<A: Operand, B: Operand>(
     a: &A,
     b: &B,
     k_tiles: core::ops::Range<u32>,
-    pipeline: &StagePipeline,
+    rings: &Rings,
     fills: &mut u32,
 ) {
     for kt in k_tiles {
-        let (stage, fill) = (*fills % WGMMA_STAGES, *fills / WGMMA_STAGES);
-        // SAFETY: the stage is released (its previous fill consumed) before the copies
-        // start; a fill is arrived on once this thread's copies of it landed.
+        let (stage, round) = stage_of(*fills);
+        let (b_stage, b_round) = b_stage_of(*fills);
+        // SAFETY: the stages are released (their previous fills consumed) before the
+        // copies start; a fill is arrived on once this thread's copies of it landed.
         unsafe {
-            pipeline.acquire(stage, fill);
+            rings.a.acquire(stage, round);
+            rings.b.acquire(b_stage, b_round);
             a.stage(stage_a(stage), kt);
-            b.stage(stage_b(stage), kt);
+            b.stage(stage_b(b_stage), kt);
             async_copy_commit();
             async_copy_wait::<FILL_LAG>();
             if *fills >= FILL_LAG {
-                pipeline.arrive((*fills - FILL_LAG) % WGMMA_STAGES);
+                arrive_both(rings, *fills - FILL_LAG);
             }
         }
         *fills += 1;
+    }
+}
+
+/// Arrives on fill `fill` of both rings.
+///
+/// # Safety
+/// As [`fill`], this thread's copies of the fill landed.
+#[inline(always)]
+unsafe fn arrive_both(rings: &Rings, fill: u32) {
+    // SAFETY: forwarded.
+    unsafe {
+        rings.a.arrive(stage_of(fill).0);
+        rings.b.arrive(b_stage_of(fill).0);
     }
 }
 
@@ -413,32 +502,30 @@ unsafe fn fill<A: Operand, B: Operand>(
 /// # Safety
 /// As [`produce`], after the last [`fill`].
 #[inline(always)]
-unsafe fn finish_fills(pipeline: &StagePipeline, fills: u32) {
+unsafe fn finish_fills(rings: &Rings, fills: u32) {
     async_copy_wait::<0>();
     for done in fills.saturating_sub(FILL_LAG)..fills {
         // SAFETY: this thread's copies of every fill landed.
-        unsafe { pipeline.arrive(done % WGMMA_STAGES) };
+        unsafe { arrive_both(rings, done) };
     }
 }
 
 /// This thread's A fragment of the `wgmma` over rows `rows ..` (64) and k `8 kk ..` of
-/// the staged A tile at `tile`, rounded to TF32 to nearest: the tensor cores would
-/// truncate the low mantissa bits, which biases the products (from registers or from
-/// shared memory alike: truncated, the headline's error rises from 2.6e-4 to
-/// 4.1e-4). Registers 0 to 3 hold (row, column) (g, t), (g + 8, t), (g, t + 4),
-/// (g + 8, t + 4) of the warp's 16 rows, g the lane's quad and t its place in it.
-/// Rows of K (the im2col and `cp.async` tiles): lane `i` of warp `w` addresses row
-/// `16 w + i % 8 + 8 (i / 8 % 2)`, k `8 kk + 4 (i / 16)`, so that `ldmatrix` hands out
-/// the four registers. NCHW boxes (rows of pixels, one per channel, the tile's first
-/// pixel `skip` into the strip): column t of the step is channel 2t, column t + 4
-/// channel 2t + 1 ([`box_filter_index`]).
+/// the staged A at `tile`, as staged (FP32 bits: [`to_tf32_fragment`] rounds it).
+/// Registers 0 to 3 hold (row, column) (g, t), (g + 8, t), (g, t + 4), (g + 8, t + 4)
+/// of the warp's 16 rows, g the lane's quad and t its place in it. Rows of K (im2col
+/// and `cp.async` tiles, NHWC row strips from row `skip` on): lane `i` of warp `w`
+/// addresses row `16 w + i % 8 + 8 (i / 8 % 2)`, k `8 kk + 4 (i / 16)`, so that
+/// `ldmatrix` hands out the four registers. NCHW boxes (rows of pixels, one per
+/// channel, the tile's first pixel `skip` into the strip): column t of the step is
+/// channel 2t, column t + 4 channel 2t + 1 ([`box_filter_index`]).
 ///
 /// # Safety
 /// The whole warpgroup calls it; the tile's copies landed and are visible to it.
 #[inline(always)]
-unsafe fn a_fragment<const NCHW_BOXES: bool>(tile: u32, rows: u32, kk: u32, skip: u32) -> [u32; 4] {
+unsafe fn a_fragment(nchw_boxes: bool, tile: u32, rows: u32, kk: u32, skip: u32) -> [u32; 4] {
     let (lane, warp) = (lane_id(), thread_idx_x() / 32 % 4);
-    if NCHW_BOXES {
+    if nchw_boxes {
         let (row, channel) = (skip + rows + 16 * warp + lane / 4, 8 * kk + 2 * (lane % 4));
         let places = [
             boxed(tile, row, channel),
@@ -447,12 +534,18 @@ unsafe fn a_fragment<const NCHW_BOXES: bool>(tile: u32, rows: u32, kk: u32, skip
             boxed(tile, row + 8, channel + 1),
         ];
         // SAFETY: elements of the landed tile.
-        return places.map(|place| to_tf32(unsafe { load_shared_f32(place) }));
+        return places.map(|place| unsafe { load_shared_f32(place) }.to_bits());
     }
-    let row = rows + 16 * warp + lane % 8 + 8 * (lane / 8 % 2);
+    let row = skip + rows + 16 * warp + lane % 8 + 8 * (lane / 8 % 2);
     // SAFETY: 16-byte rows of the landed tile; the warp converges here.
     unsafe { load_matrix_x4(staged(tile, row, kk * 8 + 4 * (lane / 16))) }
-        .map(|bits| to_tf32(f32::from_bits(bits)))
+}
+
+/// An A fragment rounded to TF32 to nearest: the tensor cores would truncate the low
+/// mantissa bits, which biases the products and more than doubles the error.
+#[inline(always)]
+fn to_tf32_fragment(staged: [u32; 4]) -> [u32; 4] {
+    staged.map(|bits| to_tf32(f32::from_bits(bits)))
 }
 
 /// Where the element of pixel `row` of the strip and channel `channel` of the k-tile
@@ -464,52 +557,109 @@ fn boxed(tile: u32, row: u32, channel: u32) -> u32 {
     tile + row / NCHW_BOX_PIXELS * BOX_BYTES + channel * 128 + 16 * (chunk ^ (channel % 8)) + 4 * (pixel % 4)
 }
 
-/// `wgmma` batches left in flight after each issue: the multiplies of the ones before
-/// overlap the loads of the next fragments. Two would hold a third set of A fragments,
-/// past the consumers' 200 registers (ptxas spills).
+/// `wgmma` batches left in flight after each issue, A through registers: the
+/// multiplies of the ones before overlap the loads of the next fragments. Two would
+/// hold a fourth set of A fragments, past a consumer's registers.
 const BATCHES_IN_FLIGHT: u32 = 1;
 const _: () = assert!(BATCHES_IN_FLIGHT >= 1 && BATCHES_IN_FLIGHT <= TC_BK / 8);
 
-/// K-tile `kt` of a tile's product, its k-tiles staged from fill `first_fill` on:
-/// `sums += A B^T` over the k-tile for this consumer's rows `rows ..` (`skip` pixels
-/// further into an NCHW strip), one batch of two
-/// `wgmma` (64 rows each) per 8 k, each followed by a wait that leaves
-/// `BATCHES_IN_FLIGHT` in flight.
+/// Where a k-tile's operands lie: the fills of A and B it reads (B one per k-tile;
+/// A one per k-tile, or per row strip), whether its A is a fill the tile has not read
+/// before, and with row strips, the strip's row of its taps' first pixel.
+#[derive(Clone, Copy)]
+struct KTileFills {
+    a: u32,
+    b: u32,
+    new_a: bool,
+    skip: u32,
+}
+
+/// A k-tile of a tile's product, the `first` of its unit or not: `sums += A B^T` over
+/// the k-tile for the tile's rows. A through registers: one batch of two `wgmma` (64
+/// rows each) per 8 k, each followed by a wait that leaves `BATCHES_IN_FLIGHT` in
+/// flight. With `SHARED_A` (NHWC bulk copies, which rounded A to TF32) the tensor cores
+/// read A from shared memory too: the k-tile's eight `wgmma` in one batch, the wait
+/// leaving it in flight.
 ///
 /// # Safety
 /// The consumer warpgroup calls it together for the k-tiles of a tile in order. The
-/// stage's copies landed once the full barrier is passed, and are fenced for the
+/// stages' copies landed once the full barriers are passed, and are fenced for the
 /// tensor cores' reads of B; each batch's A fragments stay untouched until a wait
 /// says the batch is done; a stage is released once the last batch reading it is done
-/// (at the wait of the next k-tile's batch `BATCHES_IN_FLIGHT - 1` here, else after
-/// the tile's last wait).
+/// (at the wait of the next k-tile's batch `BATCHES_IN_FLIGHT - 1` here, A only where
+/// that k-tile reads another fill, else after the tile's last wait).
 #[inline(always)]
-unsafe fn multiply_k_tile<const NCHW_BOXES: bool, const J: usize>(
+unsafe fn multiply_k_tile<
+    const CHANNELS_LAST: bool,
+    const ROW_STRIPS: bool,
+    const SHARED_A: bool,
+    const J: usize,
+>(
     sums: &mut [[[f32; 4]; J]; 2],
-    pipeline: &StagePipeline,
-    first_fill: u32,
-    kt: u32,
-    rows: u32,
-    skip: u32,
+    rings: &Rings,
+    fills: KTileFills,
+    first: bool,
 ) where
     [[f32; 4]; J]: WarpgroupAccumulators,
 {
-    let fill = first_fill + kt;
-    let stage = fill % WGMMA_STAGES;
+    let nchw_boxes = ROW_STRIPS && !CHANNELS_LAST;
+    let (a_stage, a_round) = stage_of(fills.a);
+    let (b_stage, b_round) = b_stage_of(fills.b);
+    let a = stage_a(a_stage);
+    // The bottom 64 rows: among NCHW boxes two boxes on, at the same places.
+    let (bottom, bottom_rows) = if nchw_boxes {
+        (a + 64 / NCHW_BOX_PIXELS * BOX_BYTES, 0)
+    } else {
+        (a, 64)
+    };
+    // SAFETY: the caller's contract.
+    let fragments = |kk| unsafe {
+        [
+            a_fragment(nchw_boxes, a, 0, kk, fills.skip),
+            a_fragment(nchw_boxes, bottom, bottom_rows, kk, fills.skip),
+        ]
+    };
     // SAFETY: the caller's contract.
     unsafe {
-        pipeline.wait_full(stage, fill / WGMMA_STAGES);
+        if fills.new_a {
+            rings.a.wait_full(a_stage, a_round);
+        }
+        rings.b.wait_full(b_stage, b_round);
         fence_async_shared();
+        if SHARED_A {
+            // Rows of 128 bytes from the tap's first: the tensor cores swizzle by the
+            // address, so a tap's rows may start anywhere in a strip (as
+            // `tf32_passes_round_inputs_to_nearest` checks, taps 1 and 2 of its strips).
+            let a_rows = a + 4 * TC_BK * fills.skip;
+            let a = |row: u32, kk: u32| swizzled_k_major_descriptor(a_rows + 4 * TC_BK * row + 32 * kk);
+            let [top, bottom] = &mut *sums;
+            warpgroup_fence();
+            for kk in 0..TC_BK / 8 {
+                let b = swizzled_k_major_descriptor(stage_b(b_stage) + kk * 32);
+                top.multiply_tf32_shared(a(0, kk), b);
+                bottom.multiply_tf32_shared(a(64, kk), b);
+            }
+            warpgroup_commit();
+            warpgroup_wait::<1>();
+            if !first {
+                rings.b.release(b_stage_of(fills.b - 1).0);
+                if fills.new_a {
+                    rings.a.release(stage_of(fills.a - 1).0);
+                }
+            }
+            return;
+        }
+        // With NCHW boxes the next step's loads overlap the wait (a third set of
+        // fragments beside the two batches in flight); the `cp.async` kernels' consumers
+        // have no registers for them beside their producer's.
+        let prefetch = ROW_STRIPS;
+        let mut staged = fragments(0);
         for kk in 0..TC_BK / 8 {
-            // The bottom 64 rows: in an NCHW strip two boxes on, at the same places.
-            let (bottom, bottom_rows) = if NCHW_BOXES {
-                (stage_a(stage) + 64 / NCHW_BOX_PIXELS * BOX_BYTES, rows)
-            } else {
-                (stage_a(stage), rows + 64)
-            };
-            let a_top = a_fragment::<NCHW_BOXES>(stage_a(stage), rows, kk, skip);
-            let a_bottom = a_fragment::<NCHW_BOXES>(bottom, bottom_rows, kk, skip);
-            let b = swizzled_k_major_descriptor(stage_b(stage) + kk * 32);
+            if !prefetch && kk > 0 {
+                staged = fragments(kk);
+            }
+            let [a_top, a_bottom] = staged.map(to_tf32_fragment);
+            let b = swizzled_k_major_descriptor(stage_b(b_stage) + kk * 32);
             // Written out rather than looped: a loop indexes the sums in local memory,
             // whose loads ptxas cannot overlap with the multiplies.
             let [top, bottom] = &mut *sums;
@@ -517,24 +667,50 @@ unsafe fn multiply_k_tile<const NCHW_BOXES: bool, const J: usize>(
             top.multiply_tf32(a_top, b);
             bottom.multiply_tf32(a_bottom, b);
             warpgroup_commit();
+            if prefetch && kk + 1 < TC_BK / 8 {
+                staged = fragments(kk + 1);
+            }
             warpgroup_wait::<BATCHES_IN_FLIGHT>();
-            if kk == BATCHES_IN_FLIGHT - 1 && kt > 0 {
-                pipeline.release((fill - 1) % WGMMA_STAGES);
+            if kk == BATCHES_IN_FLIGHT - 1 && !first {
+                rings.b.release(b_stage_of(fills.b - 1).0);
+                if fills.new_a {
+                    rings.a.release(stage_of(fills.a - 1).0);
+                }
             }
         }
     }
 }
 
-/// A consumer: multiplies rows `CONSUMER_ROWS consumer ..` of every unit of this block
-/// and stores them (split, into its split's copy of y).
+/// Named barriers that hand the turn to multiply to consumer 0 and to consumer 1.
+const TURN_TO_FIRST: u32 = 5;
+const TURN_TO_SECOND: u32 = 4;
+
+/// The fills of A a unit's k-tiles take: one per k-tile, or with row strips one per
+/// kernel row the unit starts, and one more where it starts inside a kernel row.
+#[inline(always)]
+fn a_fills<const ROW_STRIPS: bool>(p: &ConvProblem, unit: &WorkUnit) -> u32 {
+    if !ROW_STRIPS {
+        return unit.k_count;
+    }
+    (0..unit.k_count)
+        .filter(|&kt| kt == 0 || tap_of(p, unit.k_first + kt).0 == 0)
+        .count() as u32
+}
+
+/// A consumer: multiplies every other unit of this block (consumer 0 the first) and
+/// stores it (split, into its split's copy of y). The consumers multiply in turns, so
+/// that each one's stores overlap the other's multiplies: a consumer starts a unit
+/// once the other has passed the full barriers of the unit before (which also keeps
+/// it from waiting on a fill a round early, whose parity the barrier would pass), and
+/// hands over the turn once it has passed its own.
 ///
 /// # Safety
 /// As [`forward`]; consumer warpgroup `consumer` (0 or 1) calls it.
 #[inline(always)]
-unsafe fn consume<const NCHW_BOXES: bool, const J: usize>(
+unsafe fn consume<const CHANNELS_LAST: bool, const ROW_STRIPS: bool, const SHARED_A: bool, const J: usize>(
     args: &TensorCoreArgs,
     units: u32,
-    pipeline: &StagePipeline,
+    rings: &Rings,
     consumer: u32,
 ) where
     [[f32; 4]; J]: WarpgroupAccumulators,
@@ -542,12 +718,27 @@ unsafe fn consume<const NCHW_BOXES: bool, const J: usize>(
     let p = &args.problem;
     let outputs = p.output_count();
     let warp = thread_idx_x() / 32 % 4;
-    let rows = consumer * CONSUMER_ROWS;
-    let mut fills = 0;
+    let handoff = 2 * WARPGROUP;
+    let mut fills = Fills::default();
     let mut index = block_idx_x();
+    let mut ordinal = 0;
     while index < units {
         let unit = work_unit(&args.plan, index);
         let (tile, k_tiles) = (unit.tile, unit.k_count);
+        let unit_fills = Fills {
+            a: a_fills::<ROW_STRIPS>(p, &unit),
+            b: k_tiles,
+        };
+        let more = index + grid_dim_x() < units;
+        index += grid_dim_x();
+        let mine = ordinal % 2 == consumer;
+        let waits = ordinal > 0;
+        ordinal += 1;
+        if !mine {
+            fills.a += unit_fills.a;
+            fills.b += unit_fills.b;
+            continue;
+        }
         let args = &TensorCoreArgs {
             y: args.y.offset(unit.split as u64 * outputs),
             ..*args
@@ -557,51 +748,89 @@ unsafe fn consume<const NCHW_BOXES: bool, const J: usize>(
         let [top, bottom] = &mut sums;
         top.pin();
         bottom.pin();
+        // K-tile kt's fills: with row strips a new A where its tap starts a kernel row.
+        let mut a = fills.a;
+        let mut k_tile_fills = |kt: u32| {
+            let s = if ROW_STRIPS {
+                tap_of(p, unit.k_first + kt).0
+            } else {
+                0
+            };
+            let new_a = kt == 0 || !ROW_STRIPS || s == 0;
+            if new_a && kt > 0 {
+                a += 1;
+            }
+            let skip = if ROW_STRIPS {
+                strip_skip::<CHANNELS_LAST>(p, s)
+            } else {
+                0
+            };
+            KTileFills {
+                a,
+                b: fills.b + kt,
+                new_a,
+                skip,
+            }
+        };
+        // SAFETY: the turns order the units' fills (above); every handoff has its
+        // waiter: the other consumer's next unit.
+        unsafe {
+            if waits {
+                if consumer == 0 {
+                    sync_group::<TURN_TO_FIRST>(handoff);
+                } else {
+                    sync_group::<TURN_TO_SECOND>(handoff);
+                }
+            }
+        }
         // The first k-tile runs before the loop, so that the sums enter it defined by a
         // `wgmma` as they leave it: else ptxas serializes every `wgmma` of the loop.
         // SAFETY: forwarded; there is at least one k-tile.
-        // With NCHW boxes, where the tile's row starts in each k-tile's strip.
-        let skip = |kt: u32| {
-            if NCHW_BOXES {
-                strip_shift(p, unit.k_first + kt).1
-            } else {
-                0
-            }
-        };
-        unsafe { multiply_k_tile::<NCHW_BOXES, J>(&mut sums, pipeline, fills, 0, rows, skip(0)) };
+        unsafe {
+            let first = k_tile_fills(0);
+            multiply_k_tile::<CHANNELS_LAST, ROW_STRIPS, SHARED_A, J>(&mut sums, rings, first, true);
+        }
         for kt in 1..k_tiles {
             // SAFETY: as above.
-            unsafe { multiply_k_tile::<NCHW_BOXES, J>(&mut sums, pipeline, fills, kt, rows, skip(kt)) };
+            unsafe {
+                let next = k_tile_fills(kt);
+                multiply_k_tile::<CHANNELS_LAST, ROW_STRIPS, SHARED_A, J>(&mut sums, rings, next, false);
+            }
         }
-        fills += k_tiles;
+        // SAFETY: as above.
+        unsafe {
+            if more {
+                if consumer == 0 {
+                    arrive_group::<TURN_TO_SECOND>(handoff);
+                } else {
+                    arrive_group::<TURN_TO_FIRST>(handoff);
+                }
+            }
+        }
+        let (last_a, last_b) = (stage_of(a).0, b_stage_of(fills.b + k_tiles - 1).0);
+        fills.a += unit_fills.a;
+        fills.b += unit_fills.b;
         // SAFETY: as above; the sums are final after the wait.
         unsafe {
             warpgroup_wait::<0>();
-            let last = (fills - 1) % WGMMA_STAGES;
+            rings.b.release(last_b);
             if args.epilogue.fits_register_stores() {
-                // Straight from the registers, the stage already back with the producer.
-                pipeline.release(last);
+                // Straight from the registers, the stages already back with the producer.
+                rings.a.release(last_a);
                 let warp_tiles = WarpTiles {
                     sums,
-                    origin: (rows + 16 * warp, 0),
+                    origin: (16 * warp, 0),
                     row_step: 64,
                 };
                 store_plain(args, tile, &warp_tiles);
             } else {
-                // Through this consumer's part of A in the last stage, which nothing
-                // else reads until its release; the fence orders the epilogue's
-                // accesses before the producer's next copies into it.
-                store_staged(
-                    args,
-                    tile,
-                    &sums,
-                    stage_a(last) + consumer * STAGING_STEP,
-                    consumer,
-                );
+                // Through the last A, which nothing else reads until its release;
+                // the fence orders the epilogue's accesses before the producer's next
+                // copies into it.
+                store_staged(args, tile, &sums, stage_a(last_a), consumer);
                 fence_async_shared();
-                pipeline.release(last);
+                rings.a.release(last_a);
             }
         }
-        index += grid_dim_x();
     }
 }
