@@ -658,9 +658,9 @@ fn every_conv_kernel_matches_the_reference_on_fixed_cases() {
             ),
             [TensorCoreBoxes, SplitTensorCoreBoxesNarrow, SplitWarpgroupGrad],
         ),
-        // The same over NHWC tensors: x staged by row strips of two boxes of 136
-        // pixels (the 256 of a tile and the 4 of the window's width), each serving the
-        // three taps of a kernel row; the input gradient's K split in two, the second
+        // The same over NHWC tensors: x staged by row strips of one box of 132 pixels
+        // (the 128 of a tile and the 4 of the window's width), each serving the three
+        // taps of a kernel row; the input gradient's K split in two, the second
         // part starting at the last tap of a kernel row (its strip staged there).
         (
             case(
