@@ -6,10 +6,9 @@
 //! must unroll whole, or the sums move to local memory; with the activation and the
 //! residual inside it is too long for that).
 //!
-//! The staging buffer is the start of A in the tile's last stage: only
-//! this warpgroup reads it (its `wgmma`s, and the fragments it loads), and that is
-//! done once it waits for its `wgmma`s; the stage goes back to the producer after the
-//! epilogue.
+//! The staging buffer is the tile's last stage of B (`TC_BN` rows of `TC_BK` floats):
+//! only this warpgroup's `wgmma`s read it, and they are done once it waits for them;
+//! the stage goes back to the producer after the epilogue.
 
 use super::epilogue::TileOrigin;
 use super::*;
@@ -28,6 +27,8 @@ const TILES_PER_PASS: usize = (COLUMNS / 8) as usize;
 const THREADS: u32 = 128;
 
 const _: () = assert!(TC_BN == 4 * COLUMNS && WGMMA_NARROW_BN == 2 * COLUMNS && ROWS == 2 * 64);
+/// The buffer fits a stage of B.
+const _: () = assert!(ROWS * COLUMNS * 4 <= tile_bytes(TC_BN));
 
 /// A consumer's sums: its two 64-row blocks of `J` tiles of 8 columns; in block b, warp
 /// w's lane `4 g + t` holds rows `64 b + 16 w + g (+ 8)` and columns `8 j + 2 t (+ 1)`.
@@ -58,8 +59,7 @@ pub unsafe fn store_staged<const J: usize>(
     // instruction cache beside the mainloop), the pass's sums picked by selects.
     for pass in 0..8 * J as u32 / COLUMNS {
         // SAFETY: forwarded; after the first barrier the warpgroup's reads of the
-        // buffer are done: its `ldmatrix` of the stage's A rows (warps read rows that
-        // other lanes then write) and the previous pass's.
+        // buffer are done: the previous pass's.
         unsafe {
             sync_consumer(consumer);
             stage(sums, buffer, pass);

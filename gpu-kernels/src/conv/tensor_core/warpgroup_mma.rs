@@ -813,10 +813,10 @@ unsafe fn consume<const CHANNELS_LAST: bool, const ROW_STRIPS: bool, const SHARE
         // SAFETY: as above; the sums are final after the wait.
         unsafe {
             warpgroup_wait::<0>();
-            rings.b.release(last_b);
+            rings.a.release(last_a);
             if args.epilogue.fits_register_stores() {
                 // Straight from the registers, the stages already back with the producer.
-                rings.a.release(last_a);
+                rings.b.release(last_b);
                 let warp_tiles = WarpTiles {
                     sums,
                     origin: (16 * warp, 0),
@@ -824,12 +824,13 @@ unsafe fn consume<const CHANNELS_LAST: bool, const ROW_STRIPS: bool, const SHARE
                 };
                 store_plain(args, tile, &warp_tiles);
             } else {
-                // Through the last A, which nothing else reads until its release;
-                // the fence orders the epilogue's accesses before the producer's next
-                // copies into it.
-                store_staged(args, tile, &sums, stage_a(last_a), consumer);
+                // Through the last B, which nothing else reads until its release (of
+                // the rings', the one the other consumer needs again latest); the fence
+                // orders the epilogue's accesses before the producer's next copies into
+                // it.
+                store_staged(args, tile, &sums, stage_b(last_b), consumer);
                 fence_async_shared();
-                rings.a.release(last_a);
+                rings.b.release(last_b);
             }
         }
     }
