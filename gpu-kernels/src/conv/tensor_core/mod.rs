@@ -61,13 +61,12 @@ pub const TC_THREADS: u32 = 256;
 /// Blocks resident per SM of the `mma.sync` kernels.
 pub const TC_BLOCKS_PER_SM: u32 = 1;
 
-/// Rows of C per tile of the `wgmma` forward kernels: those of one consumer warpgroup.
+/// Rows of C a consumer warpgroup of the `wgmma` forward kernels multiplies per tile.
 pub const WGMMA_BM: u32 = 64 * WGMMA_CONSUMER_BLOCKS;
 /// Blocks of 64 rows (one `wgmma` each per step of K) a consumer warpgroup multiplies.
 pub const WGMMA_CONSUMER_BLOCKS: u32 = 2;
 /// Threads per block of the `wgmma` forward kernels (one block per SM): a producer
-/// warpgroup that copies the stages and two consumer warpgroups that take the tiles in
-/// turns, each multiplying one while the other stores its last.
+/// warpgroup that copies the stages and two consumer warpgroups that multiply them.
 pub const WGMMA_FORWARD_THREADS: u32 = 384;
 /// Threads per block of the `wgmma` weight-gradient kernels: a producer warpgroup and
 /// two consumer warpgroups.
@@ -75,36 +74,78 @@ pub const WGMMA_WGRAD_THREADS: u32 = 384;
 /// Stages of A in the `wgmma` forward kernels: a stage serves one k-tile, or with row
 /// strips every tap of a kernel row.
 pub const WGMMA_STAGES: u32 = 4;
-/// Stages of B in the `wgmma` forward kernels, one per k-tile: more than of A, for the
-/// k-tiles that share a strip.
-pub const WGMMA_B_STAGES: u32 = 8;
 /// Bytes of the mbarriers of one `wgmma` stage (full and empty).
 pub const WGMMA_BARRIER_BYTES: u32 = 16;
-/// Bytes of the `wgmma` producer's table of window origins (NHWC), 16 per row.
-pub const WGMMA_TABLE_BYTES: u32 = 16 * WGMMA_BM;
 /// Output channels whose bias the `wgmma` forward kernel keeps in shared memory (the
 /// rest it reads from global memory), and their bytes.
 pub const WGMMA_SHARED_BIAS: u32 = 2048;
 pub const WGMMA_BIAS_BYTES: u32 = 4 * WGMMA_SHARED_BIAS;
+/// Bytes of the `wgmma` producer's table of window origins (NHWC), 16 per row of the
+/// largest tile.
+pub const WGMMA_TABLE_BYTES: u32 = 16 * 2 * WGMMA_BM;
 
 /// Pixels of one row per bulk copy of NCHW x: 128 bytes, the swizzle's span.
 pub const NCHW_BOX_PIXELS: u32 = 32;
 /// Boxes of the strip staged per k-tile from NCHW x: a tile's row of pixels and the
 /// up to 3 more that a box start at a 16-byte multiple leaves before its first.
 pub const NCHW_BOXES_PER_STRIP: u32 = WGMMA_BM / NCHW_BOX_PIXELS + 1;
-/// Bytes of A in a stage of the `wgmma` forward kernels: a tile of `WGMMA_BM` rows, or
-/// a row strip.
-pub const WGMMA_A_BYTES: u32 = NCHW_BOXES_PER_STRIP * NCHW_BOX_PIXELS * TC_BK * 4;
-const _: () = assert!(WGMMA_A_BYTES >= tile_bytes(WGMMA_BM));
-/// Shared memory of the `wgmma` forward kernels: the stages of A and of B (filled and
-/// released apart: a row strip serves several k-tiles) and their mbarriers, the
-/// producer's table, the bias.
-pub const WGMMA_FORWARD_SHARED_BYTES: u32 = WGMMA_STAGES * (WGMMA_A_BYTES + WGMMA_BARRIER_BYTES)
-    + WGMMA_B_STAGES * (tile_bytes(TC_BN) + WGMMA_BARRIER_BYTES)
-    + WGMMA_TABLE_BYTES
-    + WGMMA_BIAS_BYTES;
+/// Bytes of a row strip: `NCHW_BOXES_PER_STRIP` NCHW boxes, or an NHWC box of as many
+/// pixels.
+pub const STRIP_BYTES: u32 = NCHW_BOXES_PER_STRIP * NCHW_BOX_PIXELS * TC_BK * 4;
+
+/// How a `wgmma` forward kernel schedules its tiles, and the stages it keeps in shared
+/// memory. With row strips the two consumers take the tiles (`WGMMA_BM` rows) in turns
+/// (CUTLASS's ping-pong), each storing one tile while the other multiplies the next: a
+/// stage of A holds a strip that several k-tiles read, so B has more stages than A.
+/// Otherwise both consumers multiply each tile (`2 WGMMA_BM` rows, one half each, one
+/// B for both: half the copies of B and of the producer's work per row, which bound
+/// gathers and short tiles), a stage of A and one of B per k-tile.
+#[derive(Clone, Copy)]
+pub struct WgmmaSchedule {
+    /// Whether the consumers take the tiles in turns.
+    pub ping_pong: bool,
+    /// Rows of C per tile.
+    pub tile_rows: u32,
+    /// Bytes of a stage of A.
+    pub a_bytes: u32,
+    /// Stages of B.
+    pub b_stages: u32,
+}
+
+impl WgmmaSchedule {
+    /// The schedule of the kernels with row strips (`row_strips`) or without.
+    pub const fn of(row_strips: bool) -> Self {
+        if row_strips {
+            Self {
+                ping_pong: true,
+                tile_rows: WGMMA_BM,
+                a_bytes: STRIP_BYTES,
+                b_stages: 2 * WGMMA_STAGES,
+            }
+        } else {
+            Self {
+                ping_pong: false,
+                tile_rows: 2 * WGMMA_BM,
+                a_bytes: tile_bytes(2 * WGMMA_BM),
+                b_stages: WGMMA_STAGES,
+            }
+        }
+    }
+
+    /// Bytes of shared memory: the bias, the producer's table, the stages of A and of
+    /// B (1024-byte aligned for the swizzle), their mbarriers.
+    pub const fn shared_bytes(&self) -> u32 {
+        WGMMA_BIAS_BYTES
+            + WGMMA_TABLE_BYTES
+            + WGMMA_STAGES * (self.a_bytes + WGMMA_BARRIER_BYTES)
+            + self.b_stages * (tile_bytes(TC_BN) + WGMMA_BARRIER_BYTES)
+    }
+}
+
+const _: () = assert!(STRIP_BYTES >= tile_bytes(WGMMA_BM) && (WGMMA_BIAS_BYTES + WGMMA_TABLE_BYTES) % 1024 == 0);
 /// A block fits an SM's 228 KB of shared memory (1 KB of it reserved).
-const _: () = assert!(WGMMA_FORWARD_SHARED_BYTES + 1024 <= 228 * 1024);
+const _: () = assert!(WgmmaSchedule::of(true).shared_bytes() + 1024 <= 228 * 1024);
+const _: () = assert!(WgmmaSchedule::of(false).shared_bytes() + 1024 <= 228 * 1024);
 
 /// Fewest k-tiles of a split of K: fewer would spend more of each part filling and
 /// draining the pipeline than multiplying.
@@ -197,7 +238,11 @@ impl TensorCorePlan {
         };
         let m = problem.batch as u64 * problem.out_h as u64 * row_pitch as u64;
         let channels_last = y_channels_last || (bulk_copies && !nchw_boxes);
-        let rows = if warpgroup_mma { WGMMA_BM } else { TC_BM };
+        let rows = if warpgroup_mma {
+            WgmmaSchedule::of(row_strips).tile_rows
+        } else {
+            TC_BM
+        };
         let m_tiles = m.div_ceil(rows as u64) as u32;
         let tile_n = if bulk_copies && problem.out_per_group() <= WGMMA_NARROW_BN {
             WGMMA_NARROW_BN
@@ -290,7 +335,7 @@ impl TensorCorePlan {
     }
 
     /// The tensor maps of the bulk copies, when the plan takes them: NHWC x for
-    /// im2col (`[C][W][H][N]`, boxes of `TC_BK` channels of `WGMMA_BM` pixels) or in
+    /// im2col (`[C][W][H][N]`, boxes of `TC_BK` channels of a tile's pixels) or in
     /// row strips (boxes of `TC_BK` channels of `strip_box_pixels` pixels of a row),
     /// NCHW x in boxes of its rows, and w as `[in / groups][taps][out]` (boxes of
     /// `TC_BK` x 1 x `tile_n`).
@@ -322,7 +367,7 @@ impl TensorCorePlan {
             )
             .rounded_to_tf32()
         } else {
-            im2col_map(p, x, WGMMA_BM).rounded_to_tf32()
+            im2col_map(p, x, WgmmaSchedule::of(false).tile_rows).rounded_to_tf32()
         };
         let in_group = p.in_per_group() as u64;
         let filters = TensorMapSpec::tiled(
@@ -377,7 +422,7 @@ impl TensorCorePlan {
             LaunchGeometry {
                 grid: [self.blocks as u64, 1, 1],
                 threads: WGMMA_FORWARD_THREADS,
-                shared_bytes: WGMMA_FORWARD_SHARED_BYTES,
+                shared_bytes: WgmmaSchedule::of(self.row_strips == 1).shared_bytes(),
             }
         } else {
             LaunchGeometry {

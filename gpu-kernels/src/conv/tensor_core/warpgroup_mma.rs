@@ -1,17 +1,19 @@
 //! The forward pass on warpgroup MMA (`wgmma`, sm_90a): persistent blocks of three
-//! warpgroups, one block per SM. The producer warpgroup copies A (`WGMMA_BM` rows per
+//! warpgroups, one block per SM. The producer warpgroup copies A (a tile's rows per
 //! k-tile) and B (the plan's `tile_n` rows: 128, or 64 for narrow problems) into two
 //! rings of stages, by bulk tensor copies (TMA: im2col over NHWC x, or row strips, one
 //! per kernel row that all its taps read) where the plan takes them, else with
-//! `cp.async`. The two consumer warpgroups take the block's tiles in turns (CUTLASS's
-//! ping-pong): one multiplies a tile's 128 rows by its columns straight from the
+//! `cp.async`. With row strips the two consumer warpgroups take the block's tiles of
+//! 128 rows in turns (CUTLASS's ping-pong): one multiplies a tile straight from the
 //! swizzled stages while the other stores the sums of the tile before, so that the
-//! stores overlap the multiplies. The tensor cores truncate FP32 to TF32, so every
-//! operand is rounded to nearest first: B by the host; A of NHWC bulk copies by the
-//! copies themselves (TFLOAT32 tensor maps), read by the tensor cores from shared
-//! memory like B; A of NCHW boxes and `cp.async` tiles through registers, rounded on
-//! the way. Full and empty mbarriers per stage order the two sides: a stage of B
-//! serves one k-tile, a stage of A one k-tile or one strip.
+//! stores overlap the multiplies. Otherwise they share tiles of 256 rows, 128 each, and
+//! so each stage of B and the producer's work per k-tile (see [`WgmmaSchedule`]). The
+//! tensor cores truncate FP32 to TF32, so every operand is rounded to nearest first: B
+//! by the host; A of NHWC bulk copies by the copies themselves (TFLOAT32 tensor maps),
+//! read by the tensor cores from shared memory like B; A of NCHW boxes and `cp.async`
+//! tiles through registers, rounded on the way. Full and empty mbarriers per stage
+//! order the two sides: a stage of B serves one k-tile, a stage of A one k-tile or one
+//! strip.
 
 use super::epilogue::{TileOrigin, WarpTiles, bias_sums, store_plain};
 use super::operands::{
@@ -30,9 +32,11 @@ use crate::tensor_map::TensorMap;
 
 /// Threads of a warpgroup.
 const WARPGROUP: u32 = 128;
+/// Rows of a tile that `cp.async` gathers (never in row strips).
+const GATHER_TILE_ROWS: u32 = WgmmaSchedule::of(false).tile_rows;
 /// Staged rows per producer thread: of A (NHWC), of A (NCHW), of B.
-const A_ROWS: usize = (WGMMA_BM * TC_BK / 4 / WARPGROUP) as usize;
-const NCHW_ROWS: usize = (WGMMA_BM / WARPGROUP) as usize;
+const A_ROWS: usize = (GATHER_TILE_ROWS * TC_BK / 4 / WARPGROUP) as usize;
+const NCHW_ROWS: usize = (GATHER_TILE_ROWS / WARPGROUP) as usize;
 const B_ROWS: usize = (TC_BN * TC_BK / 4 / WARPGROUP) as usize;
 /// Bytes of an NCHW box (`TC_BK` rows of channels).
 const BOX_BYTES: u32 = TC_BK * NCHW_BOX_PIXELS * 4;
@@ -49,33 +53,23 @@ const _: () = assert!(PIPELINE_BARRIER_BYTES == WGMMA_BARRIER_BYTES && WGMMA_BM 
 const _: () = assert!(BULK_REGISTERS[0] + 2 * BULK_REGISTERS[1] <= 3 * LAUNCH_REGISTERS);
 const _: () = assert!(GATHER_REGISTERS[0] + 2 * GATHER_REGISTERS[1] <= 3 * LAUNCH_REGISTERS);
 
-#[inline(always)]
-fn stage_a(stage: u32) -> u32 {
-    shared_base() + stage * WGMMA_A_BYTES
-}
-
-#[inline(always)]
-fn stage_b(stage: u32) -> u32 {
-    stage_a(WGMMA_STAGES) + stage * tile_bytes(TC_BN)
-}
-
-/// The mbarriers of the rings of A and of B, after the stages of B.
-#[inline(always)]
-fn ring_barriers(ring: u32) -> u32 {
-    stage_b(WGMMA_B_STAGES) + ring * WGMMA_STAGES * WGMMA_BARRIER_BYTES
-}
-
-/// The producer's table of window origins, after the rings' mbarriers.
-#[inline(always)]
-fn origin_table() -> u32 {
-    ring_barriers(1) + WGMMA_B_STAGES * WGMMA_BARRIER_BYTES
-}
-
-/// The bias of the first `WGMMA_SHARED_BIAS` output channels, after the table: read at
-/// the start of every tile, from global memory its loads would hold back the tile's
-/// first `wgmma`.
+/// The bias of the first `WGMMA_SHARED_BIAS` output channels, at the start of shared
+/// memory: read at the start of every tile, from global memory its loads would hold
+/// back the tile's first `wgmma`.
 #[inline(always)]
 fn bias_table() -> u32 {
+    shared_base()
+}
+
+/// The producer's table of window origins, after the bias.
+#[inline(always)]
+fn origin_table() -> u32 {
+    bias_table() + WGMMA_BIAS_BYTES
+}
+
+/// The stages of A, after the table; then those of B, then the mbarriers of both rings.
+#[inline(always)]
+fn stages() -> u32 {
     origin_table() + WGMMA_TABLE_BYTES
 }
 
@@ -113,10 +107,59 @@ unsafe fn bias_of(args: &TensorCoreArgs, c: u32) -> f32 {
     }
 }
 
-/// The two rings of stages: A and B, filled and released apart.
+/// The two rings of stages, A and B, filled and released apart, as the kernel's
+/// schedule lays them out.
 struct Rings {
     a: StagePipeline,
     b: StagePipeline,
+    schedule: WgmmaSchedule,
+}
+
+impl Rings {
+    /// The rings of `schedule`, their mbarriers initialized: `producers` arrivals fill
+    /// a stage, `consumers` release it.
+    ///
+    /// # Safety
+    /// As [`StagePipeline::new`]: every thread calls it, before a barrier that precedes
+    /// the mbarriers' use.
+    #[inline(always)]
+    unsafe fn new(schedule: WgmmaSchedule, producers: u32, consumers: u32) -> Self {
+        let barriers = stages() + WGMMA_STAGES * schedule.a_bytes + schedule.b_stages * tile_bytes(TC_BN);
+        let b_barriers = barriers + WGMMA_STAGES * WGMMA_BARRIER_BYTES;
+        // SAFETY: forwarded; the mbarriers follow the stages, inside the launch's shared
+        // memory (`WgmmaSchedule::shared_bytes`).
+        unsafe {
+            Self {
+                a: StagePipeline::new(barriers, WGMMA_STAGES, producers, consumers),
+                b: StagePipeline::new(b_barriers, schedule.b_stages, producers, consumers),
+                schedule,
+            }
+        }
+    }
+
+    /// Where stage `stage` of A lies.
+    #[inline(always)]
+    fn stage_a(&self, stage: u32) -> u32 {
+        stages() + stage * self.schedule.a_bytes
+    }
+
+    /// Where stage `stage` of B lies.
+    #[inline(always)]
+    fn stage_b(&self, stage: u32) -> u32 {
+        self.stage_a(WGMMA_STAGES) + stage * tile_bytes(TC_BN)
+    }
+
+    /// The stage and round of fill `fill` of A.
+    #[inline(always)]
+    fn a_slot(&self, fill: u32) -> (u32, u32) {
+        (fill % WGMMA_STAGES, fill / WGMMA_STAGES)
+    }
+
+    /// The stage and round of fill `fill` of B.
+    #[inline(always)]
+    fn b_slot(&self, fill: u32) -> (u32, u32) {
+        (fill % self.schedule.b_stages, fill / self.schedule.b_stages)
+    }
 }
 
 /// Fills of both rings so far (a stage's index and round follow from them).
@@ -124,18 +167,6 @@ struct Rings {
 struct Fills {
     a: u32,
     b: u32,
-}
-
-/// The stage and round of fill `fill` of a ring.
-#[inline(always)]
-fn stage_of(fill: u32) -> (u32, u32) {
-    (fill % WGMMA_STAGES, fill / WGMMA_STAGES)
-}
-
-/// The stage and round of fill `fill` of the ring of B.
-#[inline(always)]
-fn b_stage_of(fill: u32) -> (u32, u32) {
-    (fill % WGMMA_B_STAGES, fill / WGMMA_B_STAGES)
 }
 
 /// A unit of a block's work: a tile of the GEMM, and the k-tiles of its split of K.
@@ -147,17 +178,18 @@ struct WorkUnit {
     k_count: u32,
 }
 
-/// Unit `index` of the plan's work: tiles with output channels fastest, then groups,
-/// then M; splits of K slowest, so that the blocks at work together share A's rows.
+/// Unit `index` of the plan's work (tiles of `tile_rows` rows): tiles with output
+/// channels fastest, then groups, then M; splits of K slowest, so that the blocks at
+/// work together share A's rows.
 #[inline(always)]
-fn work_unit(plan: &TensorCorePlan, index: u32) -> WorkUnit {
+fn work_unit(plan: &TensorCorePlan, tile_rows: u32, index: u32) -> WorkUnit {
     let tiles = plan.m_tiles * plan.groups * plan.n_tiles;
     let (split, index) = (index / tiles, index % tiles);
     let rest = index / plan.n_tiles;
     let k_first = split * plan.split_k_tiles;
     WorkUnit {
         tile: TileOrigin {
-            m0: rest / plan.groups * WGMMA_BM,
+            m0: rest / plan.groups * tile_rows,
             group: rest % plan.groups,
             n0: index % plan.n_tiles * plan.tile_n,
         },
@@ -186,17 +218,16 @@ pub unsafe fn forward<const CHANNELS_LAST: bool, const BULK: bool, const ROW_STR
     let (p, plan) = (&args.problem, &args.plan);
     let k_tiles = KTiles::new(p, plan);
     let units = plan.units();
-    // With bulk copies one producer thread arrives per fill, else every producer.
+    let schedule = WgmmaSchedule::of(ROW_STRIPS);
+    // With bulk copies one producer thread arrives per fill, else every producer; one
+    // consumer releases a stage in turns, both where they share the tiles.
     let producers = if BULK { 1 } else { WARPGROUP };
-    // SAFETY: every thread calls them; the mbarriers follow the stages in the launch's
-    // shared memory, the bias table the producer's table, and the barrier below
-    // publishes both.
+    let consumers = if schedule.ping_pong { WARPGROUP } else { 2 * WARPGROUP };
+    // SAFETY: every thread calls them; the barrier below publishes the bias and the
+    // mbarriers.
     let rings = unsafe {
         stage_bias(&args);
-        Rings {
-            a: StagePipeline::new(ring_barriers(0), WGMMA_STAGES, producers, WARPGROUP),
-            b: StagePipeline::new(ring_barriers(1), WGMMA_B_STAGES, producers, WARPGROUP),
-        }
+        Rings::new(schedule, producers, consumers)
     };
     // SAFETY: every thread reaches it.
     unsafe { sync_threads() };
@@ -274,7 +305,7 @@ fn strip_skip<const CHANNELS_LAST: bool>(p: &ConvProblem, s: u32) -> u32 {
 
 /// The producer on bulk tensor copies: its first thread stages the k-tiles of every
 /// unit of this block. B: per k-tile a box of `8 J` filters of its tap and `TC_BK`
-/// channels. A: per k-tile an im2col box of `WGMMA_BM` pixels at its tap; or with
+/// channels. A: per k-tile an im2col box of a tile's pixels at its tap; or with
 /// `ROW_STRIPS`, per kernel row (and at a unit's first k-tile) the strip of the row of
 /// x that its taps read: a box of `strip_box_pixels` NHWC pixels, or
 /// `NCHW_BOXES_PER_STRIP` NCHW boxes of `NCHW_BOX_PIXELS` pixels.
@@ -305,14 +336,14 @@ unsafe fn produce_bulk<const CHANNELS_LAST: bool, const ROW_STRIPS: bool, const 
         NCHW_BOX_PIXELS
     };
     let (boxes, a_bytes) = match (ROW_STRIPS, CHANNELS_LAST) {
-        (false, _) => (1, tile_bytes(WGMMA_BM)),
+        (false, _) => (1, rings.schedule.a_bytes),
         (true, true) => (1, tile_bytes(box_pixels)),
         (true, false) => (NCHW_BOXES_PER_STRIP, NCHW_BOXES_PER_STRIP * BOX_BYTES),
     };
     let mut fills = Fills::default();
     let mut index = block_idx_x();
     while index < units {
-        let unit = work_unit(plan, index);
+        let unit = work_unit(plan, rings.schedule.tile_rows, index);
         let tile = unit.tile;
         // Row strips: the tile is part of one output row (padded to whole tiles), at
         // stride 1 its strips' start the row's shifted by the tile's first column.
@@ -333,12 +364,12 @@ unsafe fn produce_bulk<const CHANNELS_LAST: bool, const ROW_STRIPS: bool, const 
             // barrier expects all its boxes' bytes (zero-filled parts included).
             unsafe {
                 if !ROW_STRIPS || s == 0 || kt == unit.k_first {
-                    let (stage, round) = stage_of(fills.a);
+                    let (stage, round) = rings.a_slot(fills.a);
                     rings.a.acquire(stage, round);
                     rings.a.arrive_expecting(stage, a_bytes);
                     let row = origin[1] + (r * p.dilation_h) as i32;
                     for b in 0..boxes {
-                        let destination = stage_a(stage) + b * a_bytes / boxes;
+                        let destination = rings.stage_a(stage) + b * a_bytes / boxes;
                         let column = origin[0] + (b * box_pixels) as i32;
                         match (ROW_STRIPS, CHANNELS_LAST) {
                             (false, _) => {
@@ -358,11 +389,11 @@ unsafe fn produce_bulk<const CHANNELS_LAST: bool, const ROW_STRIPS: bool, const 
                     }
                     fills.a += 1;
                 }
-                let (stage, round) = b_stage_of(fills.b);
+                let (stage, round) = rings.b_slot(fills.b);
                 rings.b.acquire(stage, round);
                 rings.b.arrive_expecting(stage, tile_bytes(8 * J as u32));
                 let at = [channel as i32, tap as i32, filter];
-                rings.b.load_tile_3d(stage, stage_b(stage), filters_map, at);
+                rings.b.load_tile_3d(stage, rings.stage_b(stage), filters_map, at);
                 fills.b += 1;
             }
         }
@@ -389,7 +420,7 @@ unsafe fn produce<const CHANNELS_LAST: bool>(
     let mut fills = 0;
     let mut index = block_idx_x();
     while index < units {
-        let unit = work_unit(plan, index);
+        let unit = work_unit(plan, rings.schedule.tile_rows, index);
         let tile = unit.tile;
         let filters = Filters::<B_ROWS>::new(args.w.as_ptr(), p, k_tiles, tile.n0, tile.group, stagers);
         let x = args.x.as_ptr();
@@ -398,7 +429,7 @@ unsafe fn produce<const CHANNELS_LAST: bool>(
             if CHANNELS_LAST {
                 // The table is rewritten once every producer finished reading it.
                 sync_group::<1>(WARPGROUP);
-                let table = SharedOrigins::write(origin_table(), p, tile.m0, tile.group, WGMMA_BM, stagers);
+                let table = SharedOrigins::write(origin_table(), p, tile.m0, tile.group, GATHER_TILE_ROWS, stagers);
                 sync_group::<1>(WARPGROUP);
                 let patches = Patches::<A_ROWS, _>::with_table(x, p, k_tiles, table, stagers);
                 if plan.a_vector != 0 {
@@ -407,7 +438,7 @@ unsafe fn produce<const CHANNELS_LAST: bool>(
                     with_filters(plan, ScalarPatches(patches), filters, &unit, rings, &mut fills);
                 }
             } else {
-                let patches = NchwPatches::<NCHW_ROWS>::new(x, p, tile.m0, tile.group, WGMMA_BM, stagers);
+                let patches = NchwPatches::<NCHW_ROWS>::new(x, p, tile.m0, tile.group, GATHER_TILE_ROWS, stagers);
                 with_filters(plan, patches, filters, &unit, rings, &mut fills);
             }
         }
@@ -465,15 +496,15 @@ unsafe fn fill<A: Operand, B: Operand>(
     fills: &mut u32,
 ) {
     for kt in k_tiles {
-        let (stage, round) = stage_of(*fills);
-        let (b_stage, b_round) = b_stage_of(*fills);
+        let (stage, round) = rings.a_slot(*fills);
+        let (b_stage, b_round) = rings.b_slot(*fills);
         // SAFETY: the stages are released (their previous fills consumed) before the
         // copies start; a fill is arrived on once this thread's copies of it landed.
         unsafe {
             rings.a.acquire(stage, round);
             rings.b.acquire(b_stage, b_round);
-            a.stage(stage_a(stage), kt);
-            b.stage(stage_b(b_stage), kt);
+            a.stage(rings.stage_a(stage), kt);
+            b.stage(rings.stage_b(b_stage), kt);
             async_copy_commit();
             async_copy_wait::<FILL_LAG>();
             if *fills >= FILL_LAG {
@@ -492,8 +523,8 @@ unsafe fn fill<A: Operand, B: Operand>(
 unsafe fn arrive_both(rings: &Rings, fill: u32) {
     // SAFETY: forwarded.
     unsafe {
-        rings.a.arrive(stage_of(fill).0);
-        rings.b.arrive(b_stage_of(fill).0);
+        rings.a.arrive(rings.a_slot(fill).0);
+        rings.b.arrive(rings.b_slot(fill).0);
     }
 }
 
@@ -565,7 +596,9 @@ const _: () = assert!(BATCHES_IN_FLIGHT >= 1 && BATCHES_IN_FLIGHT <= TC_BK / 8);
 
 /// Where a k-tile's operands lie: the fills of A and B it reads (B one per k-tile;
 /// A one per k-tile, or per row strip), whether its A is a fill the tile has not read
-/// before, and with row strips, the strip's row of its taps' first pixel.
+/// before, and the row of A where the consumer's rows start (`skip`): with row strips,
+/// the strip's row of its taps' first pixel; in a tile both consumers share, the
+/// second consumer's half.
 #[derive(Clone, Copy)]
 struct KTileFills {
     a: u32,
@@ -603,9 +636,9 @@ unsafe fn multiply_k_tile<
     [[f32; 4]; J]: WarpgroupAccumulators,
 {
     let nchw_boxes = ROW_STRIPS && !CHANNELS_LAST;
-    let (a_stage, a_round) = stage_of(fills.a);
-    let (b_stage, b_round) = b_stage_of(fills.b);
-    let a = stage_a(a_stage);
+    let (a_stage, a_round) = rings.a_slot(fills.a);
+    let (b_stage, b_round) = rings.b_slot(fills.b);
+    let a = rings.stage_a(a_stage);
     // The bottom 64 rows: among NCHW boxes two boxes on, at the same places.
     let (bottom, bottom_rows) = if nchw_boxes {
         (a + 64 / NCHW_BOX_PIXELS * BOX_BYTES, 0)
@@ -635,16 +668,16 @@ unsafe fn multiply_k_tile<
             let [top, bottom] = &mut *sums;
             warpgroup_fence();
             for kk in 0..TC_BK / 8 {
-                let b = swizzled_k_major_descriptor(stage_b(b_stage) + kk * 32);
+                let b = swizzled_k_major_descriptor(rings.stage_b(b_stage) + kk * 32);
                 top.multiply_tf32_shared(a(0, kk), b);
                 bottom.multiply_tf32_shared(a(64, kk), b);
             }
             warpgroup_commit();
             warpgroup_wait::<1>();
             if !first {
-                rings.b.release(b_stage_of(fills.b - 1).0);
+                rings.b.release(rings.b_slot(fills.b - 1).0);
                 if fills.new_a {
-                    rings.a.release(stage_of(fills.a - 1).0);
+                    rings.a.release(rings.a_slot(fills.a - 1).0);
                 }
             }
             return;
@@ -659,7 +692,7 @@ unsafe fn multiply_k_tile<
                 staged = fragments(kk);
             }
             let [a_top, a_bottom] = staged.map(to_tf32_fragment);
-            let b = swizzled_k_major_descriptor(stage_b(b_stage) + kk * 32);
+            let b = swizzled_k_major_descriptor(rings.stage_b(b_stage) + kk * 32);
             // Written out rather than looped: a loop indexes the sums in local memory,
             // whose loads ptxas cannot overlap with the multiplies.
             let [top, bottom] = &mut *sums;
@@ -672,9 +705,9 @@ unsafe fn multiply_k_tile<
             }
             warpgroup_wait::<BATCHES_IN_FLIGHT>();
             if kk == BATCHES_IN_FLIGHT - 1 && !first {
-                rings.b.release(b_stage_of(fills.b - 1).0);
+                rings.b.release(rings.b_slot(fills.b - 1).0);
                 if fills.new_a {
-                    rings.a.release(stage_of(fills.a - 1).0);
+                    rings.a.release(rings.a_slot(fills.a - 1).0);
                 }
             }
         }
@@ -697,12 +730,13 @@ fn a_fills<const ROW_STRIPS: bool>(p: &ConvProblem, unit: &WorkUnit) -> u32 {
         .count() as u32
 }
 
-/// A consumer: multiplies every other unit of this block (consumer 0 the first) and
-/// stores it (split, into its split's copy of y). The consumers multiply in turns, so
-/// that each one's stores overlap the other's multiplies: a consumer starts a unit
-/// once the other has passed the full barriers of the unit before (which also keeps
-/// it from waiting on a fill a round early, whose parity the barrier would pass), and
-/// hands over the turn once it has passed its own.
+/// A consumer: multiplies its part of this block's units and stores it (split, into
+/// its split's copy of y). In turns (ping-pong): every other unit (consumer 0 the
+/// first), so that each one's stores overlap the other's multiplies; a consumer starts
+/// a unit once the other has passed the full barriers of the unit before (which also
+/// keeps it from waiting on a fill a round early, whose parity the barrier would
+/// pass), and hands over the turn once it has passed its own. Otherwise its half of the
+/// rows of every unit, beside the other consumer.
 ///
 /// # Safety
 /// As [`forward`]; consumer warpgroup `consumer` (0 or 1) calls it.
@@ -716,23 +750,30 @@ unsafe fn consume<const CHANNELS_LAST: bool, const ROW_STRIPS: bool, const SHARE
     [[f32; 4]; J]: WarpgroupAccumulators,
 {
     let p = &args.problem;
+    let ping_pong = rings.schedule.ping_pong;
     let outputs = p.output_count();
     let warp = thread_idx_x() / 32 % 4;
     let handoff = 2 * WARPGROUP;
+    // The consumer's first row of a shared tile.
+    let half = if ping_pong { 0 } else { consumer * WGMMA_BM };
     let mut fills = Fills::default();
     let mut index = block_idx_x();
     let mut ordinal = 0;
     while index < units {
-        let unit = work_unit(&args.plan, index);
-        let (tile, k_tiles) = (unit.tile, unit.k_count);
+        let unit = work_unit(&args.plan, rings.schedule.tile_rows, index);
+        let k_tiles = unit.k_count;
+        let tile = TileOrigin {
+            m0: unit.tile.m0 + half,
+            ..unit.tile
+        };
         let unit_fills = Fills {
             a: a_fills::<ROW_STRIPS>(p, &unit),
             b: k_tiles,
         };
         let more = index + grid_dim_x() < units;
         index += grid_dim_x();
-        let mine = ordinal % 2 == consumer;
-        let waits = ordinal > 0;
+        let mine = !ping_pong || ordinal % 2 == consumer;
+        let waits = ping_pong && ordinal > 0;
         ordinal += 1;
         if !mine {
             fills.a += unit_fills.a;
@@ -763,7 +804,7 @@ unsafe fn consume<const CHANNELS_LAST: bool, const ROW_STRIPS: bool, const SHARE
             let skip = if ROW_STRIPS {
                 strip_skip::<CHANNELS_LAST>(p, s)
             } else {
-                0
+                half
             };
             KTileFills {
                 a,
@@ -799,7 +840,7 @@ unsafe fn consume<const CHANNELS_LAST: bool, const ROW_STRIPS: bool, const SHARE
         }
         // SAFETY: as above.
         unsafe {
-            if more {
+            if ping_pong && more {
                 if consumer == 0 {
                     arrive_group::<TURN_TO_SECOND>(handoff);
                 } else {
@@ -807,15 +848,15 @@ unsafe fn consume<const CHANNELS_LAST: bool, const ROW_STRIPS: bool, const SHARE
                 }
             }
         }
-        let (last_a, last_b) = (stage_of(a).0, b_stage_of(fills.b + k_tiles - 1).0);
+        let (last_a, last_b) = (rings.a_slot(a).0, rings.b_slot(fills.b + k_tiles - 1).0);
         fills.a += unit_fills.a;
         fills.b += unit_fills.b;
         // SAFETY: as above; the sums are final after the wait.
         unsafe {
             warpgroup_wait::<0>();
-            rings.a.release(last_a);
             if args.epilogue.fits_register_stores() {
                 // Straight from the registers, the stages already back with the producer.
+                rings.a.release(last_a);
                 rings.b.release(last_b);
                 let warp_tiles = WarpTiles {
                     sums,
@@ -823,14 +864,21 @@ unsafe fn consume<const CHANNELS_LAST: bool, const ROW_STRIPS: bool, const SHARE
                     row_step: 64,
                 };
                 store_plain(args, tile, &warp_tiles);
-            } else {
+            } else if ping_pong {
                 // Through the last B, which nothing else reads until its release (of
                 // the rings', the one the other consumer needs again latest); the fence
                 // orders the epilogue's accesses before the producer's next copies into
                 // it.
-                store_staged(args, tile, &sums, stage_b(last_b), consumer);
+                rings.a.release(last_a);
+                store_staged(args, tile, &sums, rings.stage_b(last_b), consumer);
                 fence_async_shared();
                 rings.b.release(last_b);
+            } else {
+                // Through this consumer's half of the last A, which only it reads.
+                rings.b.release(last_b);
+                store_staged(args, tile, &sums, rings.stage_a(last_a) + tile_bytes(half), consumer);
+                fence_async_shared();
+                rings.a.release(last_a);
             }
         }
     }
