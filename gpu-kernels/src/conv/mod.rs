@@ -323,14 +323,14 @@ mod tests {
             .expect("a valid problem");
             tf32_forward(&problem, ConvLayout::Nhwc, &h100)
         };
-        // 7x7 maps of 512 channels: 52 tiles of 144 k-tiles for 132 blocks, in two
-        // splits of 72.
+        // 7x7 maps of 512 channels (im2col, tiles of 256 pixels): 28 tiles of 144
+        // k-tiles for 132 blocks, in four splits of 36.
         let small_maps = plan([32, 512, 7, 7], [512, 512, 3, 3]);
         assert_eq!(
             (small_maps.splits, small_maps.split_k_tiles, small_maps.units()),
-            (2, 72, 104)
+            (4, 36, 112)
         );
-        assert_eq!(small_maps.blocks, 104);
+        assert_eq!(small_maps.blocks, 112);
         // Tiles enough for every SM: no split.
         let headline = plan([8, 64, 512, 1024], [128, 64, 3, 3]);
         assert_eq!((headline.splits, headline.split_k_tiles), (1, headline.k_tiles));

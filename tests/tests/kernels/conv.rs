@@ -1179,7 +1179,11 @@ fn every_conv_kernel_matches_the_reference_on_fixed_cases() {
             // in each consumer's half of the last A of a tile both share.
             if matches!(
                 paths[0],
-                TensorCoreBoxes | TensorCoreBoxesNarrow | TensorCoreStrips | TensorCoreStripsNarrow | TensorCoreBulk
+                TensorCoreBoxes
+                    | TensorCoreBoxesNarrow
+                    | TensorCoreStrips
+                    | TensorCoreStripsNarrow
+                    | TensorCoreBulk
             ) {
                 check_fused(gpu, c.clone(), Activation::Silu, true).unwrap();
             }

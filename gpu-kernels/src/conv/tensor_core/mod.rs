@@ -142,7 +142,9 @@ impl WgmmaSchedule {
     }
 }
 
-const _: () = assert!(STRIP_BYTES >= tile_bytes(WGMMA_BM) && (WGMMA_BIAS_BYTES + WGMMA_TABLE_BYTES) % 1024 == 0);
+const _: () = assert!(
+    STRIP_BYTES >= tile_bytes(WGMMA_BM) && (WGMMA_BIAS_BYTES + WGMMA_TABLE_BYTES).is_multiple_of(1024)
+);
 /// A block fits an SM's 228 KB of shared memory (1 KB of it reserved).
 const _: () = assert!(WgmmaSchedule::of(true).shared_bytes() + 1024 <= 228 * 1024);
 const _: () = assert!(WgmmaSchedule::of(false).shared_bytes() + 1024 <= 228 * 1024);

@@ -222,7 +222,11 @@ pub unsafe fn forward<const CHANNELS_LAST: bool, const BULK: bool, const ROW_STR
     // With bulk copies one producer thread arrives per fill, else every producer; one
     // consumer releases a stage in turns, both where they share the tiles.
     let producers = if BULK { 1 } else { WARPGROUP };
-    let consumers = if schedule.ping_pong { WARPGROUP } else { 2 * WARPGROUP };
+    let consumers = if schedule.ping_pong {
+        WARPGROUP
+    } else {
+        2 * WARPGROUP
+    };
     // SAFETY: every thread calls them; the barrier below publishes the bias and the
     // mbarriers.
     let rings = unsafe {
@@ -429,7 +433,8 @@ unsafe fn produce<const CHANNELS_LAST: bool>(
             if CHANNELS_LAST {
                 // The table is rewritten once every producer finished reading it.
                 sync_group::<1>(WARPGROUP);
-                let table = SharedOrigins::write(origin_table(), p, tile.m0, tile.group, GATHER_TILE_ROWS, stagers);
+                let table =
+                    SharedOrigins::write(origin_table(), p, tile.m0, tile.group, GATHER_TILE_ROWS, stagers);
                 sync_group::<1>(WARPGROUP);
                 let patches = Patches::<A_ROWS, _>::with_table(x, p, k_tiles, table, stagers);
                 if plan.a_vector != 0 {
@@ -438,7 +443,8 @@ unsafe fn produce<const CHANNELS_LAST: bool>(
                     with_filters(plan, ScalarPatches(patches), filters, &unit, rings, &mut fills);
                 }
             } else {
-                let patches = NchwPatches::<NCHW_ROWS>::new(x, p, tile.m0, tile.group, GATHER_TILE_ROWS, stagers);
+                let patches =
+                    NchwPatches::<NCHW_ROWS>::new(x, p, tile.m0, tile.group, GATHER_TILE_ROWS, stagers);
                 with_filters(plan, patches, filters, &unit, rings, &mut fills);
             }
         }
@@ -876,7 +882,13 @@ unsafe fn consume<const CHANNELS_LAST: bool, const ROW_STRIPS: bool, const SHARE
             } else {
                 // Through this consumer's half of the last A, which only it reads.
                 rings.b.release(last_b);
-                store_staged(args, tile, &sums, rings.stage_a(last_a) + tile_bytes(half), consumer);
+                store_staged(
+                    args,
+                    tile,
+                    &sums,
+                    rings.stage_a(last_a) + tile_bytes(half),
+                    consumer,
+                );
                 fence_async_shared();
                 rings.a.release(last_a);
             }
