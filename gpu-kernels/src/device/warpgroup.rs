@@ -146,6 +146,18 @@ pub trait WarpgroupAccumulators {
     unsafe fn multiply_tf32_shared(&mut self, a: u64, b: u64);
 }
 
+/// The text of a TF32 `wgmma` of shape `$shape` (as "m64n128k8") up to its list of
+/// accumulators: a scope whose `accumulate` predicate is set (the sums are added to).
+macro_rules! wgmma_tf32_opening {
+    ($shape:literal) => {
+        concat!(
+            "{{\n.reg .pred accumulate;\nsetp.ne.b32 accumulate, 1, 0;\nwgmma.mma_async.sync.aligned.",
+            $shape,
+            ".f32.tf32.tf32 "
+        )
+    };
+}
+
 /// The trait for the accumulators of one width, its `wgmma` shape and index list.
 macro_rules! warpgroup_accumulators {
     ($tiles:literal, $width:ident, $shape:literal) => {
@@ -167,11 +179,7 @@ macro_rules! warpgroup_accumulators {
                 unsafe {
                     with_accumulator_indices!($width, asm_on_accumulators!(
                         acc,
-                        concat!(
-                            "{{\n.reg .pred accumulate;\nsetp.ne.b32 accumulate, 1, 0;\nwgmma.mma_async.sync.aligned.",
-                            $shape,
-                            ".f32.tf32.tf32 "
-                        ),
+                        wgmma_tf32_opening!($shape),
                         ", {{{a0}, {a1}, {a2}, {a3}}}, {b}, accumulate, 1, 1;\n}}",
                         [
                             a0 = in(reg32) a[0],
@@ -192,11 +200,7 @@ macro_rules! warpgroup_accumulators {
                 unsafe {
                     with_accumulator_indices!($width, asm_on_accumulators!(
                         acc,
-                        concat!(
-                            "{{\n.reg .pred accumulate;\nsetp.ne.b32 accumulate, 1, 0;\nwgmma.mma_async.sync.aligned.",
-                            $shape,
-                            ".f32.tf32.tf32 "
-                        ),
+                        wgmma_tf32_opening!($shape),
                         ", {a}, {b}, accumulate, 1, 1;\n}}",
                         [a = in(reg64) a, b = in(reg64) b, options(nostack),],
                     ))
