@@ -8,13 +8,15 @@
 //! The operands are staged as `TC_BM x TC_BK` tiles of A and `TC_BN x TC_BK` of B in
 //! shared memory, filled by `cp.async` (16-byte copies of four consecutive K where the
 //! operand allows, else one element at a time) and zero-filled outside the tensors.
-//! Two kinds of kernel multiply them. On Hopper, warpgroup MMA (`wgmma`, A from
-//! registers rounded to TF32, B from shared memory, rounded beforehand) in persistent
-//! blocks where a producer warpgroup copies the stages while two consumer warpgroups
-//! multiply and store. There an NCHW x at stride 1 with long output rows is staged as
-//! it lies (per tap, a strip of boxes of `TC_BK` channels by `NCHW_BOX_PIXELS` pixels
-//! of a row, A read transposed from them); other NCHW operands that bulk copies could
-//! stage in NHWC are changed to NHWC by the host; y stays NCHW. Elsewhere `mma.sync`
+//! Two kinds of kernel multiply them. On Hopper, warpgroup MMA (`wgmma`: B from shared
+//! memory, rounded beforehand; A from shared memory where TFLOAT32 bulk copies rounded
+//! it, else from registers rounded to TF32) in persistent blocks where a producer
+//! warpgroup copies the stages while two consumer warpgroups multiply and store, in
+//! turns or side by side ([`WgmmaSchedule`]). There, at stride 1 with long output rows,
+//! x is staged in row strips, one per kernel row that all its taps read: NHWC x in one
+//! box, NCHW x as it lies (boxes of `TC_BK` channels by `NCHW_BOX_PIXELS` pixels of a
+//! row, A read transposed from them); other NCHW operands that bulk copies could stage
+//! in NHWC are changed to NHWC by the host; y stays NCHW. Elsewhere `mma.sync`
 //! m16n8k8 TF32 (fragments by `ldmatrix`, rounded to TF32 to nearest), every thread
 //! copying and multiplying, one block per tile. Sums stay FP32,
 //! in a fixed order, so results are the same from run to run. The weight gradient has
