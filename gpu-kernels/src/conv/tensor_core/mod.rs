@@ -67,12 +67,9 @@ pub const TC_BLOCKS_PER_SM: u32 = 1;
 pub const WGMMA_BM: u32 = 64 * WGMMA_CONSUMER_BLOCKS;
 /// Blocks of 64 rows (one `wgmma` each per step of K) a consumer warpgroup multiplies.
 pub const WGMMA_CONSUMER_BLOCKS: u32 = 2;
-/// Threads per block of the `wgmma` forward kernels (one block per SM): a producer
-/// warpgroup that copies the stages and two consumer warpgroups that multiply them.
-pub const WGMMA_FORWARD_THREADS: u32 = 384;
-/// Threads per block of the `wgmma` weight-gradient kernels: a producer warpgroup and
-/// two consumer warpgroups.
-pub const WGMMA_WGRAD_THREADS: u32 = 384;
+/// Threads per block of the `wgmma` kernels: a producer warpgroup that copies the
+/// stages and two consumer warpgroups that multiply them and store the sums.
+pub const WGMMA_THREADS: u32 = 384;
 /// Stages of A in the `wgmma` forward kernels: a stage serves one k-tile, or with row
 /// strips every tap of a kernel row.
 pub const WGMMA_STAGES: u32 = 4;
@@ -161,7 +158,7 @@ pub const fn tile_bytes(rows: u32) -> u32 {
 }
 
 const _: () = assert!(TC_BM == TC_BN && TC_BK == 32 && TC_THREADS == 256 && TC_STAGES >= 2);
-const _: () = assert!(TC_BN == 128 && WGMMA_FORWARD_THREADS == 3 * 128 && WGMMA_STAGES >= 2);
+const _: () = assert!(TC_BN == 128 && WGMMA_THREADS == 3 * 128 && WGMMA_STAGES >= 2);
 
 /// How a tensor-core pass is launched. Its GEMM has `m_tiles x groups x n_tiles` tiles
 /// (M by the kernel's rows per tile, `TC_BN` output channels of a group). The
@@ -262,9 +259,8 @@ impl TensorCorePlan {
         } else {
             (in_group * problem.taps()).div_ceil(TC_BK)
         };
-        let resident = device.multiprocessors;
         let splits = if warpgroup_mma && problem.output_count() < 1 << 31 {
-            split_count(tiles, k_tiles, resident)
+            split_count(tiles, k_tiles, device.multiprocessors)
         } else {
             1
         };
@@ -276,10 +272,10 @@ impl TensorCorePlan {
             n_tiles,
             tile_n,
             groups: problem.groups,
-            blocks: if units < resident as u64 {
+            blocks: if units < device.multiprocessors as u64 {
                 units as u32
             } else {
-                resident
+                device.multiprocessors
             },
             a_vector: (channels_last && in_group.is_multiple_of(4)) as u32,
             b_vector: (in_group * problem.taps()).is_multiple_of(4) as u32,
@@ -425,7 +421,7 @@ impl TensorCorePlan {
         let geometry = if self.warpgroup_mma == 1 {
             LaunchGeometry {
                 grid: [self.blocks as u64, 1, 1],
-                threads: WGMMA_FORWARD_THREADS,
+                threads: WGMMA_THREADS,
                 shared_bytes: WgmmaSchedule::of(self.row_strips == 1).shared_bytes(),
             }
         } else {
@@ -462,11 +458,11 @@ impl TensorCorePlan {
     }
 }
 
-/// Parts to split K into where `tiles` tiles leave blocks idle: as many as give every
-/// resident block a unit of work at most, each of `MIN_SPLIT_K_TILES` k-tiles at
-/// least. The whole waves of units this leaves keep every part equally long.
-const fn split_count(tiles: u64, k_tiles: u32, resident: u32) -> u32 {
-    let fill = resident as u64 / tiles;
+/// Parts to split K into where `tiles` tiles leave SMs idle: as many as give every
+/// SM a unit of work at most, each of `MIN_SPLIT_K_TILES` k-tiles at least. The
+/// whole waves of units this leaves keep every part equally long.
+const fn split_count(tiles: u64, k_tiles: u32, multiprocessors: u32) -> u32 {
+    let fill = multiprocessors as u64 / tiles;
     let most = (k_tiles / MIN_SPLIT_K_TILES) as u64;
     let splits = if fill < most { fill } else { most };
     if splits < 1 { 1 } else { splits as u32 }
@@ -637,34 +633,34 @@ kernel_args! {
     /// The TF32 forward pass over NHWC tensors on `wgmma`, x gathered by `cp.async`.
     pub const CONV_FORWARD_NHWC_TF32_WGMMA = "conv_forward_nhwc_tf32_wgmma" =>
         warpgroup_mma::forward::<true, false, false, 16>,
-        bounds(WGMMA_FORWARD_THREADS, 1), requires("sm_90a");
+        bounds(WGMMA_THREADS, 1), requires("sm_90a");
     /// The TF32 forward pass over NHWC tensors on `wgmma`, x staged by im2col copies.
     pub const CONV_FORWARD_NHWC_IM2COL_TF32_WGMMA = "conv_forward_nhwc_im2col_tf32_wgmma" =>
         warpgroup_mma::forward::<true, true, false, 16>,
-        bounds(WGMMA_FORWARD_THREADS, 1), requires("sm_90a");
+        bounds(WGMMA_THREADS, 1), requires("sm_90a");
     /// The same in tiles of `WGMMA_NARROW_BN` output channels.
     pub const CONV_FORWARD_NHWC_IM2COL_TF32_WGMMA_NARROW = "conv_forward_nhwc_im2col_tf32_wgmma_narrow" =>
         warpgroup_mma::forward::<true, true, false, 8>,
-        bounds(WGMMA_FORWARD_THREADS, 1), requires("sm_90a");
+        bounds(WGMMA_THREADS, 1), requires("sm_90a");
     /// The TF32 forward pass over NHWC tensors on `wgmma`, x staged by row strips.
     pub const CONV_FORWARD_NHWC_STRIPS_TF32_WGMMA = "conv_forward_nhwc_strips_tf32_wgmma" =>
         warpgroup_mma::forward::<true, true, true, 16>,
-        bounds(WGMMA_FORWARD_THREADS, 1), requires("sm_90a");
+        bounds(WGMMA_THREADS, 1), requires("sm_90a");
     /// The same in tiles of `WGMMA_NARROW_BN` output channels.
     pub const CONV_FORWARD_NHWC_STRIPS_TF32_WGMMA_NARROW = "conv_forward_nhwc_strips_tf32_wgmma_narrow" =>
         warpgroup_mma::forward::<true, true, true, 8>,
-        bounds(WGMMA_FORWARD_THREADS, 1), requires("sm_90a");
+        bounds(WGMMA_THREADS, 1), requires("sm_90a");
     /// The TF32 forward pass over NCHW tensors on `wgmma`, x gathered by `cp.async`.
     pub const CONV_FORWARD_NCHW_TF32_WGMMA = "conv_forward_nchw_tf32_wgmma" =>
         warpgroup_mma::forward::<false, false, false, 16>,
-        bounds(WGMMA_FORWARD_THREADS, 1), requires("sm_90a");
+        bounds(WGMMA_THREADS, 1), requires("sm_90a");
     /// The TF32 forward pass over NCHW tensors on `wgmma`, x staged by NCHW boxes.
     pub const CONV_FORWARD_NCHW_BOXES_TF32_WGMMA = "conv_forward_nchw_boxes_tf32_wgmma" =>
         warpgroup_mma::forward::<false, true, true, 16>,
-        bounds(WGMMA_FORWARD_THREADS, 1), requires("sm_90a");
+        bounds(WGMMA_THREADS, 1), requires("sm_90a");
     /// The same in tiles of `WGMMA_NARROW_BN` output channels.
     pub const CONV_FORWARD_NCHW_BOXES_TF32_WGMMA_NARROW = "conv_forward_nchw_boxes_tf32_wgmma_narrow" =>
         warpgroup_mma::forward::<false, true, true, 8>,
-        bounds(WGMMA_FORWARD_THREADS, 1), requires("sm_90a");
+        bounds(WGMMA_THREADS, 1), requires("sm_90a");
     entry points in ENTRY_POINTS;
 }

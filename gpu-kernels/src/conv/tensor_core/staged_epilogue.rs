@@ -6,9 +6,10 @@
 //! must unroll whole, or the sums move to local memory; with the activation and the
 //! residual inside it is too long for that).
 //!
-//! The staging buffer is the tile's last stage of B (`TC_BN` rows of `TC_BK` floats):
-//! only this warpgroup's `wgmma`s read it, and they are done once it waits for them;
-//! the stage goes back to the producer after the epilogue.
+//! The staging buffer is one that only this warpgroup's reads could still touch, and
+//! they are done once it waits for its `wgmma`s: with tiles in turns the tile's last
+//! stage of B, with shared tiles the consumer's part of the last stage of A. The stage
+//! goes back to the producer after the epilogue.
 
 use super::epilogue::TileOrigin;
 use super::*;

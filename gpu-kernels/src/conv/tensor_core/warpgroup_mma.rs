@@ -47,7 +47,7 @@ const BOX_BYTES: u32 = TC_BK * NCHW_BOX_PIXELS * 4;
 /// for registers that never come otherwise.
 const BULK_REGISTERS: [u32; 2] = [40, 232];
 const GATHER_REGISTERS: [u32; 2] = [104, 200];
-const LAUNCH_REGISTERS: u32 = 65536 / WGMMA_FORWARD_THREADS / 8 * 8;
+const LAUNCH_REGISTERS: u32 = 65536 / WGMMA_THREADS / 8 * 8;
 
 const _: () = assert!(PIPELINE_BARRIER_BYTES == WGMMA_BARRIER_BYTES && WGMMA_BM == 128);
 const _: () = assert!(BULK_REGISTERS[0] + 2 * BULK_REGISTERS[1] <= 3 * LAUNCH_REGISTERS);
@@ -85,7 +85,7 @@ unsafe fn stage_bias(args: &TensorCoreArgs) {
         return;
     }
     let channels = args.problem.out_channels.min(WGMMA_SHARED_BIAS);
-    for c in (thread_idx_x()..channels).step_by(WGMMA_FORWARD_THREADS as usize) {
+    for c in (thread_idx_x()..channels).step_by(WGMMA_THREADS as usize) {
         // SAFETY: c is a channel of the bias and of the table.
         unsafe { store_shared_f32(bias_table() + 4 * c, *bias.add(c as usize)) };
     }
@@ -681,10 +681,7 @@ unsafe fn multiply_k_tile<
             warpgroup_commit();
             warpgroup_wait::<1>();
             if !first {
-                rings.b.release(rings.b_slot(fills.b - 1).0);
-                if fills.new_a {
-                    rings.a.release(rings.a_slot(fills.a - 1).0);
-                }
+                release_previous(rings, fills);
             }
             return;
         }
@@ -711,11 +708,24 @@ unsafe fn multiply_k_tile<
             }
             warpgroup_wait::<BATCHES_IN_FLIGHT>();
             if kk == BATCHES_IN_FLIGHT - 1 && !first {
-                rings.b.release(rings.b_slot(fills.b - 1).0);
-                if fills.new_a {
-                    rings.a.release(rings.a_slot(fills.a - 1).0);
-                }
+                release_previous(rings, fills);
             }
+        }
+    }
+}
+
+/// Releases the stages of the k-tile before `fills`: its B, and its A where `fills`
+/// reads another.
+///
+/// # Safety
+/// The consumer warpgroup calls it together, once its batches reading them are done.
+#[inline(always)]
+unsafe fn release_previous(rings: &Rings, fills: KTileFills) {
+    // SAFETY: forwarded.
+    unsafe {
+        rings.b.release(rings.b_slot(fills.b - 1).0);
+        if fills.new_a {
+            rings.a.release(rings.a_slot(fills.a - 1).0);
         }
     }
 }

@@ -33,7 +33,7 @@
 
 use super::weight_grad::wave_filling_split;
 use super::{
-    TC_BK, WGMMA_BARRIER_BYTES, WGMMA_WGRAD_THREADS, bulk_copies_fit, im2col_map, nchw_rows_map, tile_bytes,
+    TC_BK, WGMMA_BARRIER_BYTES, WGMMA_THREADS, bulk_copies_fit, im2col_map, nchw_rows_map, tile_bytes,
 };
 use crate::conv::reduce::{self, SplitSumArgs};
 use crate::conv::{ConvLayout, ConvProblem};
@@ -72,7 +72,7 @@ const STAGE_NHWC_COPY_BYTES: u32 = B_BYTES + TC_BK * DY_NHWC_ROW * 4;
 /// mbarriers.
 const SHARED_BYTES: u32 = WGMMA_WGRAD_STAGES * (STAGE_BYTES + WGMMA_BARRIER_BYTES + 8);
 
-const _: () = assert!(WGMMA_WGRAD_THREADS == 3 * 128 && WGMMA_WGRAD_ROWS == 2 * 64);
+const _: () = assert!(WGMMA_THREADS == 3 * 128 && WGMMA_WGRAD_ROWS == 2 * 64);
 const _: () = assert!(WGMMA_WGRAD_BLOCKS * WGMMA_WGRAD_CHANNELS == 192 && STAGE_BYTES.is_multiple_of(1024));
 const _: () = assert!(STAGE_NHWC_COPY_BYTES <= STAGE_BYTES && X_NHWC_BOX_CHANNELS == TC_BK);
 
@@ -224,7 +224,7 @@ impl WarpgroupWeightGradPlan {
                 1,
                 1,
             ],
-            threads: WGMMA_WGRAD_THREADS,
+            threads: WGMMA_THREADS,
             shared_bytes: SHARED_BYTES,
         };
         let args = WarpgroupWeightGradArgs {
@@ -292,10 +292,10 @@ kernel_args! {
     }
     /// The TF32 weight gradient over NCHW tensors on `wgmma`.
     pub const CONV_WEIGHT_GRAD_NCHW_TF32_WGMMA = "conv_weight_grad_nchw_tf32_wgmma" =>
-        kernel::weight_grad::<false>, bounds(WGMMA_WGRAD_THREADS, 1), requires("sm_90a");
+        kernel::weight_grad::<false>, bounds(WGMMA_THREADS, 1), requires("sm_90a");
     /// The TF32 weight gradient over NHWC tensors on `wgmma`.
     pub const CONV_WEIGHT_GRAD_NHWC_TF32_WGMMA = "conv_weight_grad_nhwc_tf32_wgmma" =>
-        kernel::weight_grad::<true>, bounds(WGMMA_WGRAD_THREADS, 1), requires("sm_90a");
+        kernel::weight_grad::<true>, bounds(WGMMA_THREADS, 1), requires("sm_90a");
     entry points in ENTRY_POINTS;
 }
 
