@@ -376,7 +376,8 @@ mod tests {
             (ConvLayout::Nchw, ConvLayout::Nchw)
         );
         assert_eq!((boxes.row_pitch.divisor, boxes.k_tiles), (1024, 9 * 2));
-        assert_eq!(boxes.m_tiles, 8 * 510 * 8);
+        // Tiles of 256 pixels that both consumers share (NHWC strips: 128 in turns).
+        assert_eq!(boxes.m_tiles, 8 * 510 * 4);
         // A row's last tile has 1022 - 768 pixels; the next row's first follows.
         assert_eq!(boxes.tile_pixels(&headline, 0), (0, 1022));
         assert_eq!(boxes.tile_pixels(&headline, 768), (768, 254));

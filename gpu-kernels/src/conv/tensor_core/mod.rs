@@ -85,20 +85,26 @@ pub const WGMMA_TABLE_BYTES: u32 = 16 * 2 * WGMMA_BM;
 
 /// Pixels of one row per bulk copy of NCHW x: 128 bytes, the swizzle's span.
 pub const NCHW_BOX_PIXELS: u32 = 32;
-/// Boxes of the strip staged per k-tile from NCHW x: a tile's row of pixels and the
-/// up to 3 more that a box start at a 16-byte multiple leaves before its first.
-pub const NCHW_BOXES_PER_STRIP: u32 = WGMMA_BM / NCHW_BOX_PIXELS + 1;
-/// Bytes of a row strip: `NCHW_BOXES_PER_STRIP` NCHW boxes, or an NHWC box of as many
-/// pixels.
-pub const STRIP_BYTES: u32 = NCHW_BOXES_PER_STRIP * NCHW_BOX_PIXELS * TC_BK * 4;
+/// Bytes of an NCHW box: `TC_BK` channels of `NCHW_BOX_PIXELS` pixels.
+pub const NCHW_BOX_BYTES: u32 = TC_BK * NCHW_BOX_PIXELS * 4;
+/// Pixels a row strip holds beyond its tile's row: the window's width, and the up to 3
+/// pixels before it that the start of NCHW boxes at 16-byte multiples adds.
+pub const STRIP_MARGIN: u32 = NCHW_BOX_PIXELS;
+
+/// Bytes of a row strip for tiles of `tile_rows` pixels: NCHW boxes covering the tile's
+/// row and the margin, or an NHWC box of as many pixels.
+pub const fn strip_bytes(tile_rows: u32) -> u32 {
+    (tile_rows + STRIP_MARGIN) * TC_BK * 4
+}
 
 /// How a `wgmma` forward kernel schedules its tiles, and the stages it keeps in shared
-/// memory. With row strips the two consumers take the tiles (`WGMMA_BM` rows) in turns
-/// (CUTLASS's ping-pong), each storing one tile while the other multiplies the next: a
-/// stage of A holds a strip that several k-tiles read, so B has more stages than A.
-/// Otherwise both consumers multiply each tile (`2 WGMMA_BM` rows, one half each, one
-/// B for both: half the copies of B and of the producer's work per row, which bound
-/// gathers and short tiles), a stage of A and one of B per k-tile.
+/// memory. With NHWC row strips the two consumers take the tiles (`WGMMA_BM` rows) in
+/// turns (CUTLASS's ping-pong), each storing one tile while the other multiplies the
+/// next: a stage of A holds a strip that several k-tiles read, so B has more stages
+/// than A. Otherwise both consumers multiply each tile (`2 WGMMA_BM` rows, one half
+/// each, one B for both: half the copies of B and of the producer's work per row, which
+/// bound gathers, short tiles and NCHW boxes), a stage of A (a tile, or a strip of NCHW
+/// boxes) and one of B per k-tile.
 #[derive(Clone, Copy)]
 pub struct WgmmaSchedule {
     /// Whether the consumers take the tiles in turns.
@@ -112,20 +118,26 @@ pub struct WgmmaSchedule {
 }
 
 impl WgmmaSchedule {
-    /// The schedule of the kernels with row strips (`row_strips`) or without.
-    pub const fn of(row_strips: bool) -> Self {
-        if row_strips {
+    /// The schedule of the kernels with row strips (`row_strips`) or without, over NHWC
+    /// x (`channels_last`) or NCHW x.
+    pub const fn of(row_strips: bool, channels_last: bool) -> Self {
+        if row_strips && channels_last {
             Self {
                 ping_pong: true,
                 tile_rows: WGMMA_BM,
-                a_bytes: STRIP_BYTES,
+                a_bytes: strip_bytes(WGMMA_BM),
                 b_stages: 2 * WGMMA_STAGES,
             }
         } else {
+            let tile_rows = 2 * WGMMA_BM;
             Self {
                 ping_pong: false,
-                tile_rows: 2 * WGMMA_BM,
-                a_bytes: tile_bytes(2 * WGMMA_BM),
+                tile_rows,
+                a_bytes: if row_strips {
+                    strip_bytes(tile_rows)
+                } else {
+                    tile_bytes(tile_rows)
+                },
                 b_stages: WGMMA_STAGES,
             }
         }
@@ -141,12 +153,12 @@ impl WgmmaSchedule {
     }
 }
 
-const _: () = assert!(
-    STRIP_BYTES >= tile_bytes(WGMMA_BM) && (WGMMA_BIAS_BYTES + WGMMA_TABLE_BYTES).is_multiple_of(1024)
-);
+const _: () = assert!((WGMMA_BIAS_BYTES + WGMMA_TABLE_BYTES).is_multiple_of(1024));
+const _: () = assert!(strip_bytes(WGMMA_BM).is_multiple_of(1024) && NCHW_BOX_BYTES.is_multiple_of(1024));
 /// A block fits an SM's 228 KB of shared memory (1 KB of it reserved).
-const _: () = assert!(WgmmaSchedule::of(true).shared_bytes() + 1024 <= 228 * 1024);
-const _: () = assert!(WgmmaSchedule::of(false).shared_bytes() + 1024 <= 228 * 1024);
+const _: () = assert!(WgmmaSchedule::of(true, true).shared_bytes() + 1024 <= 228 * 1024);
+const _: () = assert!(WgmmaSchedule::of(true, false).shared_bytes() + 1024 <= 228 * 1024);
+const _: () = assert!(WgmmaSchedule::of(false, true).shared_bytes() + 1024 <= 228 * 1024);
 
 /// Fewest k-tiles of a split of K: fewer would spend more of each part filling and
 /// draining the pipeline than multiplying.
@@ -195,8 +207,8 @@ pub struct TensorCorePlan {
     /// taps' k-tiles read it `dilation_w` pixels apart). The rows of the GEMM are then
     /// output rows padded to `row_pitch`, whole tiles, the pixels past `out_w`
     /// computed and dropped. NHWC x: a strip is a box of `strip_box_pixels` pixels.
-    /// NCHW x, as it lies: `NCHW_BOXES_PER_STRIP` boxes of `NCHW_BOX_PIXELS` pixels of
-    /// each channel, starting at a 16-byte multiple; B is the weights in
+    /// NCHW x, as it lies: boxes of `NCHW_BOX_PIXELS` pixels of each channel that cover
+    /// a tile's row and the margin, from a 16-byte multiple; B is the weights in
     /// [`box_filter_index`] order.
     pub row_strips: u32,
     /// Pixels of the box of an NHWC row strip.
@@ -228,22 +240,23 @@ impl TensorCorePlan {
         // gathers them, far more than x's change of layout costs; NCHW boxes spare
         // that change.
         let maps = warpgroup_mma && device.tensor_maps;
-        let rows_fit = maps && row_strips_fit(problem);
-        let nchw_boxes = rows_fit && !y_channels_last && nchw_boxes_fit(problem);
+        let boxes_rows = WgmmaSchedule::of(true, false).tile_rows;
+        let nchw_boxes =
+            maps && !y_channels_last && nchw_boxes_fit(problem) && row_strips_fit(problem, boxes_rows);
         let bulk_copies = nchw_boxes || (maps && bulk_copies_fit(problem));
-        let row_strips = nchw_boxes || (rows_fit && bulk_copies);
+        let row_strips = nchw_boxes || (bulk_copies && row_strips_fit(problem, WGMMA_BM));
+        let channels_last = y_channels_last || (bulk_copies && !nchw_boxes);
+        let rows = if warpgroup_mma {
+            WgmmaSchedule::of(row_strips, channels_last).tile_rows
+        } else {
+            TC_BM
+        };
         let row_pitch = if row_strips {
-            strips_row_pitch(problem)
+            strips_row_pitch(problem, rows)
         } else {
             problem.out_w
         };
         let m = problem.batch as u64 * problem.out_h as u64 * row_pitch as u64;
-        let channels_last = y_channels_last || (bulk_copies && !nchw_boxes);
-        let rows = if warpgroup_mma {
-            WgmmaSchedule::of(row_strips).tile_rows
-        } else {
-            TC_BM
-        };
         let m_tiles = m.div_ceil(rows as u64) as u32;
         let tile_n = if bulk_copies && problem.out_per_group() <= WGMMA_NARROW_BN {
             WGMMA_NARROW_BN
@@ -367,7 +380,7 @@ impl TensorCorePlan {
             )
             .rounded_to_tf32()
         } else {
-            im2col_map(p, x, WgmmaSchedule::of(false).tile_rows).rounded_to_tf32()
+            im2col_map(p, x, WgmmaSchedule::of(false, true).tile_rows).rounded_to_tf32()
         };
         let in_group = p.in_per_group() as u64;
         let filters = TensorMapSpec::tiled(
@@ -422,7 +435,7 @@ impl TensorCorePlan {
             LaunchGeometry {
                 grid: [self.blocks as u64, 1, 1],
                 threads: WGMMA_THREADS,
-                shared_bytes: WgmmaSchedule::of(self.row_strips == 1).shared_bytes(),
+                shared_bytes: WgmmaSchedule::of(self.row_strips == 1, self.channels_last == 1).shared_bytes(),
             }
         } else {
             LaunchGeometry {
@@ -526,22 +539,18 @@ pub(crate) fn nchw_rows_map(problem: &ConvProblem, x: DevicePtr<f32>, channels: 
     )
 }
 
-/// The GEMM rows per output row with row strips: whole tiles.
-const fn strips_row_pitch(p: &ConvProblem) -> u32 {
-    p.out_w.div_ceil(WGMMA_BM) * WGMMA_BM
+/// The GEMM rows per output row with row strips: whole tiles of `tile_rows`.
+const fn strips_row_pitch(p: &ConvProblem, tile_rows: u32) -> u32 {
+    p.out_w.div_ceil(tile_rows) * tile_rows
 }
 
-/// Pixels a row strip holds beyond a tile's `WGMMA_BM`: the window's width, and the
-/// up to 3 pixels before it that the start of NCHW boxes at 16-byte multiples adds.
-pub const STRIP_MARGIN: u32 = NCHW_BOXES_PER_STRIP * NCHW_BOX_PIXELS - WGMMA_BM;
-
-/// Whether row strips can stage `problem`'s x (in a layout the bulk copies take):
-/// stride 1 (a strip's pixels are consecutive in x), output rows that whole tiles
-/// cover with at most 1/16 more (computed and dropped), the padded rows' pixels under
-/// 2^31 (the divisions' range), and windows whose width, with the 3 pixels NCHW boxes
-/// may start early, fits the strip's margin.
-const fn row_strips_fit(p: &ConvProblem) -> bool {
-    let pitch = strips_row_pitch(p) as u64;
+/// Whether row strips of tiles of `tile_rows` pixels can stage `problem`'s x (in a
+/// layout the bulk copies take): stride 1 (a strip's pixels are consecutive in x),
+/// output rows that whole tiles cover with at most 1/16 more (computed and dropped),
+/// the padded rows' pixels under 2^31 (the divisions' range), and windows whose width,
+/// with the 3 pixels NCHW boxes may start early, fits the strip's margin.
+const fn row_strips_fit(p: &ConvProblem, tile_rows: u32) -> bool {
+    let pitch = strips_row_pitch(p, tile_rows) as u64;
     p.stride_h == 1
         && p.stride_w == 1
         && pitch * 16 <= p.out_w as u64 * 17

@@ -33,13 +33,11 @@ use crate::tensor_map::TensorMap;
 /// Threads of a warpgroup.
 const WARPGROUP: u32 = 128;
 /// Rows of a tile that `cp.async` gathers (never in row strips).
-const GATHER_TILE_ROWS: u32 = WgmmaSchedule::of(false).tile_rows;
+const GATHER_TILE_ROWS: u32 = WgmmaSchedule::of(false, true).tile_rows;
 /// Staged rows per producer thread: of A (NHWC), of A (NCHW), of B.
 const A_ROWS: usize = (GATHER_TILE_ROWS * TC_BK / 4 / WARPGROUP) as usize;
 const NCHW_ROWS: usize = (GATHER_TILE_ROWS / WARPGROUP) as usize;
 const B_ROWS: usize = (TC_BN * TC_BK / 4 / WARPGROUP) as usize;
-/// Bytes of an NCHW box (`TC_BK` rows of channels).
-const BOX_BYTES: u32 = TC_BK * NCHW_BOX_PIXELS * 4;
 
 /// Registers per thread of the producer and of each consumer, with bulk copies and
 /// with `cp.async`. Together they may take no more than the block got at launch (the
@@ -50,6 +48,9 @@ const GATHER_REGISTERS: [u32; 2] = [104, 200];
 const LAUNCH_REGISTERS: u32 = 65536 / WGMMA_THREADS / 8 * 8;
 
 const _: () = assert!(PIPELINE_BARRIER_BYTES == WGMMA_BARRIER_BYTES && WGMMA_BM == 128);
+/// The second consumer's staging in a shared strip of NCHW boxes starts past the
+/// first consumer's reads (its 128 pixels and the margin).
+const _: () = assert!(strip_bytes(2 * WGMMA_BM) - tile_bytes(WGMMA_BM) >= strip_bytes(WGMMA_BM));
 const _: () = assert!(BULK_REGISTERS[0] + 2 * BULK_REGISTERS[1] <= 3 * LAUNCH_REGISTERS);
 const _: () = assert!(GATHER_REGISTERS[0] + 2 * GATHER_REGISTERS[1] <= 3 * LAUNCH_REGISTERS);
 
@@ -218,7 +219,7 @@ pub unsafe fn forward<const CHANNELS_LAST: bool, const BULK: bool, const ROW_STR
     let (p, plan) = (&args.problem, &args.plan);
     let k_tiles = KTiles::new(p, plan);
     let units = plan.units();
-    let schedule = WgmmaSchedule::of(ROW_STRIPS);
+    let schedule = WgmmaSchedule::of(ROW_STRIPS, CHANNELS_LAST);
     // With bulk copies one producer thread arrives per fill, else every producer; one
     // consumer releases a stage in turns, both where they share the tiles.
     let producers = if BULK { 1 } else { WARPGROUP };
@@ -312,7 +313,7 @@ fn strip_skip<const CHANNELS_LAST: bool>(p: &ConvProblem, s: u32) -> u32 {
 /// channels. A: per k-tile an im2col box of a tile's pixels at its tap; or with
 /// `ROW_STRIPS`, per kernel row (and at a unit's first k-tile) the strip of the row of
 /// x that its taps read: a box of `strip_box_pixels` NHWC pixels, or
-/// `NCHW_BOXES_PER_STRIP` NCHW boxes of `NCHW_BOX_PIXELS` pixels.
+/// NCHW boxes of `NCHW_BOX_PIXELS` pixels (a tile's row and the margin).
 ///
 /// # Safety
 /// As [`forward`]; the producer warpgroup calls it; `args.maps` holds the plan's tensor
@@ -342,7 +343,7 @@ unsafe fn produce_bulk<const CHANNELS_LAST: bool, const ROW_STRIPS: bool, const 
     let (boxes, a_bytes) = match (ROW_STRIPS, CHANNELS_LAST) {
         (false, _) => (1, rings.schedule.a_bytes),
         (true, true) => (1, tile_bytes(box_pixels)),
-        (true, false) => (NCHW_BOXES_PER_STRIP, NCHW_BOXES_PER_STRIP * BOX_BYTES),
+        (true, false) => (rings.schedule.a_bytes / NCHW_BOX_BYTES, rings.schedule.a_bytes),
     };
     let mut fills = Fills::default();
     let mut index = block_idx_x();
@@ -591,7 +592,10 @@ fn to_tf32_fragment(staged: [u32; 4]) -> [u32; 4] {
 #[inline(always)]
 fn boxed(tile: u32, row: u32, channel: u32) -> u32 {
     let (pixel, chunk) = (row % NCHW_BOX_PIXELS, row % NCHW_BOX_PIXELS / 4);
-    tile + row / NCHW_BOX_PIXELS * BOX_BYTES + channel * 128 + 16 * (chunk ^ (channel % 8)) + 4 * (pixel % 4)
+    tile + row / NCHW_BOX_PIXELS * NCHW_BOX_BYTES
+        + channel * 128
+        + 16 * (chunk ^ (channel % 8))
+        + 4 * (pixel % 4)
 }
 
 /// `wgmma` batches left in flight after each issue, A through registers: the
@@ -647,7 +651,7 @@ unsafe fn multiply_k_tile<
     let a = rings.stage_a(a_stage);
     // The bottom 64 rows: among NCHW boxes two boxes on, at the same places.
     let (bottom, bottom_rows) = if nchw_boxes {
-        (a + 64 / NCHW_BOX_PIXELS * BOX_BYTES, 0)
+        (a + 64 / NCHW_BOX_PIXELS * NCHW_BOX_BYTES, 0)
     } else {
         (a, 64)
     };
@@ -770,8 +774,12 @@ unsafe fn consume<const CHANNELS_LAST: bool, const ROW_STRIPS: bool, const SHARE
     let outputs = p.output_count();
     let warp = thread_idx_x() / 32 % 4;
     let handoff = 2 * WARPGROUP;
-    // The consumer's first row of a shared tile.
+    // The consumer's first row of a shared tile, and where it stages a fused epilogue
+    // in the tile's last A: at the start for the first consumer, at the end for the
+    // second, clear of each other's reads (a tile's rows of K: the halves; NCHW boxes:
+    // the first consumer reads boxes 0 to 4, the second 4 to 8).
     let half = if ping_pong { 0 } else { consumer * WGMMA_BM };
+    let staging = consumer * (rings.schedule.a_bytes - tile_bytes(WGMMA_BM));
     let mut fills = Fills::default();
     let mut index = block_idx_x();
     let mut ordinal = 0;
@@ -818,7 +826,7 @@ unsafe fn consume<const CHANNELS_LAST: bool, const ROW_STRIPS: bool, const SHARE
                 a += 1;
             }
             let skip = if ROW_STRIPS {
-                strip_skip::<CHANNELS_LAST>(p, s)
+                strip_skip::<CHANNELS_LAST>(p, s) + half
             } else {
                 half
             };
@@ -890,15 +898,9 @@ unsafe fn consume<const CHANNELS_LAST: bool, const ROW_STRIPS: bool, const SHARE
                 fence_async_shared();
                 rings.b.release(last_b);
             } else {
-                // Through this consumer's half of the last A, which only it reads.
+                // Through this consumer's part of the last A, which only it reads.
                 rings.b.release(last_b);
-                store_staged(
-                    args,
-                    tile,
-                    &sums,
-                    rings.stage_a(last_a) + tile_bytes(half),
-                    consumer,
-                );
+                store_staged(args, tile, &sums, rings.stage_a(last_a) + staging, consumer);
                 fence_async_shared();
                 rings.a.release(last_a);
             }
