@@ -383,12 +383,12 @@ mod tests {
         assert_eq!(boxes.tile_pixels(&headline, 768), (768, 254));
         assert_eq!(boxes.tile_pixels(&headline, 1024 + 256), (1022 + 256, 766));
         assert_eq!(boxes.tile_pixels(&headline, 8 * 510 * 1024).1, 0);
-        // NHWC: row strips, a box of 130 pixels (a tile's 128 and the window's 2).
+        // NHWC: row strips, tiles of 64 output channels by 256 pixels.
         let strips = plan(&headline, ConvLayout::Nhwc);
         assert_eq!((strips.nchw_boxes(), strips.row_strips), (false, 1));
         assert_eq!(
-            (strips.layout(), strips.strip_box_pixels),
-            (ConvLayout::Nhwc, 130)
+            (strips.layout(), strips.tile_n, strips.n_tiles, strips.m_tiles),
+            (ConvLayout::Nhwc, 64, 2, 8 * 510 * 4)
         );
         assert_eq!(strips.tile_pixels(&headline, 768), (768, 254));
         // Without `wgmma` and tensor maps: the `mma.sync` kernel over NCHW, no strips.

@@ -80,14 +80,18 @@ pub unsafe fn set_max_registers<const INCREASE: bool, const COUNT: u32>() {
 }
 
 /// Calls macro `$m` with `$args` and then the indices 0 to 63 (`wide`), 0 to 95
-/// (`n192`) or 0 to 31 (`narrow`) of the accumulators of an m64n128, m64n192 or m64n64
-/// `wgmma` (per thread), so that the lists are written once.
+/// (`n192`), 0 to 127 (`n256`) or 0 to 31 (`narrow`) of the accumulators of an
+/// m64n128, m64n192, m64n256 or m64n64 `wgmma` (per thread), so that the lists are
+/// written once.
 macro_rules! with_accumulator_indices {
     (narrow, $m:ident!($($args:tt)*)) => {
         $m!($($args)* 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31)
     };
     (n192, $m:ident!($($args:tt)*)) => {
         $m!($($args)* 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31, 32, 33, 34, 35, 36, 37, 38, 39, 40, 41, 42, 43, 44, 45, 46, 47, 48, 49, 50, 51, 52, 53, 54, 55, 56, 57, 58, 59, 60, 61, 62, 63, 64, 65, 66, 67, 68, 69, 70, 71, 72, 73, 74, 75, 76, 77, 78, 79, 80, 81, 82, 83, 84, 85, 86, 87, 88, 89, 90, 91, 92, 93, 94, 95)
+    };
+    (n256, $m:ident!($($args:tt)*)) => {
+        $m!($($args)* 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31, 32, 33, 34, 35, 36, 37, 38, 39, 40, 41, 42, 43, 44, 45, 46, 47, 48, 49, 50, 51, 52, 53, 54, 55, 56, 57, 58, 59, 60, 61, 62, 63, 64, 65, 66, 67, 68, 69, 70, 71, 72, 73, 74, 75, 76, 77, 78, 79, 80, 81, 82, 83, 84, 85, 86, 87, 88, 89, 90, 91, 92, 93, 94, 95, 96, 97, 98, 99, 100, 101, 102, 103, 104, 105, 106, 107, 108, 109, 110, 111, 112, 113, 114, 115, 116, 117, 118, 119, 120, 121, 122, 123, 124, 125, 126, 127)
     };
     (wide, $m:ident!($($args:tt)*)) => {
         $m!($($args)* 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31, 32, 33, 34, 35, 36, 37, 38, 39, 40, 41, 42, 43, 44, 45, 46, 47, 48, 49, 50, 51, 52, 53, 54, 55, 56, 57, 58, 59, 60, 61, 62, 63)
@@ -109,7 +113,8 @@ macro_rules! asm_on_accumulators {
 }
 
 /// The accumulators of one m64nNk8 `wgmma` per thread: `N / 8` tiles of four, for N
-/// 128 (`[[f32; 4]; 16]`), 192 (`[[f32; 4]; 24]`) and 64 (`[[f32; 4]; 8]`).
+/// 128 (`[[f32; 4]; 16]`), 192 (`[[f32; 4]; 24]`), 256 (`[[f32; 4]; 32]`) and 64
+/// (`[[f32; 4]; 8]`).
 pub trait WarpgroupAccumulators {
     /// Pins the accumulators' values to this point of the program: the compiler may
     /// not move their definitions after it (an empty assembly block that reads and
@@ -213,3 +218,4 @@ macro_rules! warpgroup_accumulators {
 warpgroup_accumulators!(16, wide, "m64n128k8");
 warpgroup_accumulators!(8, narrow, "m64n64k8");
 warpgroup_accumulators!(24, n192, "m64n192k8");
+warpgroup_accumulators!(32, n256, "m64n256k8");

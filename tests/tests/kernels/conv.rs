@@ -365,8 +365,7 @@ fn every_conv_kernel_matches_the_reference_on_fixed_cases() {
         /// y in the case's layout: Hopper only, `TensorCore` elsewhere (NCHW:
         /// `TensorCoreScalar`); K split or not.
         TensorCoreStrips,
-        TensorCoreStripsNarrow,
-        SplitTensorCoreStripsNarrow,
+        SplitTensorCoreStrips,
         /// K split over blocks (`wgmma` only: `TensorCore` and `TensorCoreScalar`
         /// elsewhere), staged by bulk copies or gathered from NCHW.
         SplitTensorCoreBulkNarrow,
@@ -392,10 +391,10 @@ fn every_conv_kernel_matches_the_reference_on_fixed_cases() {
     }
     use Path::{
         Direct, DirectStaged, Gemm, Phases, SplitGemm, SplitTensorCoreBoxesNarrow, SplitTensorCoreBulkNarrow,
-        SplitTensorCoreGrad, SplitTensorCoreScalar, SplitTensorCoreStripsNarrow, SplitWarpgroupGrad, Stencil,
+        SplitTensorCoreGrad, SplitTensorCoreScalar, SplitTensorCoreStrips, SplitWarpgroupGrad, Stencil,
         TensorCore, TensorCoreBoxes, TensorCoreBoxesNarrow, TensorCoreBulk, TensorCoreBulkFromNchw,
         TensorCoreBulkFromNchwNarrow, TensorCoreBulkNarrow, TensorCoreGrad, TensorCoreGradScalar,
-        TensorCoreScalar, TensorCoreStrips, TensorCoreStripsNarrow, WarpgroupGrad, Winograd,
+        TensorCoreScalar, TensorCoreStrips, WarpgroupGrad, Winograd,
     };
     let tf32 = |layout| Conv2dParams {
         layout,
@@ -658,10 +657,11 @@ fn every_conv_kernel_matches_the_reference_on_fixed_cases() {
             ),
             [TensorCoreBoxes, SplitTensorCoreBoxesNarrow, SplitWarpgroupGrad],
         ),
-        // The same over NHWC tensors: x staged by row strips of one box of 132 pixels
-        // (the 128 of a tile and the 4 of the window's width), each serving the three
-        // taps of a kernel row; the input gradient's K split in two, the second
-        // part starting at the last tap of a kernel row (its strip staged there).
+        // The same over NHWC tensors: x staged by row strips of two boxes of 136
+        // pixels (the 256 of a tile and the 4 of the window's width), each serving
+        // the three taps of a kernel row; tiles of 64 output channels (the third of
+        // 8); the input gradient's K split in two, the second part starting at the
+        // last tap of a kernel row (its strip staged there).
         (
             case(
                 1,
@@ -675,7 +675,7 @@ fn every_conv_kernel_matches_the_reference_on_fixed_cases() {
                 },
                 true,
             ),
-            [TensorCoreStrips, SplitTensorCoreStripsNarrow, SplitWarpgroupGrad],
+            [TensorCoreStrips, SplitTensorCoreStrips, SplitWarpgroupGrad],
         ),
         (
             case(
@@ -689,7 +689,7 @@ fn every_conv_kernel_matches_the_reference_on_fixed_cases() {
                 },
                 true,
             ),
-            [TensorCoreBoxesNarrow, TensorCoreStripsNarrow, SplitTensorCoreGrad],
+            [TensorCoreBoxesNarrow, TensorCoreStrips, SplitTensorCoreGrad],
         ),
         // Two groups of a whole chunk each.
         (
@@ -1122,13 +1122,12 @@ fn every_conv_kernel_matches_the_reference_on_fixed_cases() {
                         let strips = plan.row_strips == 1 && !boxes;
                         match (plan.bulk_copies, plan.a_vector) {
                             (1, _) if plan.splits > 1 && narrow && boxes => SplitTensorCoreBoxesNarrow,
-                            (1, _) if plan.splits > 1 && narrow && strips => SplitTensorCoreStripsNarrow,
+                            (1, _) if plan.splits > 1 && strips => SplitTensorCoreStrips,
                             (1, _) if plan.splits > 1 && narrow => SplitTensorCoreBulkNarrow,
                             (0, 0) if plan.splits > 1 => SplitTensorCoreScalar,
                             _ if plan.splits > 1 => panic!("{c:?} {pass:?}: {plan:?}"),
                             (1, _) if boxes && narrow => TensorCoreBoxesNarrow,
                             (1, _) if boxes => TensorCoreBoxes,
-                            (1, _) if strips && narrow => TensorCoreStripsNarrow,
                             (1, _) if strips => TensorCoreStrips,
                             (1, _) if c.params.layout == ConvLayout::Nchw && narrow => {
                                 TensorCoreBulkFromNchwNarrow
@@ -1158,9 +1157,7 @@ fn every_conv_kernel_matches_the_reference_on_fixed_cases() {
                         (path, TensorCoreGrad)
                     }
                     (path, SplitTensorCoreBulkNarrow) if warpgroup_mma == 0 => (path, TensorCore),
-                    (path, TensorCoreStrips | TensorCoreStripsNarrow | SplitTensorCoreStripsNarrow)
-                        if warpgroup_mma == 0 =>
-                    {
+                    (path, TensorCoreStrips | SplitTensorCoreStrips) if warpgroup_mma == 0 => {
                         match c.params.layout {
                             ConvLayout::Nhwc => (path, TensorCore),
                             ConvLayout::Nchw => (path, TensorCoreScalar),
@@ -1179,11 +1176,7 @@ fn every_conv_kernel_matches_the_reference_on_fixed_cases() {
             // in each consumer's half of the last A of a tile both share.
             if matches!(
                 paths[0],
-                TensorCoreBoxes
-                    | TensorCoreBoxesNarrow
-                    | TensorCoreStrips
-                    | TensorCoreStripsNarrow
-                    | TensorCoreBulk
+                TensorCoreBoxes | TensorCoreBoxesNarrow | TensorCoreStrips | TensorCoreBulk
             ) {
                 check_fused(gpu, c.clone(), Activation::Silu, true).unwrap();
             }

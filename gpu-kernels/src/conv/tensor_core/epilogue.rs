@@ -3,7 +3,7 @@
 //! the plan's layout.
 
 use super::*;
-use crate::device::{lane_id, store_global_v2_f32};
+use crate::device::{lane_id, store_global_v2_f32, thread_idx_x};
 
 /// Where a tile of the GEMM lies: its first output pixel, its group, and its first
 /// output channel of the group.
@@ -51,6 +51,137 @@ pub unsafe fn bias_sums<const I: usize, const J: usize>(
         })
     });
     [columns.map(|[b0, b1]| [b0, b1, b0, b1]); I]
+}
+
+/// A warpgroup's sums of the transposed GEMM (a tile of 64 output channels by 256
+/// pixels, m64n256): warp `w`, lane `4 g + t` holds channels `16 w + g` (in elements 0
+/// and 1 of each four) and `16 w + g + 8` (elements 2 and 3), pixels `8 j + 2 t` and
+/// `8 j + 2 t + 1` of `self[j]`.
+pub type ChannelRowSums = [[f32; 4]; 32];
+
+/// The sums a warpgroup's transposed tile starts from: the bias of each of the lane's
+/// two channels (zero without one, or past the group's channels).
+///
+/// # Safety
+/// As [`bias_sums`].
+#[inline(always)]
+pub unsafe fn channel_row_sums(
+    args: &TensorCoreArgs,
+    tile: TileOrigin,
+    bias_of: impl Fn(u32) -> f32,
+) -> ChannelRowSums {
+    let out_group = args.problem.out_per_group();
+    let bias = args.epilogue.bias.as_ptr();
+    let first = tile.n0 + 16 * (thread_idx_x() / 32 % 4) + lane_id() / 4;
+    let [b0, b1] = [first, first + 8].map(|c| {
+        if bias.is_null() || c >= out_group {
+            0.0
+        } else {
+            bias_of(tile.group * out_group + c)
+        }
+    });
+    [[b0, b0, b1, b1]; 32]
+}
+
+/// Writes a warpgroup's transposed sums through the epilogue to y, in the plan's
+/// layout: the tile's pixels lie in one output row, so that pixel `i` of a channel is
+/// `i` strides on from the channel's first (NHWC: `out_channels` elements, NCHW: one).
+///
+/// # Safety
+/// As [`store`].
+#[inline(always)]
+pub unsafe fn store_channel_rows(args: &TensorCoreArgs, tile: TileOrigin, sums: &ChannelRowSums) {
+    let p = &args.problem;
+    let (first, live) = args.plan.tile_pixels(p, tile.m0);
+    let out_group = p.out_per_group();
+    let lane = lane_id();
+    let channel = tile.n0 + 16 * (thread_idx_x() / 32 % 4) + lane / 4;
+    let valid = [channel < out_group, channel + 8 < out_group];
+    let channel = (tile.group * out_group + channel) as usize;
+    let (starts, stride) = if args.plan.y_channels_last == 1 {
+        let start = first as usize * p.out_channels as usize + channel;
+        ([start, start + 8], p.out_channels as usize)
+    } else {
+        let (image, pixel) = p.div_out_pixels.divmod(first);
+        let start = |c: usize| {
+            (image as usize * p.out_channels as usize + c) * p.out_pixels() as usize + pixel as usize
+        };
+        ([start(channel), start(channel + 8)], 1)
+    };
+    let rows = ChannelRows {
+        y: args.y.as_mut_ptr(),
+        starts,
+        stride,
+        valid,
+        live,
+        t: lane % 4,
+    };
+    // SAFETY: forwarded. Both epilogues as code of their own: a test per output would
+    // stay in the plain one.
+    unsafe {
+        if args.epilogue.fits_register_stores() {
+            rows.store(sums, |value, _| args.epilogue.rectify(value));
+        } else {
+            rows.store(sums, |value, at| args.epilogue.apply(value, at));
+        }
+    }
+}
+
+/// Where a lane's outputs of a transposed tile lie in y: its two channels' first
+/// pixels, the stride from pixel to pixel, which channels are outputs, the tile's
+/// pixels that are, and the lane's place in its quad.
+struct ChannelRows {
+    y: *mut f32,
+    starts: [usize; 2],
+    stride: usize,
+    valid: [bool; 2],
+    live: u32,
+    t: u32,
+}
+
+impl ChannelRows {
+    /// Writes `output(sum, index)` of each of the lane's outputs to y at its index, in
+    /// parts of two tiles written out one after another: a loop over the parts may
+    /// stay rolled where `output` is long (the fused epilogue), and one that indexes
+    /// the sums would move them to local memory.
+    ///
+    /// # Safety
+    /// The fields describe outputs of the problem inside y, and `output` may read the
+    /// residual at their indices.
+    #[inline(always)]
+    unsafe fn store(&self, sums: &ChannelRowSums, output: impl Fn(f32, usize) -> f32) {
+        let (parts, _) = sums.as_chunks::<2>();
+        macro_rules! store_parts {
+            ($($part:literal)*) => {
+                // SAFETY: forwarded.
+                $( unsafe { self.store_part(&parts[$part], 2 * $part, &output) }; )*
+            };
+        }
+        store_parts!(0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15);
+    }
+
+    /// [`Self::store`] of the tiles `first` and `first + 1`.
+    ///
+    /// # Safety
+    /// As [`Self::store`].
+    #[inline(always)]
+    unsafe fn store_part(&self, part: &[[f32; 4]; 2], first: u32, output: &impl Fn(f32, usize) -> f32) {
+        for (j, pair) in part.iter().enumerate() {
+            for e in 0..2 {
+                let pixel = 8 * (first + j as u32) + 2 * self.t + e;
+                if pixel >= self.live {
+                    continue;
+                }
+                for (h, start) in self.starts.iter().enumerate() {
+                    if self.valid[h] {
+                        let at = start + pixel as usize * self.stride;
+                        // SAFETY: the caller's contract.
+                        unsafe { *self.y.add(at) = output(pair[2 * h + e as usize], at) };
+                    }
+                }
+            }
+        }
+    }
 }
 
 /// Writes the warp's sums through the epilogue to y.

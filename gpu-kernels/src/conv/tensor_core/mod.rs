@@ -13,8 +13,10 @@
 //! it, else from registers rounded to TF32) in persistent blocks where a producer
 //! warpgroup copies the stages while two consumer warpgroups multiply and store, in
 //! turns or side by side ([`WgmmaSchedule`]). There, at stride 1 with long output rows,
-//! x is staged in row strips, one per kernel row that all its taps read: NHWC x in one
-//! box, NCHW x as it lies (boxes of `TC_BK` channels by `NCHW_BOX_PIXELS` pixels of a
+//! x is staged in row strips, one per kernel row that all its taps read: NHWC x in two
+//! boxes (the GEMM then transposed: output channels as `wgmma`'s M, a tile's 256
+//! pixels as its N, so that each step reads 10 KB of shared memory rather than 12 for
+//! as many products), NCHW x as it lies (boxes of `TC_BK` channels by `NCHW_BOX_PIXELS` pixels of a
 //! row, A read transposed from them); other NCHW operands that bulk copies could stage
 //! in NHWC are changed to NHWC by the host; y stays NCHW. Elsewhere `mma.sync`
 //! m16n8k8 TF32 (fragments by `ldmatrix`, rounded to TF32 to nearest), every thread
@@ -87,24 +89,36 @@ pub const WGMMA_TABLE_BYTES: u32 = 16 * 2 * WGMMA_BM;
 pub const NCHW_BOX_PIXELS: u32 = 32;
 /// Bytes of an NCHW box: `TC_BK` channels of `NCHW_BOX_PIXELS` pixels.
 pub const NCHW_BOX_BYTES: u32 = TC_BK * NCHW_BOX_PIXELS * 4;
-/// Pixels a row strip holds beyond its tile's row: the window's width, and the up to 3
-/// pixels before it that the start of NCHW boxes at 16-byte multiples adds.
+/// Pixels a row strip of NCHW boxes holds beyond its tile's row: the window's width,
+/// and the up to 3 pixels before it that the start of the boxes at 16-byte multiples
+/// adds.
 pub const STRIP_MARGIN: u32 = NCHW_BOX_PIXELS;
 
-/// Bytes of a row strip for tiles of `tile_rows` pixels: NCHW boxes covering the tile's
-/// row and the margin, or an NHWC box of as many pixels.
+/// Bytes of a row strip of NCHW boxes for tiles of `tile_rows` pixels: boxes covering
+/// the tile's row and the margin.
 pub const fn strip_bytes(tile_rows: u32) -> u32 {
     (tile_rows + STRIP_MARGIN) * TC_BK * 4
 }
 
+/// Pixels of each of the two boxes of an NHWC row strip: together a tile's 256 and up
+/// to `NHWC_STRIP_MARGIN` more of the window's width, each box a whole number of the
+/// swizzle's 1024-byte spans (8 pixels), as the second box's start must be.
+pub const NHWC_STRIP_BOX_PIXELS: u32 = (NHWC_STRIP_TILE_ROWS + NHWC_STRIP_MARGIN) / 2;
+/// Pixels of the window's width an NHWC row strip holds beyond its tile's row.
+pub const NHWC_STRIP_MARGIN: u32 = 16;
+/// Pixels per tile of the kernel on NHWC row strips: N of its `wgmma` (m64n256k8).
+pub const NHWC_STRIP_TILE_ROWS: u32 = 256;
+const _: () = assert!(NHWC_STRIP_BOX_PIXELS.is_multiple_of(8) && NHWC_STRIP_BOX_PIXELS <= 256);
+
 /// How a `wgmma` forward kernel schedules its tiles, and the stages it keeps in shared
-/// memory. With NHWC row strips the two consumers take the tiles (`WGMMA_BM` rows) in
-/// turns (CUTLASS's ping-pong), each storing one tile while the other multiplies the
-/// next: a stage of A holds a strip that several k-tiles read, so B has more stages
-/// than A. Otherwise both consumers multiply each tile (`2 WGMMA_BM` rows, one half
-/// each, one B for both: half the copies of B and of the producer's work per row, which
-/// bound gathers, short tiles and NCHW boxes), a stage of A (a tile, or a strip of NCHW
-/// boxes) and one of B per k-tile.
+/// memory. With NHWC row strips the two consumers take the tiles (`WGMMA_NARROW_BN`
+/// output channels by `NHWC_STRIP_TILE_ROWS` pixels) in turns (CUTLASS's ping-pong),
+/// each storing one tile while the other multiplies the next: a stage of A holds a
+/// strip that several k-tiles read, so B has more stages than A. Otherwise both
+/// consumers multiply each tile (`2 WGMMA_BM` rows, one half each, one B for both: half
+/// the copies of B and of the producer's work per row, which bound gathers, short tiles
+/// and NCHW boxes), a stage of A (a tile, or a strip of NCHW boxes) and one of B per
+/// k-tile.
 #[derive(Clone, Copy)]
 pub struct WgmmaSchedule {
     /// Whether the consumers take the tiles in turns.
@@ -115,6 +129,8 @@ pub struct WgmmaSchedule {
     pub a_bytes: u32,
     /// Stages of B.
     pub b_stages: u32,
+    /// Rows (output channels) of a stage of B.
+    pub b_rows: u32,
 }
 
 impl WgmmaSchedule {
@@ -124,9 +140,10 @@ impl WgmmaSchedule {
         if row_strips && channels_last {
             Self {
                 ping_pong: true,
-                tile_rows: WGMMA_BM,
-                a_bytes: strip_bytes(WGMMA_BM),
+                tile_rows: NHWC_STRIP_TILE_ROWS,
+                a_bytes: tile_bytes(2 * NHWC_STRIP_BOX_PIXELS),
                 b_stages: 2 * WGMMA_STAGES,
+                b_rows: WGMMA_NARROW_BN,
             }
         } else {
             let tile_rows = 2 * WGMMA_BM;
@@ -139,6 +156,7 @@ impl WgmmaSchedule {
                     tile_bytes(tile_rows)
                 },
                 b_stages: WGMMA_STAGES,
+                b_rows: TC_BN,
             }
         }
     }
@@ -149,12 +167,12 @@ impl WgmmaSchedule {
         WGMMA_BIAS_BYTES
             + WGMMA_TABLE_BYTES
             + WGMMA_STAGES * (self.a_bytes + WGMMA_BARRIER_BYTES)
-            + self.b_stages * (tile_bytes(TC_BN) + WGMMA_BARRIER_BYTES)
+            + self.b_stages * (tile_bytes(self.b_rows) + WGMMA_BARRIER_BYTES)
     }
 }
 
 const _: () = assert!((WGMMA_BIAS_BYTES + WGMMA_TABLE_BYTES).is_multiple_of(1024));
-const _: () = assert!(strip_bytes(WGMMA_BM).is_multiple_of(1024) && NCHW_BOX_BYTES.is_multiple_of(1024));
+const _: () = assert!(NCHW_BOX_BYTES.is_multiple_of(1024));
 /// A block fits an SM's 228 KB of shared memory (1 KB of it reserved).
 const _: () = assert!(WgmmaSchedule::of(true, true).shared_bytes() + 1024 <= 228 * 1024);
 const _: () = assert!(WgmmaSchedule::of(true, false).shared_bytes() + 1024 <= 228 * 1024);
@@ -185,7 +203,7 @@ pub struct TensorCorePlan {
     pub m_tiles: u32,
     pub n_tiles: u32,
     /// Columns of C per tile: `TC_BN`, or `WGMMA_NARROW_BN` on `wgmma` with bulk copies
-    /// for groups of that many output channels or fewer.
+    /// for groups of that many output channels or fewer, and on NHWC row strips.
     pub tile_n: u32,
     pub groups: u32,
     pub blocks: u32,
@@ -206,13 +224,11 @@ pub struct TensorCorePlan {
     /// row of x that its pixels' windows read serves every tap of that kernel row (the
     /// taps' k-tiles read it `dilation_w` pixels apart). The rows of the GEMM are then
     /// output rows padded to `row_pitch`, whole tiles, the pixels past `out_w`
-    /// computed and dropped. NHWC x: a strip is a box of `strip_box_pixels` pixels.
-    /// NCHW x, as it lies: boxes of `NCHW_BOX_PIXELS` pixels of each channel that cover
+    /// computed and dropped. NHWC x: a strip is two boxes of `NHWC_STRIP_BOX_PIXELS`
+    /// pixels. NCHW x, as it lies: boxes of `NCHW_BOX_PIXELS` pixels of each channel that cover
     /// a tile's row and the margin, from a 16-byte multiple; B is the weights in
     /// [`box_filter_index`] order.
     pub row_strips: u32,
-    /// Pixels of the box of an NHWC row strip.
-    pub strip_box_pixels: u32,
     /// Rows of the GEMM per output row: `out_w`, or with row strips the tiles' rows
     /// that cover it (division by it).
     pub row_pitch: FastDiv,
@@ -241,10 +257,13 @@ impl TensorCorePlan {
         // that change.
         let maps = warpgroup_mma && device.tensor_maps;
         let boxes_rows = WgmmaSchedule::of(true, false).tile_rows;
-        let nchw_boxes =
-            maps && !y_channels_last && nchw_boxes_fit(problem) && row_strips_fit(problem, boxes_rows);
+        let nchw_boxes = maps
+            && !y_channels_last
+            && nchw_boxes_fit(problem)
+            && row_strips_fit(problem, boxes_rows, STRIP_MARGIN - 3);
         let bulk_copies = nchw_boxes || (maps && bulk_copies_fit(problem));
-        let row_strips = nchw_boxes || (bulk_copies && row_strips_fit(problem, WGMMA_BM));
+        let nhwc_strips = bulk_copies && row_strips_fit(problem, NHWC_STRIP_TILE_ROWS, NHWC_STRIP_MARGIN);
+        let row_strips = nchw_boxes || nhwc_strips;
         let channels_last = y_channels_last || (bulk_copies && !nchw_boxes);
         let rows = if warpgroup_mma {
             WgmmaSchedule::of(row_strips, channels_last).tile_rows
@@ -258,11 +277,12 @@ impl TensorCorePlan {
         };
         let m = problem.batch as u64 * problem.out_h as u64 * row_pitch as u64;
         let m_tiles = m.div_ceil(rows as u64) as u32;
-        let tile_n = if bulk_copies && problem.out_per_group() <= WGMMA_NARROW_BN {
-            WGMMA_NARROW_BN
-        } else {
-            TC_BN
-        };
+        let tile_n =
+            if (bulk_copies && problem.out_per_group() <= WGMMA_NARROW_BN) || (nhwc_strips && !nchw_boxes) {
+                WGMMA_NARROW_BN
+            } else {
+                TC_BN
+            };
         let n_tiles = problem.out_per_group().div_ceil(tile_n);
         let tiles = m_tiles as u64 * problem.groups as u64 * n_tiles as u64;
         let in_group = problem.in_per_group();
@@ -295,7 +315,6 @@ impl TensorCorePlan {
             channel_tiles: channel_tiles as u32,
             bulk_copies: bulk_copies as u32,
             row_strips: row_strips as u32,
-            strip_box_pixels: strip_box_pixels(problem),
             row_pitch: FastDiv::new(row_pitch),
             k_tiles,
             channels_last: channels_last as u32,
@@ -349,7 +368,7 @@ impl TensorCorePlan {
 
     /// The tensor maps of the bulk copies, when the plan takes them: NHWC x for
     /// im2col (`[C][W][H][N]`, boxes of `TC_BK` channels of a tile's pixels) or in
-    /// row strips (boxes of `TC_BK` channels of `strip_box_pixels` pixels of a row),
+    /// row strips (boxes of `TC_BK` channels of `NHWC_STRIP_BOX_PIXELS` pixels of a row),
     /// NCHW x in boxes of its rows, and w as `[in / groups][taps][out]` (boxes of
     /// `TC_BK` x 1 x `tile_n`).
     pub fn tensor_maps(
@@ -375,7 +394,7 @@ impl TensorCorePlan {
                     p.height as u64,
                     p.batch as u64,
                 ],
-                &[TC_BK, self.strip_box_pixels, 1, 1],
+                &[TC_BK, NHWC_STRIP_BOX_PIXELS, 1, 1],
                 TensorMapSwizzle::Bytes128,
             )
             .rounded_to_tf32()
@@ -458,7 +477,6 @@ impl TensorCorePlan {
         let kernel = match (self.channels_last == 1, self.warpgroup_mma == 1) {
             (true, false) => CONV_FORWARD_NHWC_TF32,
             (false, false) => CONV_FORWARD_NCHW_TF32,
-            (true, true) if strips && narrow => CONV_FORWARD_NHWC_STRIPS_TF32_WGMMA_NARROW,
             (true, true) if strips => CONV_FORWARD_NHWC_STRIPS_TF32_WGMMA,
             (true, true) if bulk && narrow => CONV_FORWARD_NHWC_IM2COL_TF32_WGMMA_NARROW,
             (true, true) if bulk => CONV_FORWARD_NHWC_IM2COL_TF32_WGMMA,
@@ -547,26 +565,15 @@ const fn strips_row_pitch(p: &ConvProblem, tile_rows: u32) -> u32 {
 /// Whether row strips of tiles of `tile_rows` pixels can stage `problem`'s x (in a
 /// layout the bulk copies take): stride 1 (a strip's pixels are consecutive in x),
 /// output rows that whole tiles cover with at most 1/16 more (computed and dropped),
-/// the padded rows' pixels under 2^31 (the divisions' range), and windows whose width,
-/// with the 3 pixels NCHW boxes may start early, fits the strip's margin.
-const fn row_strips_fit(p: &ConvProblem, tile_rows: u32) -> bool {
+/// the padded rows' pixels under 2^31 (the divisions' range), and windows whose width
+/// is `window` pixels at most (what the strip holds past the tile's row).
+const fn row_strips_fit(p: &ConvProblem, tile_rows: u32, window: u32) -> bool {
     let pitch = strips_row_pitch(p, tile_rows) as u64;
     p.stride_h == 1
         && p.stride_w == 1
         && pitch * 16 <= p.out_w as u64 * 17
         && (p.batch as u64 * p.out_h as u64 * pitch) < 1 << 31
-        && (p.kernel_w as u64 - 1) * p.dilation_w as u64 + 3 <= STRIP_MARGIN as u64
-}
-
-/// Pixels of the box of an NHWC row strip: a tile's row and the window's width.
-const fn strip_box_pixels(p: &ConvProblem) -> u32 {
-    let window = (p.kernel_w - 1).saturating_mul(p.dilation_w);
-    WGMMA_BM
-        + if window < STRIP_MARGIN {
-            window
-        } else {
-            STRIP_MARGIN
-        }
+        && (p.kernel_w as u64 - 1) * p.dilation_w as u64 <= window as u64
 }
 
 /// Whether NCHW boxes can stage `problem`'s x where row strips fit: rows of x in
@@ -651,12 +658,9 @@ kernel_args! {
     pub const CONV_FORWARD_NHWC_IM2COL_TF32_WGMMA_NARROW = "conv_forward_nhwc_im2col_tf32_wgmma_narrow" =>
         warpgroup_mma::forward::<true, true, false, 8>,
         bounds(WGMMA_THREADS, 1), requires("sm_90a");
-    /// The TF32 forward pass over NHWC tensors on `wgmma`, x staged by row strips.
+    /// The TF32 forward pass over NHWC tensors on `wgmma`, x staged by row strips, in
+    /// tiles of `WGMMA_NARROW_BN` output channels by `NHWC_STRIP_TILE_ROWS` pixels.
     pub const CONV_FORWARD_NHWC_STRIPS_TF32_WGMMA = "conv_forward_nhwc_strips_tf32_wgmma" =>
-        warpgroup_mma::forward::<true, true, true, 16>,
-        bounds(WGMMA_THREADS, 1), requires("sm_90a");
-    /// The same in tiles of `WGMMA_NARROW_BN` output channels.
-    pub const CONV_FORWARD_NHWC_STRIPS_TF32_WGMMA_NARROW = "conv_forward_nhwc_strips_tf32_wgmma_narrow" =>
         warpgroup_mma::forward::<true, true, true, 8>,
         bounds(WGMMA_THREADS, 1), requires("sm_90a");
     /// The TF32 forward pass over NCHW tensors on `wgmma`, x gathered by `cp.async`.

@@ -3,11 +3,13 @@
 //! k-tile) and B (the plan's `tile_n` rows: 128, or 64 for narrow problems) into two
 //! rings of stages, by bulk tensor copies (TMA: im2col over NHWC x, or row strips, one
 //! per kernel row that all its taps read) where the plan takes them, else with
-//! `cp.async`. With row strips the two consumer warpgroups take the block's tiles of
-//! 128 rows in turns (CUTLASS's ping-pong): one multiplies a tile straight from the
-//! swizzled stages while the other stores the sums of the tile before, so that the
-//! stores overlap the multiplies. Otherwise they share tiles of 256 rows, 128 each, and
-//! so each stage of B and the producer's work per k-tile (see [`WgmmaSchedule`]). The
+//! `cp.async`. With NHWC row strips the two consumer warpgroups take the block's tiles
+//! in turns (CUTLASS's ping-pong): one multiplies a tile straight from the swizzled
+//! stages while the other stores the sums of the tile before, so that the stores
+//! overlap the multiplies; their GEMM is transposed, the weights as `wgmma`'s A (64
+//! output channels) and the strip's pixels as its B (256, one m64n256k8 per step of 8
+//! K). Otherwise they share tiles of 256 rows, 128 each, and so each stage of B and the
+//! producer's work per k-tile (see [`WgmmaSchedule`]). The
 //! tensor cores truncate FP32 to TF32, so every operand is rounded to nearest first: B
 //! by the host; A of NHWC bulk copies by the copies themselves (TFLOAT32 tensor maps),
 //! read by the tensor cores from shared memory like B; A of NCHW boxes and `cp.async`
@@ -15,7 +17,7 @@
 //! order the two sides: a stage of B serves one k-tile, a stage of A one k-tile or one
 //! strip.
 
-use super::epilogue::{TileOrigin, WarpTiles, bias_sums, store_plain};
+use super::epilogue::{TileOrigin, WarpTiles, bias_sums, channel_row_sums, store_channel_rows, store_plain};
 use super::operands::{
     Filters, KTiles, NchwPatches, Operand, Patches, ScalarFilters, ScalarPatches, SharedOrigins, Stagers,
     VectorFilters, VectorPatches, staged,
@@ -125,7 +127,8 @@ impl Rings {
     /// the mbarriers' use.
     #[inline(always)]
     unsafe fn new(schedule: WgmmaSchedule, producers: u32, consumers: u32) -> Self {
-        let barriers = stages() + WGMMA_STAGES * schedule.a_bytes + schedule.b_stages * tile_bytes(TC_BN);
+        let barriers =
+            stages() + WGMMA_STAGES * schedule.a_bytes + schedule.b_stages * tile_bytes(schedule.b_rows);
         let b_barriers = barriers + WGMMA_STAGES * WGMMA_BARRIER_BYTES;
         // SAFETY: forwarded; the mbarriers follow the stages, inside the launch's shared
         // memory (`WgmmaSchedule::shared_bytes`).
@@ -147,7 +150,7 @@ impl Rings {
     /// Where stage `stage` of B lies.
     #[inline(always)]
     fn stage_b(&self, stage: u32) -> u32 {
-        self.stage_a(WGMMA_STAGES) + stage * tile_bytes(TC_BN)
+        self.stage_a(WGMMA_STAGES) + stage * tile_bytes(self.schedule.b_rows)
     }
 
     /// The stage and round of fill `fill` of A.
@@ -260,7 +263,9 @@ pub unsafe fn forward<const CHANNELS_LAST: bool, const BULK: bool, const ROW_STR
             // NHWC bulk copies round A to TF32 on the way (the plan's tensor maps), so
             // the tensor cores read it from shared memory like B.
             let consumer = warpgroup - 1;
-            if CHANNELS_LAST && BULK {
+            if CHANNELS_LAST && ROW_STRIPS {
+                consume_in_turns(&args, units, &rings, consumer);
+            } else if CHANNELS_LAST && BULK {
                 consume::<CHANNELS_LAST, ROW_STRIPS, true, J>(&args, units, &rings, consumer);
             } else {
                 consume::<CHANNELS_LAST, ROW_STRIPS, false, J>(&args, units, &rings, consumer);
@@ -312,8 +317,8 @@ fn strip_skip<const CHANNELS_LAST: bool>(p: &ConvProblem, s: u32) -> u32 {
 /// unit of this block. B: per k-tile a box of `8 J` filters of its tap and `TC_BK`
 /// channels. A: per k-tile an im2col box of a tile's pixels at its tap; or with
 /// `ROW_STRIPS`, per kernel row (and at a unit's first k-tile) the strip of the row of
-/// x that its taps read: a box of `strip_box_pixels` NHWC pixels, or
-/// NCHW boxes of `NCHW_BOX_PIXELS` pixels (a tile's row and the margin).
+/// x that its taps read: two boxes of `NHWC_STRIP_BOX_PIXELS` NHWC pixels, or NCHW
+/// boxes of `NCHW_BOX_PIXELS` pixels (a tile's row and the margin).
 ///
 /// # Safety
 /// As [`forward`]; the producer warpgroup calls it; `args.maps` holds the plan's tensor
@@ -336,14 +341,15 @@ unsafe fn produce_bulk<const CHANNELS_LAST: bool, const ROW_STRIPS: bool, const 
         fence_tensor_map(filters_map);
     }
     let box_pixels = if CHANNELS_LAST {
-        plan.strip_box_pixels
+        NHWC_STRIP_BOX_PIXELS
     } else {
         NCHW_BOX_PIXELS
     };
-    let (boxes, a_bytes) = match (ROW_STRIPS, CHANNELS_LAST) {
-        (false, _) => (1, rings.schedule.a_bytes),
-        (true, true) => (1, tile_bytes(box_pixels)),
-        (true, false) => (rings.schedule.a_bytes / NCHW_BOX_BYTES, rings.schedule.a_bytes),
+    let a_bytes = rings.schedule.a_bytes;
+    let boxes = match (ROW_STRIPS, CHANNELS_LAST) {
+        (false, _) => 1,
+        (true, true) => a_bytes / tile_bytes(NHWC_STRIP_BOX_PIXELS),
+        (true, false) => a_bytes / NCHW_BOX_BYTES,
     };
     let mut fills = Fills::default();
     let mut index = block_idx_x();
@@ -620,9 +626,9 @@ struct KTileFills {
 /// A k-tile of a tile's product, the `first` of its unit or not: `sums += A B^T` over
 /// the k-tile for the tile's rows. A through registers: one batch of two `wgmma` (64
 /// rows each) per 8 k, each followed by a wait that leaves `BATCHES_IN_FLIGHT` in
-/// flight. With `SHARED_A` (NHWC bulk copies, which rounded A to TF32) the tensor cores
-/// read A from shared memory too: the k-tile's eight `wgmma` in one batch, the wait
-/// leaving it in flight.
+/// flight. With `SHARED_A` (NHWC im2col copies, which rounded A to TF32) the tensor
+/// cores read A from shared memory too: the k-tile's eight `wgmma` in one batch, the
+/// wait leaving it in flight.
 ///
 /// # Safety
 /// The consumer warpgroup calls it together for the k-tiles of a tile in order. The
@@ -670,9 +676,6 @@ unsafe fn multiply_k_tile<
         rings.b.wait_full(b_stage, b_round);
         fence_async_shared();
         if SHARED_A {
-            // Rows of 128 bytes from the tap's first: the tensor cores swizzle by the
-            // address, so a tap's rows may start anywhere in a strip (as
-            // `tf32_passes_round_inputs_to_nearest` checks, taps 1 and 2 of its strips).
             let a_rows = a + 4 * TC_BK * fills.skip;
             let a = |row: u32, kk: u32| swizzled_k_major_descriptor(a_rows + 4 * TC_BK * row + 32 * kk);
             let [top, bottom] = &mut *sums;
@@ -738,6 +741,133 @@ unsafe fn release_previous(rings: &Rings, fills: KTileFills) {
 const TURN_TO_FIRST: u32 = 5;
 const TURN_TO_SECOND: u32 = 4;
 
+/// A k-tile of a unit on NHWC row strips, the `first` of its unit or not: `sums +=
+/// W X^T` over the k-tile, W the unit's 64 filters (the stage of B, `wgmma`'s A) and X
+/// the strip's 256 pixels from the tap's first (`wgmma`'s B), both TF32 already: one
+/// batch of four m64n256k8, the wait leaving it in flight. The rows of 128 bytes may
+/// start anywhere in the strip: the tensor cores swizzle by the address (as
+/// `tf32_passes_round_inputs_to_nearest` checks, taps 1 and 2 of its strips).
+///
+/// # Safety
+/// As [`multiply_k_tile`].
+#[inline(always)]
+unsafe fn multiply_in_turns(sums: &mut [[f32; 4]; 32], rings: &Rings, fills: KTileFills, first: bool) {
+    let (a_stage, a_round) = rings.a_slot(fills.a);
+    let (b_stage, b_round) = rings.b_slot(fills.b);
+    let pixels = rings.stage_a(a_stage) + 4 * TC_BK * fills.skip;
+    // SAFETY: the caller's contract.
+    unsafe {
+        if fills.new_a {
+            rings.a.wait_full(a_stage, a_round);
+        }
+        rings.b.wait_full(b_stage, b_round);
+        fence_async_shared();
+        warpgroup_fence();
+        for kk in 0..TC_BK / 8 {
+            let filters = swizzled_k_major_descriptor(rings.stage_b(b_stage) + 32 * kk);
+            sums.multiply_tf32_shared(filters, swizzled_k_major_descriptor(pixels + 32 * kk));
+        }
+        warpgroup_commit();
+        warpgroup_wait::<1>();
+        if !first {
+            release_previous(rings, fills);
+        }
+    }
+}
+
+/// A consumer on NHWC row strips: multiplies every other unit of this block (consumer
+/// 0 the first) and stores it (split, into its split's copy of y), so that each one's
+/// stores overlap the other's multiplies (ping-pong). A consumer starts a unit once the
+/// other has passed the full barriers of the unit before (which also keeps it from
+/// waiting on a fill a round early, whose parity the barrier would pass), and hands
+/// over the turn once it has passed its own.
+///
+/// # Safety
+/// As [`forward`]; consumer warpgroup `consumer` (0 or 1) calls it.
+#[inline(always)]
+unsafe fn consume_in_turns(args: &TensorCoreArgs, units: u32, rings: &Rings, consumer: u32) {
+    let p = &args.problem;
+    let outputs = p.output_count();
+    let handoff = 2 * WARPGROUP;
+    let mut fills = Fills::default();
+    let mut index = block_idx_x();
+    let mut ordinal = 0;
+    while index < units {
+        let unit = work_unit(&args.plan, rings.schedule.tile_rows, index);
+        let unit_fills = Fills {
+            a: a_fills::<true>(p, &unit),
+            b: unit.k_count,
+        };
+        let more = index + grid_dim_x() < units;
+        index += grid_dim_x();
+        let (mine, waits) = (ordinal % 2 == consumer, ordinal > 0);
+        ordinal += 1;
+        if !mine {
+            fills.a += unit_fills.a;
+            fills.b += unit_fills.b;
+            continue;
+        }
+        let args = &TensorCoreArgs {
+            y: args.y.offset(unit.split as u64 * outputs),
+            ..*args
+        };
+        // SAFETY: the launch's arguments.
+        let mut sums = unsafe { channel_row_sums(args, unit.tile, |c| bias_of(args, c)) };
+        sums.pin();
+        // K-tile kt's fills: a new strip where its tap starts a kernel row.
+        let mut a = fills.a;
+        let mut k_tile_fills = |kt: u32| {
+            let s = tap_of(p, unit.k_first + kt).0;
+            let new_a = kt == 0 || s == 0;
+            if new_a && kt > 0 {
+                a += 1;
+            }
+            KTileFills {
+                a,
+                b: fills.b + kt,
+                new_a,
+                skip: strip_skip::<true>(p, s),
+            }
+        };
+        // SAFETY: the turns order the units' fills (above); every handoff has its
+        // waiter: the other consumer's next unit. The first k-tile runs before the
+        // loop, so that the sums enter it defined by a `wgmma` as they leave it.
+        unsafe {
+            if waits {
+                if consumer == 0 {
+                    sync_group::<TURN_TO_FIRST>(handoff);
+                } else {
+                    sync_group::<TURN_TO_SECOND>(handoff);
+                }
+            }
+            let first = k_tile_fills(0);
+            multiply_in_turns(&mut sums, rings, first, true);
+            for kt in 1..unit.k_count {
+                let next = k_tile_fills(kt);
+                multiply_in_turns(&mut sums, rings, next, false);
+            }
+            if more {
+                if consumer == 0 {
+                    arrive_group::<TURN_TO_SECOND>(handoff);
+                } else {
+                    arrive_group::<TURN_TO_FIRST>(handoff);
+                }
+            }
+        }
+        let (last_a, last_b) = (rings.a_slot(a).0, rings.b_slot(fills.b + unit.k_count - 1).0);
+        fills.a += unit_fills.a;
+        fills.b += unit_fills.b;
+        // SAFETY: as above; the sums are final after the wait, the stages back with the
+        // producer since the epilogue reads only registers.
+        unsafe {
+            warpgroup_wait::<0>();
+            rings.a.release(last_a);
+            rings.b.release(last_b);
+            store_channel_rows(args, unit.tile, &sums);
+        }
+    }
+}
+
 /// The fills of A a unit's k-tiles take: one per k-tile, or with row strips one per
 /// kernel row the unit starts, and one more where it starts inside a kernel row.
 #[inline(always)]
@@ -750,13 +880,8 @@ fn a_fills<const ROW_STRIPS: bool>(p: &ConvProblem, unit: &WorkUnit) -> u32 {
         .count() as u32
 }
 
-/// A consumer: multiplies its part of this block's units and stores it (split, into
-/// its split's copy of y). In turns (ping-pong): every other unit (consumer 0 the
-/// first), so that each one's stores overlap the other's multiplies; a consumer starts
-/// a unit once the other has passed the full barriers of the unit before (which also
-/// keeps it from waiting on a fill a round early, whose parity the barrier would
-/// pass), and hands over the turn once it has passed its own. Otherwise its half of the
-/// rows of every unit, beside the other consumer.
+/// A consumer beside the other: multiplies its half of the rows of every unit of this
+/// block and stores it (split, into its split's copy of y).
 ///
 /// # Safety
 /// As [`forward`]; consumer warpgroup `consumer` (0 or 1) calls it.
@@ -770,19 +895,16 @@ unsafe fn consume<const CHANNELS_LAST: bool, const ROW_STRIPS: bool, const SHARE
     [[f32; 4]; J]: WarpgroupAccumulators,
 {
     let p = &args.problem;
-    let ping_pong = rings.schedule.ping_pong;
     let outputs = p.output_count();
     let warp = thread_idx_x() / 32 % 4;
-    let handoff = 2 * WARPGROUP;
-    // The consumer's first row of a shared tile, and where it stages a fused epilogue
-    // in the tile's last A: at the start for the first consumer, at the end for the
-    // second, clear of each other's reads (a tile's rows of K: the halves; NCHW boxes:
-    // the first consumer reads boxes 0 to 4, the second 4 to 8).
-    let half = if ping_pong { 0 } else { consumer * WGMMA_BM };
+    // The consumer's first row of a tile, and where it stages a fused epilogue in the
+    // tile's last A: at the start for the first consumer, at the end for the second,
+    // clear of each other's reads (a tile's rows of K: the halves; NCHW boxes: the
+    // first consumer reads boxes 0 to 4, the second 4 to 8).
+    let half = consumer * WGMMA_BM;
     let staging = consumer * (rings.schedule.a_bytes - tile_bytes(WGMMA_BM));
     let mut fills = Fills::default();
     let mut index = block_idx_x();
-    let mut ordinal = 0;
     while index < units {
         let unit = work_unit(&args.plan, rings.schedule.tile_rows, index);
         let k_tiles = unit.k_count;
@@ -794,16 +916,7 @@ unsafe fn consume<const CHANNELS_LAST: bool, const ROW_STRIPS: bool, const SHARE
             a: a_fills::<ROW_STRIPS>(p, &unit),
             b: k_tiles,
         };
-        let more = index + grid_dim_x() < units;
         index += grid_dim_x();
-        let mine = !ping_pong || ordinal % 2 == consumer;
-        let waits = ping_pong && ordinal > 0;
-        ordinal += 1;
-        if !mine {
-            fills.a += unit_fills.a;
-            fills.b += unit_fills.b;
-            continue;
-        }
         let args = &TensorCoreArgs {
             y: args.y.offset(unit.split as u64 * outputs),
             ..*args
@@ -837,17 +950,6 @@ unsafe fn consume<const CHANNELS_LAST: bool, const ROW_STRIPS: bool, const SHARE
                 skip,
             }
         };
-        // SAFETY: the turns order the units' fills (above); every handoff has its
-        // waiter: the other consumer's next unit.
-        unsafe {
-            if waits {
-                if consumer == 0 {
-                    sync_group::<TURN_TO_FIRST>(handoff);
-                } else {
-                    sync_group::<TURN_TO_SECOND>(handoff);
-                }
-            }
-        }
         // The first k-tile runs before the loop, so that the sums enter it defined by a
         // `wgmma` as they leave it: else ptxas serializes every `wgmma` of the loop.
         // SAFETY: forwarded; there is at least one k-tile.
@@ -860,16 +962,6 @@ unsafe fn consume<const CHANNELS_LAST: bool, const ROW_STRIPS: bool, const SHARE
             unsafe {
                 let next = k_tile_fills(kt);
                 multiply_k_tile::<CHANNELS_LAST, ROW_STRIPS, SHARED_A, J>(&mut sums, rings, next, false);
-            }
-        }
-        // SAFETY: as above.
-        unsafe {
-            if ping_pong && more {
-                if consumer == 0 {
-                    arrive_group::<TURN_TO_SECOND>(handoff);
-                } else {
-                    arrive_group::<TURN_TO_FIRST>(handoff);
-                }
             }
         }
         let (last_a, last_b) = (rings.a_slot(a).0, rings.b_slot(fills.b + k_tiles - 1).0);
@@ -888,15 +980,6 @@ unsafe fn consume<const CHANNELS_LAST: bool, const ROW_STRIPS: bool, const SHARE
                     row_step: 64,
                 };
                 store_plain(args, tile, &warp_tiles);
-            } else if ping_pong {
-                // Through the last B, which nothing else reads until its release (of
-                // the rings', the one the other consumer needs again latest); the fence
-                // orders the epilogue's accesses before the producer's next copies into
-                // it.
-                rings.a.release(last_a);
-                store_staged(args, tile, &sums, rings.stage_b(last_b), consumer);
-                fence_async_shared();
-                rings.b.release(last_b);
             } else {
                 // Through this consumer's part of the last A, which only it reads.
                 rings.b.release(last_b);
