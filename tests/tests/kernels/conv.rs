@@ -1479,7 +1479,7 @@ fn tf32_passes_round_inputs_to_nearest() {
     // The forward's staging of x on `wgmma`: (bulk copies, row strips, channels last).
     for (x_shape, w_shape, layout, staging) in [
         ([2, 6, 10, 64], [32, 3, 3, 64], ConvLayout::Nhwc, (1, 0, 1)),
-        ([2, 5, 128, 64], [32, 3, 3, 64], ConvLayout::Nhwc, (1, 1, 1)),
+        ([2, 5, 256, 64], [32, 3, 3, 64], ConvLayout::Nhwc, (1, 1, 1)),
         ([1, 32, 3, 256], [16, 32, 3, 3], ConvLayout::Nchw, (1, 1, 0)),
         ([2, 64, 9, 36], [48, 64, 3, 3], ConvLayout::Nchw, (1, 0, 1)),
     ] {
