@@ -127,12 +127,14 @@ impl ConvEpilogue {
     #[cfg(target_arch = "nvptx64")]
     #[inline(always)]
     pub fn rectify(&self, value: f32) -> f32 {
-        // NaN stays NaN, as in torch.
-        if self.activation == Activation::Relu as u32 && value < 0.0 {
+        // A floor the value is raised to, the same for every output: a comparison and
+        // a select each. NaN stays NaN, as in torch.
+        let floor = if self.activation == Activation::Relu as u32 {
             0.0
         } else {
-            value
-        }
+            f32::NEG_INFINITY
+        };
+        if value < floor { floor } else { value }
     }
 
     /// The activation of each of `values`, for kernels whose loops over register

@@ -98,88 +98,129 @@ pub unsafe fn store_channel_rows(args: &TensorCoreArgs, tile: TileOrigin, sums: 
     let channel = tile.n0 + 16 * (thread_idx_x() / 32 % 4) + lane / 4;
     let valid = [channel < out_group, channel + 8 < out_group];
     let channel = (tile.group * out_group + channel) as usize;
-    let (starts, stride) = if args.plan.y_channels_last == 1 {
-        let start = first as usize * p.out_channels as usize + channel;
-        ([start, start + 8], p.out_channels as usize)
+    let (index, stride, second) = if args.plan.y_channels_last == 1 {
+        let index = first as usize * p.out_channels as usize + channel;
+        (index, p.out_channels as usize, 8)
     } else {
         let (image, pixel) = p.div_out_pixels.divmod(first);
-        let start = |c: usize| {
-            (image as usize * p.out_channels as usize + c) * p.out_pixels() as usize + pixel as usize
-        };
-        ([start(channel), start(channel + 8)], 1)
+        let plane = p.out_pixels() as usize;
+        (
+            (image as usize * p.out_channels as usize + channel) * plane + pixel as usize,
+            1,
+            8 * plane,
+        )
     };
+    // The lane's first pixel, 2t of the tile.
+    let pixel = 2 * (lane % 4);
+    let index = index + pixel as usize * stride;
     let rows = ChannelRows {
-        y: args.y.as_mut_ptr(),
-        starts,
+        // SAFETY: an element of y where the lane has outputs (else never written).
+        first: args.y.as_mut_ptr().wrapping_add(index),
+        index,
         stride,
+        second,
         valid,
-        live,
-        t: lane % 4,
+        remaining: live.saturating_sub(pixel),
     };
     // SAFETY: forwarded. Both epilogues as code of their own: a test per output would
-    // stay in the plain one.
+    // stay in the plain one; NHWC's second channel 8 elements on, an offset the stores
+    // carry; the headline's tiles whole, their stores without a test.
     unsafe {
-        if args.epilogue.fits_register_stores() {
-            rows.store(sums, |value, _| args.epilogue.rectify(value));
+        if !args.epilogue.fits_register_stores() {
+            rows.store::<false, false>(sums, |value, at| args.epilogue.apply(value, at));
+        } else if args.plan.y_channels_last == 0 {
+            rows.store::<false, false>(sums, |value, _| args.epilogue.rectify(value));
+        } else if rows.whole() {
+            rows.store::<true, true>(sums, |value, _| args.epilogue.rectify(value));
         } else {
-            rows.store(sums, |value, at| args.epilogue.apply(value, at));
+            rows.store::<true, false>(sums, |value, _| args.epilogue.rectify(value));
         }
     }
 }
 
-/// Where a lane's outputs of a transposed tile lie in y: its two channels' first
-/// pixels, the stride from pixel to pixel, which channels are outputs, the tile's
-/// pixels that are, and the lane's place in its quad.
+/// Where a lane's outputs of a transposed tile lie in y: its first channel at its first
+/// pixel (`first`, the element `index`), the elements from pixel to pixel (`stride`) and
+/// to its second channel (`second`), which channels are outputs, and how many pixels
+/// from its first are (`remaining`).
 struct ChannelRows {
-    y: *mut f32,
-    starts: [usize; 2],
+    first: *mut f32,
+    index: usize,
     stride: usize,
+    second: usize,
     valid: [bool; 2],
-    live: u32,
-    t: u32,
+    remaining: u32,
 }
 
 impl ChannelRows {
+    /// Whether every one of the lane's 128 outputs is one: both channels, and its last
+    /// pixel (tile 31's second, `8 * 31 + 1` from its first).
+    #[inline(always)]
+    fn whole(&self) -> bool {
+        self.valid[0] && self.valid[1] && 8 * 31 + 1 < self.remaining
+    }
+
     /// Writes `output(sum, index)` of each of the lane's outputs to y at its index, in
     /// parts of two tiles written out one after another: a loop over the parts may
     /// stay rolled where `output` is long (the fused epilogue), and one that indexes
-    /// the sums would move them to local memory.
+    /// the sums would move them to local memory. `NHWC`: `second` is 8; `WHOLE`: every
+    /// output is one ([`Self::whole`]).
     ///
     /// # Safety
     /// The fields describe outputs of the problem inside y, and `output` may read the
     /// residual at their indices.
     #[inline(always)]
-    unsafe fn store(&self, sums: &ChannelRowSums, output: impl Fn(f32, usize) -> f32) {
+    unsafe fn store<const NHWC: bool, const WHOLE: bool>(
+        &self,
+        sums: &ChannelRowSums,
+        output: impl Fn(f32, usize) -> f32,
+    ) {
         let (parts, _) = sums.as_chunks::<2>();
         macro_rules! store_parts {
             ($($part:literal)*) => {
                 // SAFETY: forwarded.
-                $( unsafe { self.store_part(&parts[$part], 2 * $part, &output) }; )*
+                $( unsafe { self.store_part::<NHWC, WHOLE>(&parts[$part], 2 * $part, &output) }; )*
             };
         }
         store_parts!(0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15);
     }
 
-    /// [`Self::store`] of the tiles `first` and `first + 1`.
+    /// [`Self::store`] of the tiles `first` and `first + 1`: pointers stepped from
+    /// pixel to pixel, so that each store costs an add or none.
     ///
     /// # Safety
     /// As [`Self::store`].
     #[inline(always)]
-    unsafe fn store_part(&self, part: &[[f32; 4]; 2], first: u32, output: &impl Fn(f32, usize) -> f32) {
+    unsafe fn store_part<const NHWC: bool, const WHOLE: bool>(
+        &self,
+        part: &[[f32; 4]; 2],
+        first: u32,
+        output: &impl Fn(f32, usize) -> f32,
+    ) {
+        let second = if NHWC { 8 } else { self.second };
+        let step = 8 * self.stride;
+        let mut at = self.index + first as usize * step;
+        let mut row = self.first.wrapping_add(first as usize * step);
         for (j, pair) in part.iter().enumerate() {
             for e in 0..2 {
-                let pixel = 8 * (first + j as u32) + 2 * self.t + e;
-                if pixel >= self.live {
-                    continue;
-                }
-                for (h, start) in self.starts.iter().enumerate() {
-                    if self.valid[h] {
-                        let at = start + pixel as usize * self.stride;
-                        // SAFETY: the caller's contract.
-                        unsafe { *self.y.add(at) = output(pair[2 * h + e as usize], at) };
+                if WHOLE || 8 * (first + j as u32) + e < self.remaining {
+                    let (at, row) = (
+                        at + e as usize * self.stride,
+                        row.wrapping_add(e as usize * self.stride),
+                    );
+                    // SAFETY: the caller's contract: a remaining pixel of a valid
+                    // channel is an output.
+                    unsafe {
+                        if WHOLE || self.valid[0] {
+                            *row = output(pair[e as usize], at);
+                        }
+                        if WHOLE || self.valid[1] {
+                            *row.add(second) = output(pair[2 + e as usize], at + second);
+                        }
                     }
                 }
             }
+            at += step;
+            row = row.wrapping_add(step);
         }
     }
 }
