@@ -59,6 +59,12 @@ pub unsafe fn bias_sums<const I: usize, const J: usize>(
 /// `8 j + 2 t + 1` of `self[j]`.
 pub type ChannelRowSums = [[f32; 4]; 32];
 
+/// The lane's first channel of a transposed tile, of its group (the second is 8 on).
+#[inline(always)]
+fn lane_channel(tile: TileOrigin) -> u32 {
+    tile.n0 + 16 * (thread_idx_x() / 32 % 4) + lane_id() / 4
+}
+
 /// The sums a warpgroup's transposed tile starts from: the bias of each of the lane's
 /// two channels (zero without one, or past the group's channels).
 ///
@@ -72,7 +78,7 @@ pub unsafe fn channel_row_sums(
 ) -> ChannelRowSums {
     let out_group = args.problem.out_per_group();
     let bias = args.epilogue.bias.as_ptr();
-    let first = tile.n0 + 16 * (thread_idx_x() / 32 % 4) + lane_id() / 4;
+    let first = lane_channel(tile);
     let [b0, b1] = [first, first + 8].map(|c| {
         if bias.is_null() || c >= out_group {
             0.0
@@ -95,7 +101,7 @@ pub unsafe fn store_channel_rows(args: &TensorCoreArgs, tile: TileOrigin, sums: 
     let (first, live) = args.plan.tile_pixels(p, tile.m0);
     let out_group = p.out_per_group();
     let lane = lane_id();
-    let channel = tile.n0 + 16 * (thread_idx_x() / 32 % 4) + lane / 4;
+    let channel = lane_channel(tile);
     let valid = [channel < out_group, channel + 8 < out_group];
     let channel = (tile.group * out_group + channel) as usize;
     let (index, stride, second) = if args.plan.y_channels_last == 1 {

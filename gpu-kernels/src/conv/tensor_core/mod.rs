@@ -16,9 +16,9 @@
 //! x is staged in row strips, one per kernel row that all its taps read: NHWC x in two
 //! boxes (the GEMM then transposed: output channels as `wgmma`'s M, a tile's 256
 //! pixels as its N, so that each step reads 10 KB of shared memory rather than 12 for
-//! as many products), NCHW x as it lies (boxes of `TC_BK` channels by `NCHW_BOX_PIXELS` pixels of a
-//! row, A read transposed from them); other NCHW operands that bulk copies could stage
-//! in NHWC are changed to NHWC by the host; y stays NCHW. Elsewhere `mma.sync`
+//! as many products), NCHW x as it lies (boxes of `TC_BK` channels by
+//! `NCHW_BOX_PIXELS` pixels of a row, A read transposed from them); other NCHW operands
+//! that bulk copies could stage in NHWC are changed to NHWC by the host; y stays NCHW. Elsewhere `mma.sync`
 //! m16n8k8 TF32 (fragments by `ldmatrix`, rounded to TF32 to nearest), every thread
 //! copying and multiplying, one block per tile. Sums stay FP32,
 //! in a fixed order, so results are the same from run to run. The weight gradient has
@@ -225,9 +225,9 @@ pub struct TensorCorePlan {
     /// taps' k-tiles read it `dilation_w` pixels apart). The rows of the GEMM are then
     /// output rows padded to `row_pitch`, whole tiles, the pixels past `out_w`
     /// computed and dropped. NHWC x: a strip is two boxes of `NHWC_STRIP_BOX_PIXELS`
-    /// pixels. NCHW x, as it lies: boxes of `NCHW_BOX_PIXELS` pixels of each channel that cover
-    /// a tile's row and the margin, from a 16-byte multiple; B is the weights in
-    /// [`box_filter_index`] order.
+    /// pixels. NCHW x, as it lies: boxes of `NCHW_BOX_PIXELS` pixels of each channel
+    /// that cover a tile's row and the margin, from a 16-byte multiple; B is the weights
+    /// in [`box_filter_index`] order.
     pub row_strips: u32,
     /// Rows of the GEMM per output row: `out_w`, or with row strips the tiles' rows
     /// that cover it (division by it).

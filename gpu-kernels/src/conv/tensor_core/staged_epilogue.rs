@@ -7,9 +7,8 @@
 //! residual inside it is too long for that).
 //!
 //! The staging buffer is one that only this warpgroup's reads could still touch, and
-//! they are done once it waits for its `wgmma`s: with tiles in turns the tile's last
-//! stage of B, with shared tiles the consumer's part of the last stage of A. The stage
-//! goes back to the producer after the epilogue.
+//! they are done once it waits for its `wgmma`s: the consumer's part of the tile's last
+//! stage of A. The stage goes back to the producer after the epilogue.
 
 use super::epilogue::TileOrigin;
 use super::*;

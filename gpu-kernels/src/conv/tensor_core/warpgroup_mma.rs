@@ -17,7 +17,9 @@
 //! order the two sides: a stage of B serves one k-tile, a stage of A one k-tile or one
 //! strip.
 
-use super::epilogue::{TileOrigin, WarpTiles, bias_sums, channel_row_sums, store_channel_rows, store_plain};
+use super::epilogue::{
+    ChannelRowSums, TileOrigin, WarpTiles, bias_sums, channel_row_sums, store_channel_rows, store_plain,
+};
 use super::operands::{
     Filters, KTiles, NchwPatches, Operand, Patches, ScalarFilters, ScalarPatches, SharedOrigins, Stagers,
     VectorFilters, VectorPatches, staged,
@@ -751,7 +753,7 @@ const TURN_TO_SECOND: u32 = 4;
 /// # Safety
 /// As [`multiply_k_tile`].
 #[inline(always)]
-unsafe fn multiply_in_turns(sums: &mut [[f32; 4]; 32], rings: &Rings, fills: KTileFills, first: bool) {
+unsafe fn multiply_in_turns(sums: &mut ChannelRowSums, rings: &Rings, fills: KTileFills, first: bool) {
     let (a_stage, a_round) = rings.a_slot(fills.a);
     let (b_stage, b_round) = rings.b_slot(fills.b);
     let pixels = rings.stage_a(a_stage) + 4 * TC_BK * fills.skip;
