@@ -130,16 +130,14 @@ pub unsafe fn store_channel_rows(args: &TensorCoreArgs, tile: TileOrigin, sums: 
     };
     // SAFETY: forwarded. Both epilogues as code of their own: a test per output would
     // stay in the plain one; NHWC's second channel 8 elements on, an offset the stores
-    // carry; the headline's tiles whole, their stores without a test.
+    // carry.
     unsafe {
         if !args.epilogue.fits_register_stores() {
-            rows.store::<false, false>(sums, |value, at| args.epilogue.apply(value, at));
-        } else if args.plan.y_channels_last == 0 {
-            rows.store::<false, false>(sums, |value, _| args.epilogue.rectify(value));
-        } else if rows.whole() {
-            rows.store::<true, true>(sums, |value, _| args.epilogue.rectify(value));
+            rows.store::<false>(sums, |value, at| args.epilogue.apply(value, at));
+        } else if args.plan.y_channels_last == 1 {
+            rows.store::<true>(sums, |value, _| args.epilogue.rectify(value));
         } else {
-            rows.store::<true, false>(sums, |value, _| args.epilogue.rectify(value));
+            rows.store::<false>(sums, |value, _| args.epilogue.rectify(value));
         }
     }
 }
@@ -158,33 +156,21 @@ struct ChannelRows {
 }
 
 impl ChannelRows {
-    /// Whether every one of the lane's 128 outputs is one: both channels, and its last
-    /// pixel (tile 31's second, `8 * 31 + 1` from its first).
-    #[inline(always)]
-    fn whole(&self) -> bool {
-        self.valid[0] && self.valid[1] && 8 * 31 + 1 < self.remaining
-    }
-
     /// Writes `output(sum, index)` of each of the lane's outputs to y at its index, in
     /// parts of two tiles written out one after another: a loop over the parts may
     /// stay rolled where `output` is long (the fused epilogue), and one that indexes
-    /// the sums would move them to local memory. `NHWC`: `second` is 8; `WHOLE`: every
-    /// output is one ([`Self::whole`]).
+    /// the sums would move them to local memory. `NHWC`: `second` is 8.
     ///
     /// # Safety
     /// The fields describe outputs of the problem inside y, and `output` may read the
     /// residual at their indices.
     #[inline(always)]
-    unsafe fn store<const NHWC: bool, const WHOLE: bool>(
-        &self,
-        sums: &ChannelRowSums,
-        output: impl Fn(f32, usize) -> f32,
-    ) {
+    unsafe fn store<const NHWC: bool>(&self, sums: &ChannelRowSums, output: impl Fn(f32, usize) -> f32) {
         let (parts, _) = sums.as_chunks::<2>();
         macro_rules! store_parts {
             ($($part:literal)*) => {
                 // SAFETY: forwarded.
-                $( unsafe { self.store_part::<NHWC, WHOLE>(&parts[$part], 2 * $part, &output) }; )*
+                $( unsafe { self.store_part::<NHWC>(&parts[$part], 2 * $part, &output) }; )*
             };
         }
         store_parts!(0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15);
@@ -196,7 +182,7 @@ impl ChannelRows {
     /// # Safety
     /// As [`Self::store`].
     #[inline(always)]
-    unsafe fn store_part<const NHWC: bool, const WHOLE: bool>(
+    unsafe fn store_part<const NHWC: bool>(
         &self,
         part: &[[f32; 4]; 2],
         first: u32,
@@ -208,7 +194,7 @@ impl ChannelRows {
         let mut row = self.first.wrapping_add(first as usize * step);
         for (j, pair) in part.iter().enumerate() {
             for e in 0..2 {
-                if WHOLE || 8 * (first + j as u32) + e < self.remaining {
+                if 8 * (first + j as u32) + e < self.remaining {
                     let (at, row) = (
                         at + e as usize * self.stride,
                         row.wrapping_add(e as usize * self.stride),
@@ -216,10 +202,10 @@ impl ChannelRows {
                     // SAFETY: the caller's contract: a remaining pixel of a valid
                     // channel is an output.
                     unsafe {
-                        if WHOLE || self.valid[0] {
+                        if self.valid[0] {
                             *row = output(pair[e as usize], at);
                         }
-                        if WHOLE || self.valid[1] {
+                        if self.valid[1] {
                             *row.add(second) = output(pair[2 + e as usize], at + second);
                         }
                     }
