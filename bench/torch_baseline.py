@@ -192,8 +192,31 @@ def convs(reps):
         for g, a, f in ((dy, x, w), (dy_last, x_last, w_last))
     )
     torch.backends.cudnn.allow_tf32 = False
+    # 16-bit: forward from NCHW and channels_last tensors, backward from channels_last.
+    halves = {}
+    for dtype, suffix in [(torch.bfloat16, "_bf16"), (torch.float16, "_f16")]:
+        xh, wh, dyh = (t.to(dtype) for t in (x, w, dy))
+        xl, wl, dyl = (t.contiguous(memory_format=torch.channels_last) for t in (xh, wh, dyh))
+        halves[f"conv_fwd{suffix}"] = {
+            "ms": fastest_ms(lambda: torch.nn.functional.conv2d(xh, wh), reps),
+            "op": f"F.conv2d, {dtype} cuDNN, NCHW",
+        }
+        halves[f"conv_fwd_nhwc{suffix}"] = {
+            "ms": fastest_ms(lambda: torch.nn.functional.conv2d(xl, wl), reps),
+            "op": f"F.conv2d, {dtype} cuDNN, channels_last",
+        }
+        halves[f"conv_bwd_nhwc{suffix}"] = {
+            "ms": fastest_ms(
+                lambda: torch.ops.aten.convolution_backward(
+                    dyl, xl, wl, None, [1, 1], [0, 0], [1, 1], False, [0, 0], 1, [True, True, False]
+                ),
+                reps,
+            ),
+            "op": f"convolution_backward, input + weight grads, {dtype} cuDNN, channels_last",
+        }
+        del xh, wh, dyh, xl, wl, dyl
     del x, w, dy, x_last, w_last, b, dy_last
-    return {
+    return halves | {
         "conv_fwd": {"ms": forward, "op": "F.conv2d, x 8x64x512x1024, w 128x64x3x3, FP32 cuDNN"},
         "conv_bwd": {"ms": backward, "op": "convolution_backward, input + weight grads, FP32 cuDNN"},
         "conv_fwd_tf32": {"ms": forward_tf32, "op": "F.conv2d, TF32 cuDNN, NCHW"},

@@ -160,6 +160,7 @@ trait BenchFloat: host::MinElement + host::ScanElement + host::GemvElement<Sum =
     /// f32 itself).
     const ROUNDING: f64;
     fn from_f32(x: f32) -> Self;
+    fn to_f32(self) -> f32;
 }
 
 impl BenchFloat for f32 {
@@ -167,6 +168,9 @@ impl BenchFloat for f32 {
     const ROUNDING: f64 = 0.0;
     fn from_f32(x: f32) -> Self {
         x
+    }
+    fn to_f32(self) -> f32 {
+        self
     }
 }
 
@@ -176,6 +180,9 @@ impl BenchFloat for host::bf16 {
     fn from_f32(x: f32) -> Self {
         host::bf16::from_f32(x)
     }
+    fn to_f32(self) -> f32 {
+        host::bf16::to_f32(self)
+    }
 }
 
 impl BenchFloat for host::f16 {
@@ -183,6 +190,9 @@ impl BenchFloat for host::f16 {
     const ROUNDING: f64 = host::f16::EPSILON.to_f64_const();
     fn from_f32(x: f32) -> Self {
         host::f16::from_f32(x)
+    }
+    fn to_f32(self) -> f32 {
+        host::f16::to_f32(self)
     }
 }
 
@@ -465,6 +475,108 @@ fn sample_indices(count: usize, samples: usize) -> Vec<usize> {
         .map(|s| (s.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 11) as usize % count)
         .chain([0, count - 1])
         .collect()
+}
+
+/// The conv headline in a 16-bit type: forward from NCHW and from NHWC tensors, and the
+/// backward pass (input and weight gradients) from NHWC ones, each checked at sampled
+/// outputs against f64 sums of the rounded inputs, within the output's rounding.
+fn conv_half_rows<T: BenchFloat + host::ConvElement>(gpu: &Gpu, reps: usize) -> Result<Vec<Row>> {
+    use host::ConvLayout;
+    use ndarray::{ArrayD, Ix4};
+    let (x_shape, w_shape) = ([8, 64, 512, 1024], [128, 64, 3, 3]);
+    let nchw = host::Conv2dParams::default();
+    let nhwc = host::Conv2dParams {
+        layout: ConvLayout::Nhwc,
+        ..nchw
+    };
+    let (_, y_shape) = host::conv2d_problem(&x_shape, &w_shape, &nchw)?;
+    // The inputs' values in T, as f32 for the reference.
+    let rounded = |shape: &[usize], seed| {
+        random_f32(shape, seed)
+            .mapv(|v| T::from_f32(v).to_f32())
+            .into_dimensionality::<Ix4>()
+    };
+    let (hx, hw, hdy) = (
+        rounded(&x_shape, 6)?,
+        rounded(&w_shape, 7)?,
+        rounded(&y_shape, 8)?,
+    );
+    let reference = ConvReference::new(hx.view(), hw.view(), hdy.view(), &nchw)?;
+    let y_dims: [usize; 4] = hdy.dim().into();
+    let [_, _, oh, ow] = y_dims;
+    let flops = 2.0 * (8 * 128 * oh * ow) as f64 * (64 * 9) as f64;
+    let upload = |a: &ndarray::Array4<f32>, layout| {
+        let a = match layout {
+            ConvLayout::Nchw => a.view(),
+            ConvLayout::Nhwc => a.view().permuted_axes([0, 2, 3, 1]),
+        };
+        gpu.upload(&a.as_standard_layout().mapv(T::from_f32))
+    };
+    let check = |what: &str, want: &Samples, got: &ArrayD<T>, layout| -> Result {
+        let got = got.mapv(T::to_f32);
+        let error = want.error(as_nchw(&got, layout)?);
+        eprintln!(
+            "conv {what}: relative error {error:.2e} over {} sampled outputs",
+            want.len()
+        );
+        if error.is_nan() || error > T::ROUNDING {
+            return Err(format!("conv {what}: relative error {error:e} over {:e}", T::ROUNDING).into());
+        }
+        Ok(())
+    };
+    let name = &T::KEY[1..];
+    let mut rows = Vec::new();
+    let y_want = Samples::new(y_dims, 10_000, |at| reference.output(at));
+    for (params, key, layout_name) in [(nchw, "conv_fwd", "NCHW"), (nhwc, "conv_fwd_nhwc", "NHWC")] {
+        let (x, w) = (upload(&hx, params.layout)?, upload(&hw, params.layout)?);
+        let (_, shape) = host::conv2d_problem(x.shape(), w.shape(), &params)?;
+        let mut y = gpu.alloc::<T>(&shape)?;
+        gpu.poison(&mut y)?;
+        gpu.conv2d_into(&x, &w, None, &params, &mut y)?;
+        let what = format!("conv2d forward {name}, {layout_name}");
+        check(&what, &y_want, &gpu.download(&y)?, params.layout)?;
+        rows.push(Row {
+            key: format!("{key}{}", T::KEY),
+            what,
+            times_ms: time(gpu, reps, |g| g.conv2d_into(&x, &w, None, &params, &mut y))?,
+            bytes: (x.bytes() + w.bytes() + y.bytes()) as f64,
+            flops,
+        });
+    }
+    let (x, w, dy) = (
+        upload(&hx, ConvLayout::Nhwc)?,
+        upload(&hw, ConvLayout::Nhwc)?,
+        upload(&hdy, ConvLayout::Nhwc)?,
+    );
+    let (mut dx, mut dw) = (gpu.alloc::<T>(x.shape())?, gpu.alloc::<T>(w.shape())?);
+    gpu.poison(&mut dx)?;
+    gpu.poison(&mut dw)?;
+    gpu.conv2d_backward_into(&x, &w, &dy, &nhwc, (Some(&mut dx), Some(&mut dw), None))?;
+    let what = format!("conv2d backward {name}, NHWC");
+    let dx_want = Samples::new(x_shape, 10_000, |at| reference.input_grad(at));
+    check(
+        &format!("{what}, input gradient"),
+        &dx_want,
+        &gpu.download(&dx)?,
+        ConvLayout::Nhwc,
+    )?;
+    let dw_want = Samples::new(w_shape, 62, |at| reference.weight_grad(at));
+    check(
+        &format!("{what}, weight gradient"),
+        &dw_want,
+        &gpu.download(&dw)?,
+        ConvLayout::Nhwc,
+    )?;
+    rows.push(Row {
+        key: format!("conv_bwd_nhwc{}", T::KEY),
+        what,
+        times_ms: time(gpu, reps, |g| {
+            g.conv2d_backward_into(&x, &w, &dy, &nhwc, (Some(&mut dx), Some(&mut dw), None))
+        })?,
+        bytes: (2 * x.bytes() + w.bytes() + dy.bytes()) as f64,
+        flops: 2.0 * flops,
+    });
+    Ok(rows)
 }
 
 /// The conv headline: x 8x64x512x1024, w 128x64x3x3, stride 1, no padding, no bias:
@@ -758,6 +870,8 @@ fn main() -> Result {
     if wanted("conv") {
         let started = Instant::now();
         rows.extend(conv_rows(&gpu, opts.reps)?);
+        rows.extend(conv_half_rows::<host::bf16>(&gpu, opts.reps)?);
+        rows.extend(conv_half_rows::<host::f16>(&gpu, opts.reps)?);
         eprintln!("conv: {:.1} s", started.elapsed().as_secs_f64());
     }
     // Asked for by name only: it needs the whole machine and minutes of uploads.

@@ -28,6 +28,7 @@ pub mod warp;
 
 pub mod launch;
 
+pub mod cast;
 pub mod conv;
 pub mod copy;
 pub mod element;
@@ -45,6 +46,7 @@ pub fn entry_points() -> impl Iterator<Item = launch::EntryPoint> {
     [
         &[copy::ENTRY_POINTS][..],
         scan::ENTRY_POINTS,
+        cast::ENTRY_POINTS,
         min::ENTRY_POINTS,
         matvec::ENTRY_POINTS,
         conv::ENTRY_POINTS,

@@ -38,7 +38,8 @@ mod scan;
 
 pub use array::{ARRAY_ALIGNMENT, DType, DeviceArray, Element};
 pub use conv::{
-    Activation, Conv2dParams, ConvGradientArrays, ConvGradients, ConvLayout, ConvPrecision, conv2d_problem,
+    Activation, Conv2dParams, ConvElement, ConvGradientArrays, ConvGradients, ConvLayout, ConvPrecision,
+    conv2d_problem,
 };
 pub use error::{Error, Result};
 pub use gpu::{DeviceInfo, Gpu};

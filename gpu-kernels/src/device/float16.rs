@@ -15,6 +15,10 @@ pub trait Float16: Copy {
     fn widen_apart(self) -> f32;
     /// `x` rounded to nearest even (NaN stays NaN, overflow goes to infinity).
     fn narrow(x: f32) -> Self;
+    /// The value of these bits.
+    fn from_bits(bits: u16) -> Self;
+    /// The value's bits.
+    fn to_bits(self) -> u16;
 }
 
 /// The bits of f32 `x` rounded to nearest even in the 16-bit type `$ty` (`cvt.rn`; bf16
@@ -61,6 +65,16 @@ impl Float16 for bf16 {
     fn narrow(x: f32) -> Self {
         bf16::from_bits(round_to!("bf16", x))
     }
+
+    #[inline(always)]
+    fn from_bits(bits: u16) -> Self {
+        bf16::from_bits(bits)
+    }
+
+    #[inline(always)]
+    fn to_bits(self) -> u16 {
+        bf16::to_bits(self)
+    }
 }
 
 impl Float16 for f16 {
@@ -88,5 +102,15 @@ impl Float16 for f16 {
     #[inline(always)]
     fn narrow(x: f32) -> Self {
         f16::from_bits(round_to!("f16", x))
+    }
+
+    #[inline(always)]
+    fn from_bits(bits: u16) -> Self {
+        f16::from_bits(bits)
+    }
+
+    #[inline(always)]
+    fn to_bits(self) -> u16 {
+        f16::to_bits(self)
     }
 }

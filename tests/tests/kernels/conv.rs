@@ -16,18 +16,18 @@ use proptest::prelude::*;
 use tests::{gpu_or_skip, portable_gpu_or_skip, random_words, runner};
 
 #[derive(Debug, Clone)]
-struct Case {
-    batch: usize,
-    in_channels: usize,
-    out_channels: usize,
-    kernel: [usize; 2],
-    size: [usize; 2],
-    params: Conv2dParams,
-    bias: bool,
-    seed: u64,
+pub(super) struct Case {
+    pub(super) batch: usize,
+    pub(super) in_channels: usize,
+    pub(super) out_channels: usize,
+    pub(super) kernel: [usize; 2],
+    pub(super) size: [usize; 2],
+    pub(super) params: Conv2dParams,
+    pub(super) bias: bool,
+    pub(super) seed: u64,
 }
 
-fn case() -> impl Strategy<Value = Case> {
+pub(super) fn case() -> impl Strategy<Value = Case> {
     let channels = prop_oneof![
         4 => (1..=3usize, 1..=6usize, 1..=6usize),
         1 => (1..=2usize, 20..=70usize, 60..=140usize),
@@ -92,13 +92,13 @@ fn case() -> impl Strategy<Value = Case> {
 }
 
 /// Integers in [-4, 4] times `unit` (a power of two).
-fn values(shape: [usize; 4], seed: u64, unit: f32) -> Array4<f32> {
+pub(super) fn values(shape: [usize; 4], seed: u64, unit: f32) -> Array4<f32> {
     let mut next = random_words(seed);
     Array4::from_shape_simple_fn(shape, || (((next() >> 40) % 9) as f32 - 4.0) * unit)
 }
 
 /// The data tensors' unit, and the weights'.
-const DATA: f32 = 1.0;
+pub(super) const DATA: f32 = 1.0;
 const WEIGHTS: f32 = 0.125;
 
 /// The first element where `got` differs from `want`, with both values.
@@ -118,13 +118,13 @@ fn in_layout(a: Array4<f32>, layout: ConvLayout) -> Array4<f32> {
     }
 }
 
-struct Tensors {
-    x: Array4<f32>,
-    w: Array4<f32>,
-    b: Array1<f32>,
+pub(super) struct Tensors {
+    pub(super) x: Array4<f32>,
+    pub(super) w: Array4<f32>,
+    pub(super) b: Array1<f32>,
 }
 
-fn tensors(c: &Case) -> Tensors {
+pub(super) fn tensors(c: &Case) -> Tensors {
     let w_shape = [
         c.out_channels,
         c.in_channels / c.params.groups,

@@ -3,6 +3,7 @@
 //! prints `SKIPPED (no GPU)` and passes on a machine without a device.
 
 mod conv;
+mod conv_half;
 mod copy;
 mod group;
 mod matvec;

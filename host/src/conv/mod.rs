@@ -10,6 +10,8 @@
 //! layout around them. Host arrays and views of any memory order go through
 //! [`Gpu::conv2d_of`] and [`Gpu::conv2d_backward_of`], which upload them row-major.
 
+mod element;
+
 use gpu_kernels::conv::{
     self as kernel, ConvAlgorithm, ConvEpilogue, ConvPass, ConvProblem, ConvShape, ConvShapeError,
     CudaCoreAlgorithm, PhasePlan, TensorCorePlan, WinogradProblem, WinogradSplit, phases,
@@ -26,6 +28,8 @@ use crate::array::DeviceArray;
 use crate::driver::Temporary;
 use crate::error::{Error, Result};
 use crate::gpu::Gpu;
+pub use element::ConvElement;
+use element::F32Output;
 
 /// Stride, padding, dilation (each `[along height, along width]`), groups, the
 /// tensors' layout, the arithmetic, and the activation the forward pass applies after
@@ -283,13 +287,13 @@ impl<'g> GradY<'_, 'g> {
 impl Gpu {
     /// `conv2d(x, w) + bias` for x `[batch, in_channels, h, w]` and w `[out_channels,
     /// in_channels / groups, kh, kw]`; bias, when given, is `[out_channels]`.
-    pub fn conv2d(
+    pub fn conv2d<T: ConvElement>(
         &self,
-        x: &DeviceArray<f32>,
-        w: &DeviceArray<f32>,
-        bias: Option<&DeviceArray<f32>>,
+        x: &DeviceArray<T>,
+        w: &DeviceArray<T>,
+        bias: Option<&DeviceArray<T>>,
         params: &Conv2dParams,
-    ) -> Result<DeviceArray<f32>> {
+    ) -> Result<DeviceArray<T>> {
         let (_, y_shape) = conv2d_problem(x.shape(), w.shape(), params)?;
         let mut y = self.alloc(&y_shape)?;
         self.conv2d_into(x, w, bias, params, &mut y)?;
@@ -298,27 +302,27 @@ impl Gpu {
 
     /// [`Gpu::conv2d`] into an existing y of the output's shape (every element is
     /// written).
-    pub fn conv2d_into(
+    pub fn conv2d_into<T: ConvElement>(
         &self,
-        x: &DeviceArray<f32>,
-        w: &DeviceArray<f32>,
-        bias: Option<&DeviceArray<f32>>,
+        x: &DeviceArray<T>,
+        w: &DeviceArray<T>,
+        bias: Option<&DeviceArray<T>>,
         params: &Conv2dParams,
-        y: &mut DeviceArray<f32>,
+        y: &mut DeviceArray<T>,
     ) -> Result<()> {
         self.conv2d_residual_into(x, w, bias, None, params, y)
     }
 
     /// `activation(conv2d(x, w) + bias) + residual` in one pass that writes y, the
     /// residual of y's shape and layout (a block's skip connection).
-    pub fn conv2d_residual(
+    pub fn conv2d_residual<T: ConvElement>(
         &self,
-        x: &DeviceArray<f32>,
-        w: &DeviceArray<f32>,
-        bias: Option<&DeviceArray<f32>>,
-        residual: &DeviceArray<f32>,
+        x: &DeviceArray<T>,
+        w: &DeviceArray<T>,
+        bias: Option<&DeviceArray<T>>,
+        residual: &DeviceArray<T>,
         params: &Conv2dParams,
-    ) -> Result<DeviceArray<f32>> {
+    ) -> Result<DeviceArray<T>> {
         let (_, y_shape) = conv2d_problem(x.shape(), w.shape(), params)?;
         let mut y = self.alloc(&y_shape)?;
         self.conv2d_residual_into(x, w, bias, Some(residual), params, &mut y)?;
@@ -326,15 +330,16 @@ impl Gpu {
     }
 
     /// [`Gpu::conv2d_residual`] into an existing y (every element is written); without
-    /// a residual, [`Gpu::conv2d_into`].
-    pub fn conv2d_residual_into(
+    /// a residual, [`Gpu::conv2d_into`]. In bf16 and f16 the sums, the bias, the
+    /// activation and the residual are taken in f32 and y rounded once.
+    pub fn conv2d_residual_into<T: ConvElement>(
         &self,
-        x: &DeviceArray<f32>,
-        w: &DeviceArray<f32>,
-        bias: Option<&DeviceArray<f32>>,
-        residual: Option<&DeviceArray<f32>>,
+        x: &DeviceArray<T>,
+        w: &DeviceArray<T>,
+        bias: Option<&DeviceArray<T>>,
+        residual: Option<&DeviceArray<T>>,
         params: &Conv2dParams,
-        y: &mut DeviceArray<f32>,
+        y: &mut DeviceArray<T>,
     ) -> Result<()> {
         let (problem, y_shape) = conv2d_problem(x.shape(), w.shape(), params)?;
         if let Some(b) = bias {
@@ -347,6 +352,35 @@ impl Gpu {
         if y.is_empty() {
             return Ok(());
         }
+        let as_f32 = |a| T::as_f32(self, a);
+        let (x, w) = (as_f32(x)?, as_f32(w)?);
+        let bias = bias.map(as_f32).transpose()?;
+        let residual = residual.map(as_f32).transpose()?;
+        let mut y = T::f32_output(self, y)?;
+        let params = T::f32_params(params);
+        let operands = [&*x, &*w];
+        self.forward_f32(
+            &problem,
+            &params,
+            operands,
+            bias.as_deref(),
+            residual.as_deref(),
+            y.array(),
+        )?;
+        y.finish(self)
+    }
+
+    /// The forward pass of a validated problem over f32 tensors (`[x, w]`, y not
+    /// empty).
+    fn forward_f32(
+        &self,
+        problem: &ConvProblem,
+        params: &Conv2dParams,
+        [x, w]: [&DeviceArray<f32>; 2],
+        bias: Option<&DeviceArray<f32>>,
+        residual: Option<&DeviceArray<f32>>,
+        y: &mut DeviceArray<f32>,
+    ) -> Result<()> {
         let bias = bias.map_or(DevicePtr::NULL, DeviceArray::ptr);
         let epilogue = |residual: Option<&DeviceArray<f32>>| {
             ConvEpilogue::new(
@@ -355,7 +389,7 @@ impl Gpu {
                 residual.map_or(DevicePtr::NULL, DeviceArray::ptr),
             )
         };
-        let algorithm = self.algorithm(&problem, ConvPass::Forward, params);
+        let algorithm = self.algorithm(problem, ConvPass::Forward, params);
         // The kernels read x and w, and write y, in their layouts: what is in another
         // changes around them.
         let (operands, output) = (algorithm.layout(), algorithm.output_layout());
@@ -364,7 +398,7 @@ impl Gpu {
         let w = self.as_layout(w, params.layout, operands, &mut w_copy)?;
         if output == params.layout {
             return self.forward(
-                &problem,
+                problem,
                 algorithm,
                 x.ptr(),
                 w.ptr(),
@@ -375,7 +409,7 @@ impl Gpu {
         let residual = residual.map(|r| self.relayout(r, params.layout)).transpose()?;
         let mut y_native = self.temporary(&in_layout(problem.output_shape().map(|d| d as usize), output))?;
         self.forward(
-            &problem,
+            problem,
             algorithm,
             x.ptr(),
             w.ptr(),
@@ -472,17 +506,18 @@ impl Gpu {
     }
 
     /// [`Gpu::conv2d`] of host arrays or views: uploads, convolves, downloads.
-    pub fn conv2d_of<S1, S2, S3, D1, D2, D3>(
+    pub fn conv2d_of<T, S1, S2, S3, D1, D2, D3>(
         &self,
         x: &ArrayBase<S1, D1>,
         w: &ArrayBase<S2, D2>,
         bias: Option<&ArrayBase<S3, D3>>,
         params: &Conv2dParams,
-    ) -> Result<ArrayD<f32>>
+    ) -> Result<ArrayD<T>>
     where
-        S1: Data<Elem = f32>,
-        S2: Data<Elem = f32>,
-        S3: Data<Elem = f32>,
+        T: ConvElement,
+        S1: Data<Elem = T>,
+        S2: Data<Elem = T>,
+        S3: Data<Elem = T>,
         D1: Dimension,
         D2: Dimension,
         D3: Dimension,
@@ -495,14 +530,14 @@ impl Gpu {
 
     /// The gradients of `conv2d(x, w) + bias` with respect to x, w and the bias, for
     /// the output gradient `grad_y` (y's shape); each is computed when `which` asks.
-    pub fn conv2d_backward(
+    pub fn conv2d_backward<T: ConvElement>(
         &self,
-        x: &DeviceArray<f32>,
-        w: &DeviceArray<f32>,
-        grad_y: &DeviceArray<f32>,
+        x: &DeviceArray<T>,
+        w: &DeviceArray<T>,
+        grad_y: &DeviceArray<T>,
         params: &Conv2dParams,
         which: ConvGradients,
-    ) -> Result<ConvGradientArrays<DeviceArray<f32>>> {
+    ) -> Result<ConvGradientArrays<DeviceArray<T>>> {
         conv2d_problem(x.shape(), w.shape(), params)?;
         let alloc = |wanted: bool, shape: &[usize]| wanted.then(|| self.alloc(shape)).transpose();
         let mut input = alloc(which.input, x.shape())?;
@@ -519,14 +554,15 @@ impl Gpu {
     }
 
     /// [`Gpu::conv2d_backward`] into existing gradients (x's, w's and `[out_channels]`
-    /// shapes); each one present is computed, every element written.
-    pub fn conv2d_backward_into(
+    /// shapes); each one present is computed, every element written. In bf16 and f16
+    /// each gradient is summed in f32 and rounded once.
+    pub fn conv2d_backward_into<T: ConvElement>(
         &self,
-        x: &DeviceArray<f32>,
-        w: &DeviceArray<f32>,
-        grad_y: &DeviceArray<f32>,
+        x: &DeviceArray<T>,
+        w: &DeviceArray<T>,
+        grad_y: &DeviceArray<T>,
         params: &Conv2dParams,
-        gradients: ConvGradientArrays<&mut DeviceArray<f32>>,
+        gradients: ConvGradientArrays<&mut DeviceArray<T>>,
     ) -> Result<()> {
         let (problem, y_shape) = conv2d_problem(x.shape(), w.shape(), params)?;
         if params.activation != Activation::Identity {
@@ -555,6 +591,26 @@ impl Gpu {
                 expect_shape(what, shape.to_vec(), g.shape())?;
             }
         }
+        let as_f32 = |a| T::as_f32(self, a);
+        let (x, w, grad_y) = (as_f32(x)?, as_f32(w)?, as_f32(grad_y)?);
+        let [input, weight, bias] =
+            [input, weight, bias].map(|g| g.map(|g| T::f32_output(self, g)).transpose());
+        let mut outputs = [input?, weight?, bias?];
+        let [input, weight, bias] = outputs.each_mut().map(|g| g.as_mut().map(F32Output::array));
+        let params = T::f32_params(params);
+        self.backward_f32(&problem, &params, [&x, &w, &grad_y], (input, weight, bias))?;
+        outputs.into_iter().flatten().try_for_each(|g| g.finish(self))
+    }
+
+    /// The backward pass of a validated problem over f32 tensors (`[x, w, grad_y]`).
+    fn backward_f32(
+        &self,
+        problem: &ConvProblem,
+        params: &Conv2dParams,
+        [x, w, grad_y]: [&DeviceArray<f32>; 3],
+        gradients: ConvGradientArrays<&mut DeviceArray<f32>>,
+    ) -> Result<()> {
+        let (input, weight, bias) = gradients;
         // The passes whose kernels read the tensors' layout (the tensor cores', the
         // direct ones) run on them as they are; the bias gradient with the first change
         // of dy's layout, or after them.
@@ -565,14 +621,14 @@ impl Gpu {
             bias,
         };
         let input = match input {
-            Some(dx) => self.input_grad_in_layout(&problem, params, &mut grad_y, w, dx)?,
+            Some(dx) => self.input_grad_in_layout(problem, params, &mut grad_y, w, dx)?,
             None => None,
         };
         let weight = match weight {
-            Some(dw) => self.weight_grad_in_layout(&problem, params, x, &mut grad_y, dw)?,
+            Some(dw) => self.weight_grad_in_layout(problem, params, x, &mut grad_y, dw)?,
             None => None,
         };
-        grad_y.finish_bias_grad(self, &problem)?;
+        grad_y.finish_bias_grad(self, problem)?;
         // The rest on the CUDA cores in FP32 (more exact than TF32), over NCHW tensors:
         // NHWC ones change to it, and the gradients back.
         if input.is_none() && weight.is_none() {
@@ -584,13 +640,13 @@ impl Gpu {
         if let Some(dx) = input {
             let w = self.as_layout(w, layout, ConvLayout::Nchw, &mut w_nchw)?;
             self.through_layout(layout, ConvLayout::Nchw, problem.input_shape(), dx, |dx| {
-                self.input_grad(&problem, grad_y, w, dx)
+                self.input_grad(problem, grad_y, w, dx)
             })?;
         }
         if let Some(dw) = weight {
             let x = self.as_layout(x, layout, ConvLayout::Nchw, &mut x_nchw)?;
             self.through_layout(layout, ConvLayout::Nchw, problem.weight_shape(), dw, |dw| {
-                self.weight_grad(&problem, x, grad_y, dw)
+                self.weight_grad(problem, x, grad_y, dw)
             })?;
         }
         Ok(())
@@ -778,18 +834,19 @@ impl Gpu {
     }
 
     /// [`Gpu::conv2d_backward`] of host arrays or views.
-    pub fn conv2d_backward_of<S1, S2, S3, D1, D2, D3>(
+    pub fn conv2d_backward_of<T, S1, S2, S3, D1, D2, D3>(
         &self,
         x: &ArrayBase<S1, D1>,
         w: &ArrayBase<S2, D2>,
         grad_y: &ArrayBase<S3, D3>,
         params: &Conv2dParams,
         which: ConvGradients,
-    ) -> Result<ConvGradientArrays<ArrayD<f32>>>
+    ) -> Result<ConvGradientArrays<ArrayD<T>>>
     where
-        S1: Data<Elem = f32>,
-        S2: Data<Elem = f32>,
-        S3: Data<Elem = f32>,
+        T: ConvElement,
+        S1: Data<Elem = T>,
+        S2: Data<Elem = T>,
+        S3: Data<Elem = T>,
         D1: Dimension,
         D2: Dimension,
         D3: Dimension,
@@ -797,7 +854,7 @@ impl Gpu {
         conv2d_problem(x.shape(), w.shape(), params)?;
         let (x, w, grad_y) = (self.upload(x)?, self.upload(w)?, self.upload(grad_y)?);
         let (gx, gw, gb) = self.conv2d_backward(&x, &w, &grad_y, params, which)?;
-        let download = |a: Option<DeviceArray<f32>>| a.map(|a| self.download(&a)).transpose();
+        let download = |a: Option<DeviceArray<T>>| a.map(|a| self.download(&a)).transpose();
         Ok((download(gx)?, download(gw)?, download(gb)?))
     }
 

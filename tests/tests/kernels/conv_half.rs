@@ -1,0 +1,168 @@
+//! conv2d and its gradients in bf16 and f16 against the f64 reference rounded once to
+//! the type, on the cases and data of the f32 tests (integers in [-4, 4] and such
+//! integers times 2^-3, exact in both types): every sum is exact in f32, so the
+//! forward pass with bias, ReLU and residual and each gradient must equal the rounded
+//! reference bit for bit; SiLU and GELU (approximations within 4e-6) may land on the
+//! other side of a rounding, one unit in the last place. Outputs are poisoned first,
+//! and two runs of the backward pass are bit-identical.
+
+use host::{Activation, Conv2dParams, ConvElement, ConvGradients, Gpu, bf16, conv2d_problem, f16, reference};
+use ndarray::{Array4, ArrayD};
+use proptest::prelude::*;
+use tests::{gpu_or_skip, runner};
+
+use super::conv::{Case, DATA, case, tensors, values};
+
+/// A 16-bit float of the tests.
+trait Half: ConvElement {
+    /// Mantissa bits (the unit in the last place of a value in [1, 2)).
+    const MANTISSA: i32;
+    /// The value nearest `v` (to even).
+    fn rounded(v: f64) -> Self;
+    fn value(self) -> f64;
+}
+
+impl Half for bf16 {
+    const MANTISSA: i32 = 7;
+    fn rounded(v: f64) -> Self {
+        bf16::from_f64(v)
+    }
+    fn value(self) -> f64 {
+        self.to_f64()
+    }
+}
+
+impl Half for f16 {
+    const MANTISSA: i32 = 10;
+    fn rounded(v: f64) -> Self {
+        f16::from_f64(v)
+    }
+    fn value(self) -> f64 {
+        self.to_f64()
+    }
+}
+
+/// `a` in `T` (exactly, on the test data).
+fn narrowed<T: Half>(a: &Array4<f32>) -> Array4<T> {
+    a.mapv(|v| T::rounded(v as f64))
+}
+
+/// The first element of `got` that is not `want` rounded to `T` (or, with `ulp`, not
+/// within a unit in the last place of it), with both values.
+fn first_miss<T: Half>(got: &ArrayD<T>, want: &[f64], ulp: bool) -> Option<(usize, f64, f64)> {
+    got.iter().zip(want).enumerate().find_map(|(i, (&g, &w))| {
+        let (g, rounded) = (g.value(), T::rounded(w).value());
+        let allowed = if ulp {
+            rounded.abs() * 2f64.powi(-T::MANTISSA) + 4e-6 * w.abs().max(1.0)
+        } else {
+            0.0
+        };
+        (g.is_nan() || (g - rounded).abs() > allowed).then_some((i, g, w))
+    })
+}
+
+fn check<T: Half>(
+    gpu: &Gpu,
+    c: Case,
+    activation: Activation,
+    with_residual: bool,
+) -> Result<(), TestCaseError> {
+    let params = Conv2dParams {
+        activation,
+        ..c.params
+    };
+    let t = tensors(&c);
+    let (_, y_shape) = conv2d_problem(t.x.shape(), t.w.shape(), &params).unwrap();
+    let y_shape = [y_shape[0], y_shape[1], y_shape[2], y_shape[3]];
+    let residual = with_residual.then(|| values(y_shape, c.seed ^ 5, DATA));
+    let dy = values(y_shape, c.seed ^ 3, DATA);
+    let bias = c.bias.then_some(t.b.view());
+    let want = reference::conv::conv2d_residual(
+        t.x.view(),
+        t.w.view(),
+        bias,
+        residual.as_ref().map(|r| r.view()),
+        &params,
+    )
+    .unwrap();
+    let p = &c.params;
+    let want_dx = reference::conv::conv2d_grad_input(dy.view(), t.w.view(), t.x.shape(), p).unwrap();
+    let want_dw = reference::conv::conv2d_grad_weight(t.x.view(), dy.view(), t.w.shape(), p).unwrap();
+    let want_db = reference::conv::conv2d_grad_bias(dy.view(), p.layout);
+
+    let upload = |a: &Array4<f32>| gpu.upload(&narrowed::<T>(a)).unwrap();
+    let (x, w, gy) = (upload(&t.x), upload(&t.w), upload(&dy));
+    let b = gpu.upload(&t.b.mapv(|v| T::rounded(v as f64))).unwrap();
+    let r = residual.as_ref().map(upload);
+    let mut y = gpu.alloc::<T>(&y_shape).unwrap();
+    gpu.poison(&mut y).unwrap();
+    gpu.conv2d_residual_into(&x, &w, c.bias.then_some(&b), r.as_ref(), &params, &mut y)
+        .unwrap();
+    let exact = matches!(activation, Activation::Identity | Activation::Relu);
+    let miss = first_miss(&gpu.download(&y).unwrap(), want.as_slice().unwrap(), !exact);
+    prop_assert!(
+        miss.is_none(),
+        "{c:?} {activation:?} residual {with_residual}: forward (index, got, want) {miss:?}"
+    );
+
+    let run = || {
+        let (dx, dw, db) = gpu.conv2d_backward(&x, &w, &gy, p, ConvGradients::ALL).unwrap();
+        [dx, dw, db].map(|g| gpu.download(&g.unwrap()).unwrap())
+    };
+    let first = run();
+    let names = ["input", "weight", "bias"];
+    let wants = [
+        want_dx.as_slice().unwrap(),
+        want_dw.as_slice().unwrap(),
+        want_db.as_slice().unwrap(),
+    ];
+    for ((got, want), name) in first.iter().zip(wants).zip(names) {
+        let miss = first_miss(got, want, false);
+        prop_assert!(
+            miss.is_none(),
+            "{c:?}: {name} gradient (index, got, want) {miss:?}"
+        );
+    }
+    let second = run();
+    let bits = |a: &ArrayD<T>| a.iter().map(|v| v.value().to_bits()).collect::<Vec<_>>();
+    for ((a, b), name) in first.iter().zip(&second).zip(names) {
+        prop_assert!(
+            bits(a) == bits(b),
+            "{c:?}: two runs of the {name} gradient differ"
+        );
+    }
+    Ok(())
+}
+
+fn activation() -> impl Strategy<Value = Activation> {
+    prop_oneof![
+        2 => Just(Activation::Identity),
+        2 => Just(Activation::Relu),
+        1 => Just(Activation::Silu),
+        1 => Just(Activation::GeluTanh)
+    ]
+}
+
+#[test]
+fn conv2d_bf16_matches_the_rounded_reference() {
+    let Some(gpu) = gpu_or_skip("conv2d_bf16_matches_the_rounded_reference") else {
+        return;
+    };
+    runner()
+        .run(&(case(), activation(), any::<bool>()), |(c, a, r)| {
+            check::<bf16>(&gpu, c, a, r)
+        })
+        .unwrap();
+}
+
+#[test]
+fn conv2d_f16_matches_the_rounded_reference() {
+    let Some(gpu) = gpu_or_skip("conv2d_f16_matches_the_rounded_reference") else {
+        return;
+    };
+    runner()
+        .run(&(case(), activation(), any::<bool>()), |(c, a, r)| {
+            check::<f16>(&gpu, c, a, r)
+        })
+        .unwrap();
+}
