@@ -40,7 +40,7 @@ pub enum TensorMapSwizzle {
     Bytes128,
 }
 
-/// What the bulk copies put in shared memory for each `f32` of the tensor.
+/// The tensor's elements, and what the bulk copies put in shared memory for each.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum TensorMapElement {
     /// The value as it is.
@@ -49,9 +49,23 @@ pub enum TensorMapElement {
     /// TF32 `wgmma` needs of an operand it reads from shared memory, since it would
     /// drop the low mantissa bits of an `f32`.
     Tf32,
+    /// A bf16 as it is.
+    Bf16,
+    /// An f16 as it is.
+    F16,
 }
 
-/// A tensor of `f32` as a tensor map describes it, and how its boxes land in shared
+impl TensorMapElement {
+    /// Bytes of one element in the tensor.
+    pub const fn bytes(self) -> u64 {
+        match self {
+            Self::F32 | Self::Tf32 => 4,
+            Self::Bf16 | Self::F16 => 2,
+        }
+    }
+}
+
+/// A tensor as a tensor map describes it, and how its boxes land in shared
 /// memory. Bulk tensor copies fault unless a box starts at a 16-byte multiple along
 /// the innermost dimension (seen on the H100, whatever the swizzle).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -75,8 +89,19 @@ impl TensorMapSpec {
     /// The map of a dense tensor of `f32` at `address` with extents `dims` (innermost
     /// first, at most 5), copied in boxes of `box_dims`.
     pub fn tiled(address: u64, dims: &[u64], box_dims: &[u32], swizzle: TensorMapSwizzle) -> Self {
+        Self::tiled_of(TensorMapElement::F32, address, dims, box_dims, swizzle)
+    }
+
+    /// [`Self::tiled`] of a tensor of `element`s.
+    pub fn tiled_of(
+        element: TensorMapElement,
+        address: u64,
+        dims: &[u64],
+        box_dims: &[u32],
+        swizzle: TensorMapSwizzle,
+    ) -> Self {
         let (mut extents, mut strides, mut boxes, mut element_strides) = ([0; 5], [0; 4], [0; 5], [0; 5]);
-        let mut stride = size_of::<f32>() as u64;
+        let mut stride = element.bytes();
         for (d, (&extent, &box_extent)) in dims.iter().zip(box_dims).enumerate() {
             (extents[d], boxes[d], element_strides[d]) = (extent, box_extent, 1);
             if let Some(outer) = d.checked_sub(1) {
@@ -92,7 +117,7 @@ impl TensorMapSpec {
             element_strides,
             mode: TensorMapMode::Tiled { box_dims: boxes },
             swizzle,
-            element: TensorMapElement::F32,
+            element,
         }
     }
 

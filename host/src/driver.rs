@@ -539,7 +539,9 @@ type EncodeIm2col = unsafe extern "C" fn(
 ) -> cu::CUresult;
 
 // The driver API's enumerators (cuda.h, CUDA 12).
+const DATA_TYPE_FLOAT16: u32 = 6;
 const DATA_TYPE_FLOAT32: u32 = 7;
+const DATA_TYPE_BFLOAT16: u32 = 9;
 const DATA_TYPE_TFLOAT32: u32 = 11;
 const INTERLEAVE_NONE: u32 = 0;
 const SWIZZLE_NONE: u32 = 0;
@@ -568,7 +570,7 @@ impl TensorMapEncoders {
         }
     }
 
-    /// Encodes `spec` (f32, copied as it is or rounded to TF32); the driver checks its limits and says
+    /// Encodes `spec` (f32, copied as it is or rounded to TF32, or bf16 or f16); the driver checks its limits and says
     /// what is wrong.
     pub(crate) fn encode(&self, spec: &TensorMapSpec) -> Result<TensorMap> {
         let mut map = TensorMap([0; 16]);
@@ -582,6 +584,8 @@ impl TensorMapEncoders {
         let data_type = match spec.element {
             TensorMapElement::F32 => DATA_TYPE_FLOAT32,
             TensorMapElement::Tf32 => DATA_TYPE_TFLOAT32,
+            TensorMapElement::Bf16 => DATA_TYPE_BFLOAT16,
+            TensorMapElement::F16 => DATA_TYPE_FLOAT16,
         };
         let swizzle = match spec.swizzle {
             TensorMapSwizzle::None => SWIZZLE_NONE,

@@ -149,6 +149,20 @@ pub trait WarpgroupAccumulators {
     /// # Safety
     /// As [`multiply_tf32`](Self::multiply_tf32), for both descriptors.
     unsafe fn multiply_tf32_shared(&mut self, a: u64, b: u64);
+
+    /// `self += A B^T` as [`multiply_tf32_shared`](Self::multiply_tf32_shared) with A
+    /// 64 x 16 and B N x 16 of bf16 (both K-major, through descriptors; the same 32
+    /// bytes of each row as a TF32 step), `wgmma...m64nNk16.f32.bf16.bf16`.
+    ///
+    /// # Safety
+    /// As [`multiply_tf32`](Self::multiply_tf32), for both descriptors.
+    unsafe fn multiply_bf16_shared(&mut self, a: u64, b: u64);
+
+    /// [`multiply_bf16_shared`](Self::multiply_bf16_shared) of f16 operands.
+    ///
+    /// # Safety
+    /// As [`multiply_tf32`](Self::multiply_tf32), for both descriptors.
+    unsafe fn multiply_f16_shared(&mut self, a: u64, b: u64);
 }
 
 /// The text of a TF32 `wgmma` of shape `$shape` (as "m64n128k8") up to its list of
@@ -163,9 +177,26 @@ macro_rules! wgmma_tf32_opening {
     };
 }
 
-/// The trait for the accumulators of one width, its `wgmma` shape and index list.
+/// The text of a 16-bit `wgmma` of shape `$shape` (as "m64n128k16") on `$kind`
+/// operands, up to its list of accumulators, as [`wgmma_tf32_opening`].
+macro_rules! wgmma_16_bit_opening {
+    ($shape:literal, $kind:literal) => {
+        concat!(
+            "{{\n.reg .pred accumulate;\nsetp.ne.b32 accumulate, 1, 0;\nwgmma.mma_async.sync.aligned.",
+            $shape,
+            ".f32.",
+            $kind,
+            ".",
+            $kind,
+            " "
+        )
+    };
+}
+
+/// The trait for the accumulators of one width, its `wgmma` shapes (K 8 and 16) and
+/// index list.
 macro_rules! warpgroup_accumulators {
-    ($tiles:literal, $width:ident, $shape:literal) => {
+    ($tiles:literal, $width:ident, $shape:literal, $shape16:literal) => {
         impl WarpgroupAccumulators for [[f32; 4]; $tiles] {
             #[inline(always)]
             fn pin(&mut self) {
@@ -211,11 +242,39 @@ macro_rules! warpgroup_accumulators {
                     ))
                 };
             }
+
+            #[inline(always)]
+            unsafe fn multiply_bf16_shared(&mut self, a: u64, b: u64) {
+                let acc = self;
+                // SAFETY: as above; both operands K-major (no transpose).
+                unsafe {
+                    with_accumulator_indices!($width, asm_on_accumulators!(
+                        acc,
+                        wgmma_16_bit_opening!($shape16, "bf16"),
+                        ", {a}, {b}, accumulate, 1, 1, 0, 0;\n}}",
+                        [a = in(reg64) a, b = in(reg64) b, options(nostack),],
+                    ))
+                };
+            }
+
+            #[inline(always)]
+            unsafe fn multiply_f16_shared(&mut self, a: u64, b: u64) {
+                let acc = self;
+                // SAFETY: as above; both operands K-major (no transpose).
+                unsafe {
+                    with_accumulator_indices!($width, asm_on_accumulators!(
+                        acc,
+                        wgmma_16_bit_opening!($shape16, "f16"),
+                        ", {a}, {b}, accumulate, 1, 1, 0, 0;\n}}",
+                        [a = in(reg64) a, b = in(reg64) b, options(nostack),],
+                    ))
+                };
+            }
         }
     };
 }
 
-warpgroup_accumulators!(16, wide, "m64n128k8");
-warpgroup_accumulators!(8, narrow, "m64n64k8");
-warpgroup_accumulators!(24, n192, "m64n192k8");
-warpgroup_accumulators!(32, n256, "m64n256k8");
+warpgroup_accumulators!(16, wide, "m64n128k8", "m64n128k16");
+warpgroup_accumulators!(8, narrow, "m64n64k8", "m64n64k16");
+warpgroup_accumulators!(24, n192, "m64n192k8", "m64n192k16");
+warpgroup_accumulators!(32, n256, "m64n256k8", "m64n256k16");

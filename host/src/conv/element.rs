@@ -1,11 +1,13 @@
 //! The element types of the convolutions. f32 runs as [`Conv2dParams`] says. bf16 and
-//! f16 values are TF32 values (10 mantissa bits hold their 7 or 10, and f32's exponent
-//! their range), so their passes run on the tensor cores in TF32 over f32 copies: every
-//! product exact, the sums in f32, each output rounded once to the type, as cuDNN's
-//! 16-bit convolutions with f32 accumulation.
+//! f16 run on the tensor cores with f32 sums, each output rounded once to the type, as
+//! cuDNN's 16-bit convolutions: the NHWC forward pass on row strips (with a bias, ReLU
+//! or neither) on kernels of their own operands; every other pass in TF32 over f32
+//! copies, which is exact for them (10 mantissa bits hold their 7 or 10, and f32's
+//! exponent their range).
 
 use gpu_kernels::cast::{self, NarrowArgs, NarrowKernel, WidenArgs};
-use gpu_kernels::conv::ConvPrecision;
+use gpu_kernels::conv::tensor_core::TensorCoreOperand;
+use gpu_kernels::conv::{ConvPrecision, ConvProblem};
 
 use super::Conv2dParams;
 use crate::array::{DeviceArray, Element};
@@ -27,6 +29,20 @@ pub trait ConvElement: Element {
     /// The parameters of the f32 passes.
     #[doc(hidden)]
     fn f32_params(params: &Conv2dParams) -> Conv2dParams;
+
+    /// The forward pass of a validated problem (y not empty) on a kernel of this type's
+    /// own operands, where one takes it: `Ok(false)` where none does.
+    #[doc(hidden)]
+    fn forward_own(
+        _gpu: &Gpu,
+        _problem: &ConvProblem,
+        _params: &Conv2dParams,
+        _operands: [&DeviceArray<Self>; 2],
+        _epilogue: [Option<&DeviceArray<Self>>; 2],
+        _y: &mut DeviceArray<Self>,
+    ) -> Result<bool> {
+        Ok(false)
+    }
 }
 
 /// An input as f32.
@@ -96,8 +112,19 @@ impl ConvElement for f32 {
 }
 
 macro_rules! conv_element_of_half {
-    ($($t:ty),*) => {$(
+    ($($t:ty => $operand:ident),*) => {$(
         impl ConvElement for $t {
+            fn forward_own(
+                gpu: &Gpu,
+                problem: &ConvProblem,
+                params: &Conv2dParams,
+                operands: [&DeviceArray<$t>; 2],
+                epilogue: [Option<&DeviceArray<$t>>; 2],
+                y: &mut DeviceArray<$t>,
+            ) -> Result<bool> {
+                gpu.forward_16_bit(problem, params, TensorCoreOperand::$operand, operands, epilogue, y)
+            }
+
             fn as_f32<'a>(gpu: &'a Gpu, array: &'a DeviceArray<$t>) -> Result<AsF32<'a>> {
                 let mut wide = gpu.temporary(array.shape())?;
                 let args = WidenArgs { x: array.ptr(), y: wide.ptr_mut(), n: array.len() as u64 };
@@ -123,7 +150,7 @@ macro_rules! conv_element_of_half {
     )*};
 }
 
-conv_element_of_half!(half::bf16, half::f16);
+conv_element_of_half!(half::bf16 => Bf16, half::f16 => F16);
 
 /// Rounds `sums` into `into` (of its shape), to nearest even.
 fn narrow_into<T: Element + NarrowKernel>(

@@ -16,7 +16,7 @@ use gpu_kernels::conv::{
     self as kernel, ConvAlgorithm, ConvEpilogue, ConvPass, ConvProblem, ConvShape, ConvShapeError,
     CudaCoreAlgorithm, PhasePlan, TensorCorePlan, WinogradProblem, WinogradSplit, phases,
     reduce::{BiasGradPlan, BiasGradToNhwc},
-    tensor_core::ForwardScratch,
+    tensor_core::{ForwardScratch, TensorCoreOperand},
     transposed,
 };
 pub use gpu_kernels::conv::{Activation, ConvLayout, ConvPrecision};
@@ -352,6 +352,9 @@ impl Gpu {
         if y.is_empty() {
             return Ok(());
         }
+        if T::forward_own(self, &problem, params, [x, w], [bias, residual], y)? {
+            return Ok(());
+        }
         let as_f32 = |a| T::as_f32(self, a);
         let (x, w) = (as_f32(x)?, as_f32(w)?);
         let bias = bias.map(as_f32).transpose()?;
@@ -368,6 +371,76 @@ impl Gpu {
             y.array(),
         )?;
         y.finish(self)
+    }
+
+    /// The plan of the forward pass of NHWC tensors of the 16-bit `operand` on the
+    /// kernel of its own operands, where it takes the problem (with a residual or not)
+    /// and the epilogue is a bias, ReLU or neither.
+    fn own_forward_plan(
+        &self,
+        problem: &ConvProblem,
+        params: &Conv2dParams,
+        operand: TensorCoreOperand,
+        residual: bool,
+    ) -> Option<TensorCorePlan> {
+        let registers = !residual && matches!(params.activation, Activation::Identity | Activation::Relu);
+        if params.layout != ConvLayout::Nhwc || !registers {
+            return None;
+        }
+        let plan = TensorCorePlan::forward_16_bit(problem, operand, &self.limits());
+        log::debug!("conv2d Forward {operand:?} Nhwc {problem:?}: {plan:?}");
+        plan
+    }
+
+    /// The plan [`Gpu::conv2d`] takes for tensors of the 16-bit `operand` (without a
+    /// residual) where a kernel of their own operands takes the problem: `None` where
+    /// the TF32 passes run over f32 copies.
+    pub fn conv2d_16_bit_plan(
+        &self,
+        x_shape: &[usize],
+        w_shape: &[usize],
+        params: &Conv2dParams,
+        operand: TensorCoreOperand,
+    ) -> Result<Option<TensorCorePlan>> {
+        let (problem, _) = conv2d_problem(x_shape, w_shape, params)?;
+        Ok(self.own_forward_plan(&problem, params, operand, false))
+    }
+
+    /// The forward pass of a validated problem (y not empty) over NHWC tensors of the
+    /// 16-bit `operand`, on the kernel of its own operands where its plan takes the
+    /// problem and the epilogue is a bias, ReLU or neither; `Ok(false)` elsewhere.
+    fn forward_16_bit<T: ConvElement>(
+        &self,
+        problem: &ConvProblem,
+        params: &Conv2dParams,
+        operand: TensorCoreOperand,
+        [x, w]: [&DeviceArray<T>; 2],
+        [bias, residual]: [Option<&DeviceArray<T>>; 2],
+        y: &mut DeviceArray<T>,
+    ) -> Result<bool> {
+        let Some(plan) = self.own_forward_plan(problem, params, operand, residual.is_some()) else {
+            return Ok(false);
+        };
+        // The bias as the epilogue reads it: f32.
+        let bias = bias.map(|b| T::as_f32(self, b)).transpose()?;
+        let bias = bias.as_deref().map_or(DevicePtr::NULL, DeviceArray::ptr);
+        let epilogue = ConvEpilogue::new(bias, params.activation, DevicePtr::NULL);
+        // The plan's kernel reads x and w, and writes y, as `operand`s.
+        let (x, w) = (x.ptr().cast::<f32>(), w.ptr().cast::<f32>());
+        let (_scratch, start) = self.scratch(ScratchLayout {
+            bytes: size_of::<TensorMapPair>() as u64,
+            zeroed: 0,
+        })?;
+        let Some(specs) = plan.tensor_maps(problem, x, w) else {
+            return Ok(false);
+        };
+        let scratch = ForwardScratch {
+            maps: self.write_tensor_maps(&specs, start.cast())?,
+            partials: start,
+        };
+        let (gemm, _) = plan.forward_launches(problem, x, w, epilogue, y.ptr_mut().cast(), scratch);
+        self.launch(&gemm)?;
+        Ok(true)
     }
 
     /// The forward pass of a validated problem over f32 tensors (`[x, w]`, y not

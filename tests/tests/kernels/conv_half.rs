@@ -166,3 +166,114 @@ fn conv2d_f16_matches_the_rounded_reference() {
         })
         .unwrap();
 }
+
+/// The kernels of 16-bit operands (NHWC row strips) on cases they take, the plan
+/// asserted: channels per group multiples of their k-tiles' 64, output rows of one
+/// tile of 256 pixels, of two (500: the last partial), a partial tile of output
+/// channels, a dilated window, two groups, with and without a bias and ReLU.
+#[test]
+fn conv2d_16_bit_kernels_match_the_rounded_reference() {
+    use host::plans::TensorCoreOperand;
+    let Some(gpu) = gpu_or_skip("conv2d_16_bit_kernels_match_the_rounded_reference") else {
+        return;
+    };
+    // batch, in, out, kernel, size, padding, dilation, groups, activation, bias
+    let cases = [
+        (
+            2,
+            64,
+            64,
+            [3, 3],
+            [4, 256],
+            [1, 1],
+            [1, 1],
+            1,
+            Activation::Relu,
+            true,
+        ),
+        (
+            1,
+            128,
+            96,
+            [1, 1],
+            [3, 254],
+            [0, 0],
+            [1, 1],
+            1,
+            Activation::Identity,
+            false,
+        ),
+        (
+            2,
+            64,
+            128,
+            [3, 3],
+            [6, 260],
+            [0, 0],
+            [2, 2],
+            1,
+            Activation::Identity,
+            true,
+        ),
+        (
+            1,
+            64,
+            64,
+            [5, 5],
+            [3, 500],
+            [2, 2],
+            [1, 1],
+            1,
+            Activation::Relu,
+            false,
+        ),
+        (
+            1,
+            128,
+            128,
+            [3, 3],
+            [2, 256],
+            [1, 1],
+            [1, 1],
+            2,
+            Activation::Identity,
+            true,
+        ),
+    ];
+    for (i, (batch, in_channels, out_channels, kernel, size, padding, dilation, groups, activation, bias)) in
+        cases.into_iter().enumerate()
+    {
+        let c = Case {
+            batch,
+            in_channels,
+            out_channels,
+            kernel,
+            size,
+            params: Conv2dParams {
+                padding,
+                dilation,
+                groups,
+                layout: host::ConvLayout::Nhwc,
+                ..Default::default()
+            },
+            bias,
+            seed: 40 + i as u64,
+        };
+        let x_shape = [batch, size[0], size[1], in_channels];
+        let w_shape = [out_channels, kernel[0], kernel[1], in_channels / groups];
+        for operand in [TensorCoreOperand::Bf16, TensorCoreOperand::F16] {
+            let plan = gpu
+                .conv2d_16_bit_plan(&x_shape, &w_shape, &c.params, operand)
+                .unwrap();
+            assert!(
+                plan.is_some_and(|p| p.operand == operand),
+                "{c:?} {operand:?}: {plan:?}"
+            );
+            let checked = match operand {
+                TensorCoreOperand::Bf16 => check::<bf16>(&gpu, c.clone(), activation, false),
+                _ => check::<f16>(&gpu, c.clone(), activation, false),
+            };
+            checked.unwrap_or_else(|e| panic!("{operand:?}: {e}"));
+        }
+    }
+}

@@ -89,14 +89,46 @@ pub unsafe fn channel_row_sums(
     [[b0, b0, b1, b1]; 32]
 }
 
-/// Writes a warpgroup's transposed sums through the epilogue to y, in the plan's
-/// layout: the tile's pixels lie in one output row, so that pixel `i` of a channel is
-/// `i` strides on from the channel's first (NHWC: `out_channels` elements, NCHW: one).
+/// An element type of y: f32, or a 16-bit float each output is rounded to once.
+pub trait Output: Copy {
+    /// Whether the per-output epilogue (SiLU, GELU, a residual) has a path for it:
+    /// only f32 (16-bit plans take a bias, ReLU or neither).
+    const PER_OUTPUT: bool;
+    fn from_f32(value: f32) -> Self;
+}
+
+impl Output for f32 {
+    const PER_OUTPUT: bool = true;
+    #[inline(always)]
+    fn from_f32(value: f32) -> Self {
+        value
+    }
+}
+
+macro_rules! output_of_half {
+    ($($t:ty),*) => {$(
+        impl Output for $t {
+            const PER_OUTPUT: bool = false;
+            #[inline(always)]
+            fn from_f32(value: f32) -> Self {
+                <$t as crate::device::Float16>::narrow(value)
+            }
+        }
+    )*};
+}
+
+output_of_half!(half::bf16, half::f16);
+
+/// Writes a warpgroup's transposed sums through the epilogue to y (of `T`s), in the
+/// plan's layout: the tile's pixels lie in one output row, so that pixel `i` of a
+/// channel is `i` strides on from the channel's first (NHWC: `out_channels` elements,
+/// NCHW: one).
 ///
 /// # Safety
-/// As [`store`].
+/// As [`store`]; y holds `T`s, and without `T::PER_OUTPUT` the epilogue fits register
+/// stores.
 #[inline(always)]
-pub unsafe fn store_channel_rows(args: &TensorCoreArgs, tile: TileOrigin, sums: &ChannelRowSums) {
+pub unsafe fn store_channel_rows<T: Output>(args: &TensorCoreArgs, tile: TileOrigin, sums: &ChannelRowSums) {
     let p = &args.problem;
     let (first, live) = args.plan.tile_pixels(p, tile.m0);
     let out_group = p.out_per_group();
@@ -121,7 +153,7 @@ pub unsafe fn store_channel_rows(args: &TensorCoreArgs, tile: TileOrigin, sums: 
     let index = index + pixel as usize * stride;
     let rows = ChannelRows {
         // SAFETY: an element of y where the lane has outputs (else never written).
-        first: args.y.as_mut_ptr().wrapping_add(index),
+        first: args.y.as_mut_ptr().cast::<T>().wrapping_add(index),
         index,
         stride,
         second,
@@ -132,7 +164,7 @@ pub unsafe fn store_channel_rows(args: &TensorCoreArgs, tile: TileOrigin, sums: 
     // stay in the plain one; NHWC's second channel 8 elements on, an offset the stores
     // carry.
     unsafe {
-        if !args.epilogue.fits_register_stores() {
+        if T::PER_OUTPUT && !args.epilogue.fits_register_stores() {
             rows.store::<false>(sums, |value, at| args.epilogue.apply(value, at));
         } else if args.plan.y_channels_last == 1 {
             rows.store::<true>(sums, |value, _| args.epilogue.rectify(value));
@@ -146,8 +178,8 @@ pub unsafe fn store_channel_rows(args: &TensorCoreArgs, tile: TileOrigin, sums: 
 /// pixel (`first`, the element `index`), the elements from pixel to pixel (`stride`) and
 /// to its second channel (`second`), which channels are outputs, and how many pixels
 /// from its first are (`remaining`).
-struct ChannelRows {
-    first: *mut f32,
+struct ChannelRows<T> {
+    first: *mut T,
     index: usize,
     stride: usize,
     second: usize,
@@ -155,7 +187,7 @@ struct ChannelRows {
     remaining: u32,
 }
 
-impl ChannelRows {
+impl<T: Output> ChannelRows<T> {
     /// Writes `output(sum, index)` of each of the lane's outputs to y at its index, in
     /// parts of two tiles written out one after another: a loop over the parts may
     /// stay rolled where `output` is long (the fused epilogue), and one that indexes
@@ -203,10 +235,10 @@ impl ChannelRows {
                     // channel is an output.
                     unsafe {
                         if self.valid[0] {
-                            *row = output(pair[e as usize], at);
+                            *row = T::from_f32(output(pair[e as usize], at));
                         }
                         if self.valid[1] {
-                            *row.add(second) = output(pair[2 + e as usize], at + second);
+                            *row.add(second) = T::from_f32(output(pair[2 + e as usize], at + second));
                         }
                     }
                 }

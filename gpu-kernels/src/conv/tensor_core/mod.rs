@@ -190,6 +190,42 @@ pub const fn tile_bytes(rows: u32) -> u32 {
 const _: () = assert!(TC_BM == TC_BN && TC_BK == 32 && TC_THREADS == 256 && TC_STAGES >= 2);
 const _: () = assert!(TC_BN == 128 && WGMMA_THREADS == 3 * 128 && WGMMA_STAGES >= 2);
 
+/// What the tensor cores multiply: f32 rounded to TF32, or 16-bit floats as they are
+/// (16 K per `wgmma` step where TF32 takes 8: the same 32 bytes of each row).
+#[repr(u32)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TensorCoreOperand {
+    Tf32,
+    Bf16,
+    F16,
+}
+
+impl TensorCoreOperand {
+    /// Bytes of one element in the tensors.
+    pub const fn bytes(self) -> u32 {
+        match self {
+            Self::Tf32 => 4,
+            Self::Bf16 | Self::F16 => 2,
+        }
+    }
+
+    /// Channels of a k-tile of one tap: a staged row's 128 bytes.
+    pub const fn k_tile_channels(self) -> u32 {
+        TC_BK * 4 / self.bytes()
+    }
+
+    /// The element of the bulk copies' tensor maps: TF32 operands rounded on the way
+    /// where `round` (else already TF32 values), 16-bit ones as they are.
+    const fn map_element(self, round: bool) -> TensorMapElement {
+        match self {
+            Self::Tf32 if round => TensorMapElement::Tf32,
+            Self::Tf32 => TensorMapElement::F32,
+            Self::Bf16 => TensorMapElement::Bf16,
+            Self::F16 => TensorMapElement::F16,
+        }
+    }
+}
+
 /// How a tensor-core pass is launched. Its GEMM has `m_tiles x groups x n_tiles` tiles
 /// (M by the kernel's rows per tile, `TC_BN` output channels of a group). The
 /// `mma.sync` kernels take one per block (grid x, y, z); the `wgmma` kernels are
@@ -244,6 +280,9 @@ pub struct TensorCorePlan {
     /// Parts K is split into (1: not split), `split_k_tiles` k-tiles each but the last.
     pub splits: u32,
     pub split_k_tiles: u32,
+    /// The operands' type: TF32, or on NHWC row strips ([`Self::forward_16_bit`]) a
+    /// 16-bit float, x, w and y all of it.
+    pub operand: TensorCoreOperand,
 }
 
 impl TensorCorePlan {
@@ -322,7 +361,31 @@ impl TensorCorePlan {
             warpgroup_mma: warpgroup_mma as u32,
             splits,
             split_k_tiles,
+            operand: TensorCoreOperand::Tf32,
         }
+    }
+
+    /// The plan of the forward pass of `problem` over NHWC tensors of the 16-bit
+    /// `operand` on `wgmma` row strips, where the device has them and they fit: channels
+    /// per group a multiple of a k-tile's, K not split. `None` elsewhere.
+    pub const fn forward_16_bit(
+        problem: &ConvProblem,
+        operand: TensorCoreOperand,
+        device: &DeviceLimits,
+    ) -> Option<Self> {
+        let tf32 = Self::forward(problem, ConvLayout::Nhwc, device);
+        let channels = operand.k_tile_channels();
+        let strips = tf32.warpgroup_mma == 1 && tf32.row_strips == 1 && tf32.channels_last == 1;
+        if !strips || tf32.splits != 1 || !problem.in_per_group().is_multiple_of(channels) {
+            return None;
+        }
+        let k_tiles = problem.taps() * (problem.in_per_group() / channels);
+        Some(Self {
+            k_tiles,
+            split_k_tiles: k_tiles,
+            operand,
+            ..tf32
+        })
     }
 
     /// The output pixels of the tile whose first GEMM row is `m0`: the first one's
@@ -386,7 +449,8 @@ impl TensorCorePlan {
         let patches = if self.nchw_boxes() {
             nchw_rows_map(p, x, TC_BK)
         } else if self.row_strips == 1 {
-            TensorMapSpec::tiled(
+            TensorMapSpec::tiled_of(
+                self.operand.map_element(true),
                 x.address(),
                 &[
                     p.in_channels as u64,
@@ -394,18 +458,18 @@ impl TensorCorePlan {
                     p.height as u64,
                     p.batch as u64,
                 ],
-                &[TC_BK, NHWC_STRIP_BOX_PIXELS, 1, 1],
+                &[self.operand.k_tile_channels(), NHWC_STRIP_BOX_PIXELS, 1, 1],
                 TensorMapSwizzle::Bytes128,
             )
-            .rounded_to_tf32()
         } else {
             im2col_map(p, x, WgmmaSchedule::of(false, true).tile_rows).rounded_to_tf32()
         };
         let in_group = p.in_per_group() as u64;
-        let filters = TensorMapSpec::tiled(
+        let filters = TensorMapSpec::tiled_of(
+            self.operand.map_element(false),
             w.address(),
             &[in_group, p.taps() as u64, p.out_channels as u64],
-            &[TC_BK, 1, self.tile_n],
+            &[self.operand.k_tile_channels(), 1, self.tile_n],
             TensorMapSwizzle::Bytes128,
         );
         Some([patches, filters])
@@ -475,6 +539,8 @@ impl TensorCorePlan {
         let narrow = self.tile_n == WGMMA_NARROW_BN;
         let (strips, bulk) = (self.row_strips == 1, self.bulk_copies == 1);
         let kernel = match (self.channels_last == 1, self.warpgroup_mma == 1) {
+            _ if matches!(self.operand, TensorCoreOperand::Bf16) => CONV_FORWARD_NHWC_STRIPS_BF16_WGMMA,
+            _ if matches!(self.operand, TensorCoreOperand::F16) => CONV_FORWARD_NHWC_STRIPS_F16_WGMMA,
             (true, false) => CONV_FORWARD_NHWC_TF32,
             (false, false) => CONV_FORWARD_NCHW_TF32,
             (true, true) if strips => CONV_FORWARD_NHWC_STRIPS_TF32_WGMMA,
@@ -648,32 +714,41 @@ kernel_args! {
         warp_mma::forward_nchw, bounds(TC_THREADS, TC_BLOCKS_PER_SM);
     /// The TF32 forward pass over NHWC tensors on `wgmma`, x gathered by `cp.async`.
     pub const CONV_FORWARD_NHWC_TF32_WGMMA = "conv_forward_nhwc_tf32_wgmma" =>
-        warpgroup_mma::forward::<true, false, false, 16>,
+        warpgroup_mma::forward::<f32, true, false, false, 16>,
         bounds(WGMMA_THREADS, 1), requires("sm_90a");
     /// The TF32 forward pass over NHWC tensors on `wgmma`, x staged by im2col copies.
     pub const CONV_FORWARD_NHWC_IM2COL_TF32_WGMMA = "conv_forward_nhwc_im2col_tf32_wgmma" =>
-        warpgroup_mma::forward::<true, true, false, 16>,
+        warpgroup_mma::forward::<f32, true, true, false, 16>,
         bounds(WGMMA_THREADS, 1), requires("sm_90a");
     /// The same in tiles of `WGMMA_NARROW_BN` output channels.
     pub const CONV_FORWARD_NHWC_IM2COL_TF32_WGMMA_NARROW = "conv_forward_nhwc_im2col_tf32_wgmma_narrow" =>
-        warpgroup_mma::forward::<true, true, false, 8>,
+        warpgroup_mma::forward::<f32, true, true, false, 8>,
         bounds(WGMMA_THREADS, 1), requires("sm_90a");
     /// The TF32 forward pass over NHWC tensors on `wgmma`, x staged by row strips, in
     /// tiles of `WGMMA_NARROW_BN` output channels by `NHWC_STRIP_TILE_ROWS` pixels.
     pub const CONV_FORWARD_NHWC_STRIPS_TF32_WGMMA = "conv_forward_nhwc_strips_tf32_wgmma" =>
-        warpgroup_mma::forward::<true, true, true, 8>,
+        warpgroup_mma::forward::<f32, true, true, true, 8>,
+        bounds(WGMMA_THREADS, 1), requires("sm_90a");
+    /// The same over bf16 tensors ([`TensorCorePlan::forward_16_bit`]): y rounded once
+    /// to bf16, its epilogue from the registers (a bias, ReLU or none).
+    pub const CONV_FORWARD_NHWC_STRIPS_BF16_WGMMA = "conv_forward_nhwc_strips_bf16_wgmma" =>
+        warpgroup_mma::forward::<half::bf16, true, true, true, 8>,
+        bounds(WGMMA_THREADS, 1), requires("sm_90a");
+    /// The same over f16 tensors.
+    pub const CONV_FORWARD_NHWC_STRIPS_F16_WGMMA = "conv_forward_nhwc_strips_f16_wgmma" =>
+        warpgroup_mma::forward::<half::f16, true, true, true, 8>,
         bounds(WGMMA_THREADS, 1), requires("sm_90a");
     /// The TF32 forward pass over NCHW tensors on `wgmma`, x gathered by `cp.async`.
     pub const CONV_FORWARD_NCHW_TF32_WGMMA = "conv_forward_nchw_tf32_wgmma" =>
-        warpgroup_mma::forward::<false, false, false, 16>,
+        warpgroup_mma::forward::<f32, false, false, false, 16>,
         bounds(WGMMA_THREADS, 1), requires("sm_90a");
     /// The TF32 forward pass over NCHW tensors on `wgmma`, x staged by NCHW boxes.
     pub const CONV_FORWARD_NCHW_BOXES_TF32_WGMMA = "conv_forward_nchw_boxes_tf32_wgmma" =>
-        warpgroup_mma::forward::<false, true, true, 16>,
+        warpgroup_mma::forward::<f32, false, true, true, 16>,
         bounds(WGMMA_THREADS, 1), requires("sm_90a");
     /// The same in tiles of `WGMMA_NARROW_BN` output channels.
     pub const CONV_FORWARD_NCHW_BOXES_TF32_WGMMA_NARROW = "conv_forward_nchw_boxes_tf32_wgmma_narrow" =>
-        warpgroup_mma::forward::<false, true, true, 8>,
+        warpgroup_mma::forward::<f32, false, true, true, 8>,
         bounds(WGMMA_THREADS, 1), requires("sm_90a");
     entry points in ENTRY_POINTS;
 }

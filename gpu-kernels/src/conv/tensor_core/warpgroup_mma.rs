@@ -18,7 +18,8 @@
 //! strip.
 
 use super::epilogue::{
-    ChannelRowSums, TileOrigin, WarpTiles, bias_sums, channel_row_sums, store_channel_rows, store_plain,
+    ChannelRowSums, Output, TileOrigin, WarpTiles, bias_sums, channel_row_sums, store_channel_rows,
+    store_plain,
 };
 use super::operands::{
     Filters, KTiles, NchwPatches, Operand, Patches, ScalarFilters, ScalarPatches, SharedOrigins, Stagers,
@@ -205,18 +206,60 @@ fn work_unit(plan: &TensorCorePlan, tile_rows: u32, index: u32) -> WorkUnit {
     }
 }
 
+/// An operand type of the kernel on NHWC row strips, y's type too: f32 (TF32 values
+/// in shared memory), bf16 or f16.
+pub trait StripOperand: Output {
+    /// `sums += W X^T` over one step of 32 bytes of each operand's rows (8 TF32 K, or
+    /// 16 of a 16-bit float), both K-major through descriptors.
+    ///
+    /// # Safety
+    /// As [`WarpgroupAccumulators::multiply_tf32_shared`].
+    unsafe fn multiply(sums: &mut ChannelRowSums, filters: u64, pixels: u64);
+}
+
+impl StripOperand for f32 {
+    #[inline(always)]
+    unsafe fn multiply(sums: &mut ChannelRowSums, filters: u64, pixels: u64) {
+        // SAFETY: forwarded.
+        unsafe { sums.multiply_tf32_shared(filters, pixels) }
+    }
+}
+
+impl StripOperand for half::bf16 {
+    #[inline(always)]
+    unsafe fn multiply(sums: &mut ChannelRowSums, filters: u64, pixels: u64) {
+        // SAFETY: forwarded.
+        unsafe { sums.multiply_bf16_shared(filters, pixels) }
+    }
+}
+
+impl StripOperand for half::f16 {
+    #[inline(always)]
+    unsafe fn multiply(sums: &mut ChannelRowSums, filters: u64, pixels: u64) {
+        // SAFETY: forwarded.
+        unsafe { sums.multiply_f16_shared(filters, pixels) }
+    }
+}
+
 /// y = conv(x, w) + bias over NHWC (`CHANNELS_LAST`) or NCHW tensors, x staged by bulk
 /// copies where `BULK` (by row strips where `ROW_STRIPS`), else gathered by `cp.async`,
-/// in tiles of `8 J` output channels.
+/// in tiles of `8 J` output channels; on NHWC row strips the operands and y of `E`.
 ///
 /// # Safety
 /// x, w and y hold the problem's tensors in that layout (w `[out][kh][kw][in / groups]`
 /// in NHWC, `[out][in / groups][kh][kw]` in NCHW, in [`box_filter_index`] order with
-/// NCHW boxes), bias null or `out_channels` floats; `plan` is the problem's forward
-/// plan for `wgmma` in that layout with `tile_n` `8 J`, `bulk_copies` as `BULK` and
-/// `row_strips` as `ROW_STRIPS`, the launch the one it builds.
+/// NCHW boxes), of `E` on NHWC row strips (else f32), bias null or `out_channels`
+/// floats; `plan` is the problem's forward plan for `wgmma` in that layout with
+/// `tile_n` `8 J`, `bulk_copies` as `BULK`, `row_strips` as `ROW_STRIPS` and its
+/// operand `E`'s, the launch the one it builds.
 #[inline(always)]
-pub unsafe fn forward<const CHANNELS_LAST: bool, const BULK: bool, const ROW_STRIPS: bool, const J: usize>(
+pub unsafe fn forward<
+    E: StripOperand,
+    const CHANNELS_LAST: bool,
+    const BULK: bool,
+    const ROW_STRIPS: bool,
+    const J: usize,
+>(
     args: TensorCoreArgs,
 ) where
     [[f32; 4]; J]: WarpgroupAccumulators,
@@ -266,7 +309,7 @@ pub unsafe fn forward<const CHANNELS_LAST: bool, const BULK: bool, const ROW_STR
             // the tensor cores read it from shared memory like B.
             let consumer = warpgroup - 1;
             if CHANNELS_LAST && ROW_STRIPS {
-                consume_in_turns(&args, units, &rings, consumer);
+                consume_in_turns::<E>(&args, units, &rings, consumer);
             } else if CHANNELS_LAST && BULK {
                 consume::<CHANNELS_LAST, ROW_STRIPS, true, J>(&args, units, &rings, consumer);
             } else {
@@ -371,7 +414,7 @@ unsafe fn produce_bulk<const CHANNELS_LAST: bool, const ROW_STRIPS: bool, const 
         for kt in unit.k_first..unit.k_first + unit.k_count {
             let (s, tap, chunk) = tap_of(p, kt);
             let r = p.div_kernel_w.divmod(tap).0;
-            let channel = chunk * TC_BK;
+            let channel = chunk * plan.operand.k_tile_channels();
             let x_channel = (tile.group * p.in_per_group() + channel) as i32;
             // SAFETY: each stage is released before the copies into it start; a full
             // barrier expects all its boxes' bytes (zero-filled parts included).
@@ -753,7 +796,12 @@ const TURN_TO_SECOND: u32 = 4;
 /// # Safety
 /// As [`multiply_k_tile`].
 #[inline(always)]
-unsafe fn multiply_in_turns(sums: &mut ChannelRowSums, rings: &Rings, fills: KTileFills, first: bool) {
+unsafe fn multiply_in_turns<E: StripOperand>(
+    sums: &mut ChannelRowSums,
+    rings: &Rings,
+    fills: KTileFills,
+    first: bool,
+) {
     let (a_stage, a_round) = rings.a_slot(fills.a);
     let (b_stage, b_round) = rings.b_slot(fills.b);
     let pixels = rings.stage_a(a_stage) + 4 * TC_BK * fills.skip;
@@ -767,7 +815,7 @@ unsafe fn multiply_in_turns(sums: &mut ChannelRowSums, rings: &Rings, fills: KTi
         warpgroup_fence();
         for kk in 0..TC_BK / 8 {
             let filters = swizzled_k_major_descriptor(rings.stage_b(b_stage) + 32 * kk);
-            sums.multiply_tf32_shared(filters, swizzled_k_major_descriptor(pixels + 32 * kk));
+            E::multiply(sums, filters, swizzled_k_major_descriptor(pixels + 32 * kk));
         }
         warpgroup_commit();
         warpgroup_wait::<1>();
@@ -787,7 +835,7 @@ unsafe fn multiply_in_turns(sums: &mut ChannelRowSums, rings: &Rings, fills: KTi
 /// # Safety
 /// As [`forward`]; consumer warpgroup `consumer` (0 or 1) calls it.
 #[inline(always)]
-unsafe fn consume_in_turns(args: &TensorCoreArgs, units: u32, rings: &Rings, consumer: u32) {
+unsafe fn consume_in_turns<E: StripOperand>(args: &TensorCoreArgs, units: u32, rings: &Rings, consumer: u32) {
     let p = &args.problem;
     let outputs = p.output_count();
     let handoff = 2 * WARPGROUP;
@@ -843,10 +891,10 @@ unsafe fn consume_in_turns(args: &TensorCoreArgs, units: u32, rings: &Rings, con
                 }
             }
             let first = k_tile_fills(0);
-            multiply_in_turns(&mut sums, rings, first, true);
+            multiply_in_turns::<E>(&mut sums, rings, first, true);
             for kt in 1..unit.k_count {
                 let next = k_tile_fills(kt);
-                multiply_in_turns(&mut sums, rings, next, false);
+                multiply_in_turns::<E>(&mut sums, rings, next, false);
             }
             if more {
                 if consumer == 0 {
@@ -865,7 +913,7 @@ unsafe fn consume_in_turns(args: &TensorCoreArgs, units: u32, rings: &Rings, con
             warpgroup_wait::<0>();
             rings.a.release(last_a);
             rings.b.release(last_b);
-            store_channel_rows(args, unit.tile, &sums);
+            store_channel_rows::<E>(args, unit.tile, &sums);
         }
     }
 }
