@@ -309,6 +309,31 @@ mod tests {
     }
 
     #[test]
+    fn sixteen_bit_forward_plans_take_nhwc_strips_of_64_channel_k_tiles() {
+        use tensor_core::TensorCoreOperand::{Bf16, F16};
+        let headline = headline();
+        for operand in [Bf16, F16] {
+            let plan = TensorCorePlan::forward_16_bit(&headline, operand, &H100).expect("the headline's");
+            let tf32 = tf32_forward(&headline, ConvLayout::Nhwc, &H100);
+            assert_eq!((plan.operand, plan.k_tiles, plan.split_k_tiles), (operand, 9, 9));
+            assert_eq!(plan.k_tiles * 2, tf32.k_tiles);
+            assert_eq!((plan.row_strips, plan.channels_last, plan.splits), (1, 1, 1));
+            // 32 channels: not a whole k-tile; no `wgmma`: none either.
+            let thin = ConvProblem::new(&ConvShape {
+                input: [8, 32, 512, 1024],
+                weight: [128, 32, 3, 3],
+                stride: [1, 1],
+                padding: [0, 0],
+                dilation: [1, 1],
+                groups: 1,
+            })
+            .unwrap();
+            assert_eq!(TensorCorePlan::forward_16_bit(&thin, operand, &H100), None);
+            assert_eq!(TensorCorePlan::forward_16_bit(&headline, operand, &A100), None);
+        }
+    }
+
+    #[test]
     fn tensor_core_forward_splits_k_where_tiles_leave_multiprocessors_idle() {
         let h100 = H100;
         let plan = |input, weight| {
