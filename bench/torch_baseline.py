@@ -250,7 +250,8 @@ LAYERS = (
 
 def layers(reps):
     """The layer suite: forward with a bias and backward with all three gradients, in
-    FP32 and TF32 (cudnn.allow_tf32), NCHW and channels_last, cuDNN in benchmark mode."""
+    FP32 and TF32 (cudnn.allow_tf32), NCHW and channels_last, and in bf16 channels_last,
+    cuDNN in benchmark mode."""
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.benchmark = True
     results = {}
@@ -282,7 +283,24 @@ def layers(reps):
                     "op": f"convolution_backward, input + weight + bias grads, {shapes}, {mode}",
                 }
                 del xs, ws, dys
-        del x, w, b, dy
+        # bf16, channels_last.
+        xs, ws, dys = (t.to(torch.bfloat16).contiguous(memory_format=torch.channels_last) for t in (x, w, dy))
+        bs = b.to(torch.bfloat16)
+        results[f"layer_{name}_fwd_bf16_nhwc"] = {
+            "ms": median_ms(lambda: torch.nn.functional.conv2d(xs, ws, bs, stride, padding, 1, groups), reps),
+            "op": f"F.conv2d with bias, {shapes}, bf16_nhwc",
+        }
+        results[f"layer_{name}_bwd_bf16_nhwc"] = {
+            "ms": median_ms(
+                lambda: torch.ops.aten.convolution_backward(
+                    dys, xs, ws, [w_shape[0]], [stride] * 2, [padding] * 2, [1, 1], False, [0, 0],
+                    groups, [True, True, True],
+                ),
+                reps,
+            ),
+            "op": f"convolution_backward, input + weight + bias grads, {shapes}, bf16_nhwc",
+        }
+        del x, w, b, dy, xs, ws, dys, bs
     torch.backends.cudnn.allow_tf32 = False
     return results
 

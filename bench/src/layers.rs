@@ -1,15 +1,15 @@
 //! The convolution layer suite: ResNet-50, UNet and depthwise layers in FP32 and TF32,
-//! NCHW and NHWC, forward (with a bias) and backward (all three gradients), each
+//! NCHW and NHWC, and in bf16 NHWC, forward (with a bias) and backward (all three gradients), each
 //! checked at sampled elements against f64 sums, then timed; torch_baseline.py's
 //! `layers` times cuDNN on the same table.
 
-use host::{Conv2dParams, ConvLayout, ConvPrecision, DeviceArray, Gpu};
-use ndarray::{Array4, Ix4};
+use host::{Conv2dParams, ConvElement, ConvLayout, ConvPrecision, DeviceArray, Gpu};
+use ndarray::{Array1, Array4, ArrayD, Ix4};
 use rayon::prelude::*;
 use serde_json::{Value, json};
 
 use crate::conv_reference::{ConvReference, Samples, as_nchw, tolerance};
-use crate::{Result, Row, random_f32, sampled_error, time};
+use crate::{BenchFloat, Result, Row, random_f32, sampled_error, time};
 
 /// One layer: NCHW shapes, stride and padding (the same along both axes), groups;
 /// dilation 1.
@@ -57,12 +57,14 @@ const LAYERS: [Layer; 9] = [
     layer("D1", "depthwise", [32, 256, 28, 28], [256, 1, 3, 3], 1, 1, 256),
 ];
 
-/// Precision x layout, with the key's suffix.
-const MODES: [(ConvPrecision, ConvLayout, &str); 4] = [
+/// Precision x layout, with the key's suffix: f32 in FP32 and TF32, and bf16 (on the
+/// tensor cores whatever the precision says).
+const MODES: [(ConvPrecision, ConvLayout, &str); 5] = [
     (ConvPrecision::Fp32, ConvLayout::Nchw, "fp32_nchw"),
     (ConvPrecision::Fp32, ConvLayout::Nhwc, "fp32_nhwc"),
     (ConvPrecision::Tf32, ConvLayout::Nchw, "tf32_nchw"),
     (ConvPrecision::Tf32, ConvLayout::Nhwc, "tf32_nhwc"),
+    (ConvPrecision::Tf32, ConvLayout::Nhwc, "bf16_nhwc"),
 ];
 
 const PASSES: [&str; 2] = ["fwd", "bwd"];
@@ -91,13 +93,28 @@ pub(crate) fn layer_rows(gpu: &Gpu, reps: usize, only: Option<&[String]>) -> Res
     Ok(rows)
 }
 
-/// A host NCHW tensor on the GPU in `layout`.
-fn upload(gpu: &Gpu, a: &Array4<f32>, layout: ConvLayout) -> Result<DeviceArray<f32>> {
-    let a = gpu.upload(a)?;
-    Ok(match layout {
-        ConvLayout::Nchw => a,
-        ConvLayout::Nhwc => gpu.to_channels_last(&a)?,
-    })
+/// A host NCHW tensor on the GPU in `layout`, of `T`.
+fn upload<T: BenchFloat>(gpu: &Gpu, a: &Array4<f32>, layout: ConvLayout) -> Result<DeviceArray<T>> {
+    let a = match layout {
+        ConvLayout::Nchw => a.view(),
+        ConvLayout::Nhwc => a.view().permuted_axes([0, 2, 3, 1]),
+    };
+    Ok(gpu.upload(&a.as_standard_layout().mapv(T::from_f32))?)
+}
+
+/// A downloaded tensor as f32.
+fn download<T: BenchFloat>(gpu: &Gpu, a: &DeviceArray<T>) -> Result<ArrayD<f32>> {
+    Ok(gpu.download(a)?.mapv(T::to_f32))
+}
+
+/// What one layer's modes compare with: sampled f64 sums of the f32 host tensors, and
+/// the bias.
+struct Wanted {
+    y: Samples,
+    dx: Samples,
+    dw: Samples,
+    db: Vec<f64>,
+    bias: Array1<f32>,
 }
 
 /// One layer's rows. The wanted values are computed once from the NCHW host tensors;
@@ -133,8 +150,14 @@ fn one_layer(gpu: &Gpu, reps: usize, layer: &Layer) -> Result<Vec<Row>> {
         .into_par_iter()
         .map(|o| reference.bias_grad(o))
         .collect();
-    let b = gpu.upload(&hb)?;
-
+    let wanted = Wanted {
+        y: y_want,
+        dx: dx_want,
+        dw: dw_want,
+        db: db_want,
+        bias: hb.into_dimensionality()?,
+    };
+    let tensors = [&hx, &hw, &hdy];
     let mut rows = Vec::new();
     for (precision, layout, mode) in MODES {
         let p = Conv2dParams {
@@ -142,75 +165,114 @@ fn one_layer(gpu: &Gpu, reps: usize, layer: &Layer) -> Result<Vec<Row>> {
             layout,
             ..params
         };
-        let (x, w, dy) = (
-            upload(gpu, &hx, layout)?,
-            upload(gpu, &hw, layout)?,
-            upload(gpu, &hdy, layout)?,
-        );
-        let limit = tolerance(precision);
-        let check = |pass: &str, errors: &[(&str, f64)]| -> Result {
-            let list: Vec<String> = errors.iter().map(|(t, e)| format!("{t} {e:.2e}")).collect();
-            eprintln!(
-                "layer {} {mode} {pass}: relative error {}",
-                layer.name,
-                list.join(", ")
-            );
-            match errors.iter().find(|(_, e)| e.is_nan() || *e > limit) {
-                Some((tensor, e)) => Err(format!(
-                    "layer {} {mode} {pass}: {tensor} relative error {e:e} over {limit:e}",
-                    layer.name
-                )
-                .into()),
-                None => Ok(()),
-            }
-        };
-
-        // y has dy's shape, in the mode's layout.
-        let mut y = gpu.alloc::<f32>(dy.shape())?;
-        gpu.poison(&mut y)?;
-        gpu.conv2d_into(&x, &w, Some(&b), &p, &mut y)?;
-        let got = gpu.download(&y)?;
-        check("fwd", &[("y", y_want.error(as_nchw(&got, layout)?))])?;
-        let forward = time(gpu, reps, |g| g.conv2d_into(&x, &w, Some(&b), &p, &mut y))?;
-
-        let (mut dx, mut dw) = (gpu.alloc::<f32>(x.shape())?, gpu.alloc::<f32>(w.shape())?);
-        let mut db = gpu.alloc::<f32>(&[out_channels])?;
-        for g in [&mut dx, &mut dw, &mut db] {
-            gpu.poison(g)?;
-        }
-        gpu.conv2d_backward_into(&x, &w, &dy, &p, (Some(&mut dx), Some(&mut dw), Some(&mut db)))?;
-        let (got_dx, got_dw, got_db) = (gpu.download(&dx)?, gpu.download(&dw)?, gpu.download(&db)?);
-        let db_pairs: Vec<(f32, f64)> = got_db.iter().copied().zip(db_want.iter().copied()).collect();
-        check(
-            "bwd",
-            &[
-                ("dx", dx_want.error(as_nchw(&got_dx, layout)?)),
-                ("dw", dw_want.error(as_nchw(&got_dw, layout)?)),
-                ("db", sampled_error(&db_pairs)),
-            ],
-        )?;
-        let backward = time(gpu, reps, |g| {
-            g.conv2d_backward_into(&x, &w, &dy, &p, (Some(&mut dx), Some(&mut dw), Some(&mut db)))
-        })?;
-
-        let operands = (x.bytes() + w.bytes()) as f64;
-        let what = |pass| format!("{} {} {pass} {}", layer.name, layer.what, label(mode));
-        rows.push(Row {
-            key: key(layer.name, "fwd", mode),
-            what: what("fwd"),
-            times_ms: forward,
-            bytes: operands + (b.bytes() + y.bytes()) as f64,
+        let mode = Mode {
+            params: p,
+            name: mode,
             flops,
-        });
-        rows.push(Row {
-            key: key(layer.name, "bwd", mode),
-            what: what("bwd"),
-            times_ms: backward,
-            bytes: 2.0 * operands + (dy.bytes() + db.bytes()) as f64,
-            flops: 2.0 * flops,
+        };
+        rows.extend(if mode.name.starts_with("bf16") {
+            one_mode::<host::bf16>(gpu, reps, layer, &mode, tensors, &wanted)?
+        } else {
+            one_mode::<f32>(gpu, reps, layer, &mode, tensors, &wanted)?
         });
     }
     Ok(rows)
+}
+
+/// A mode of the suite: the parameters, the key's suffix, the flops of a forward pass.
+struct Mode {
+    params: Conv2dParams,
+    name: &'static str,
+    flops: f64,
+}
+
+/// One layer's rows in one mode, its tensors of `T` (from the NCHW host `[x, w, dy]`),
+/// checked within the mode's tolerance: FP32's or TF32's, or for 16-bit the type's
+/// epsilon (inputs and outputs rounded to it).
+fn one_mode<T: BenchFloat + ConvElement>(
+    gpu: &Gpu,
+    reps: usize,
+    layer: &Layer,
+    mode: &Mode,
+    [hx, hw, hdy]: [&Array4<f32>; 3],
+    wanted: &Wanted,
+) -> Result<[Row; 2]> {
+    let (p, name) = (&mode.params, mode.name);
+    let layout = p.layout;
+    let (x, w, dy) = (
+        upload::<T>(gpu, hx, layout)?,
+        upload::<T>(gpu, hw, layout)?,
+        upload::<T>(gpu, hdy, layout)?,
+    );
+    let b = gpu.upload(&wanted.bias.mapv(T::from_f32))?;
+    let limit = if T::ROUNDING > 0.0 {
+        T::ROUNDING
+    } else {
+        tolerance(p.precision)
+    };
+    let check = |pass: &str, errors: &[(&str, f64)]| -> Result {
+        let list: Vec<String> = errors.iter().map(|(t, e)| format!("{t} {e:.2e}")).collect();
+        eprintln!(
+            "layer {} {name} {pass}: relative error {}",
+            layer.name,
+            list.join(", ")
+        );
+        match errors.iter().find(|(_, e)| e.is_nan() || *e > limit) {
+            Some((tensor, e)) => Err(format!(
+                "layer {} {name} {pass}: {tensor} relative error {e:e} over {limit:e}",
+                layer.name
+            )
+            .into()),
+            None => Ok(()),
+        }
+    };
+
+    // y has dy's shape, in the mode's layout.
+    let mut y = gpu.alloc::<T>(dy.shape())?;
+    gpu.poison(&mut y)?;
+    gpu.conv2d_into(&x, &w, Some(&b), p, &mut y)?;
+    let got = download(gpu, &y)?;
+    check("fwd", &[("y", wanted.y.error(as_nchw(&got, layout)?))])?;
+    let forward = time(gpu, reps, |g| g.conv2d_into(&x, &w, Some(&b), p, &mut y))?;
+
+    let (mut dx, mut dw) = (gpu.alloc::<T>(x.shape())?, gpu.alloc::<T>(w.shape())?);
+    let mut db = gpu.alloc::<T>(b.shape())?;
+    for g in [&mut dx, &mut dw, &mut db] {
+        gpu.poison(g)?;
+    }
+    gpu.conv2d_backward_into(&x, &w, &dy, p, (Some(&mut dx), Some(&mut dw), Some(&mut db)))?;
+    let (got_dx, got_dw, got_db) = (download(gpu, &dx)?, download(gpu, &dw)?, download(gpu, &db)?);
+    let db_pairs: Vec<(f32, f64)> = got_db.iter().copied().zip(wanted.db.iter().copied()).collect();
+    check(
+        "bwd",
+        &[
+            ("dx", wanted.dx.error(as_nchw(&got_dx, layout)?)),
+            ("dw", wanted.dw.error(as_nchw(&got_dw, layout)?)),
+            ("db", sampled_error(&db_pairs)),
+        ],
+    )?;
+    let backward = time(gpu, reps, |g| {
+        g.conv2d_backward_into(&x, &w, &dy, p, (Some(&mut dx), Some(&mut dw), Some(&mut db)))
+    })?;
+
+    let operands = (x.bytes() + w.bytes()) as f64;
+    let what = |pass| format!("{} {} {pass} {}", layer.name, layer.what, label(name));
+    Ok([
+        Row {
+            key: key(layer.name, "fwd", name),
+            what: what("fwd"),
+            times_ms: forward,
+            bytes: operands + (b.bytes() + y.bytes()) as f64,
+            flops: mode.flops,
+        },
+        Row {
+            key: key(layer.name, "bwd", name),
+            what: what("bwd"),
+            times_ms: backward,
+            bytes: 2.0 * operands + (dy.bytes() + db.bytes()) as f64,
+            flops: 2.0 * mode.flops,
+        },
+    ])
 }
 
 /// Ours and torch's median ms for a key, each where it was timed.
