@@ -193,6 +193,28 @@ macro_rules! wgmma_16_bit_opening {
     };
 }
 
+/// The method `$method` of the accumulators of width `$width`: a `wgmma` of both
+/// operands through descriptors, its text `$opening` up to the accumulators' list and
+/// `$tail` after it.
+macro_rules! multiply_shared {
+    ($width:ident, $method:ident, $opening:expr, $tail:literal) => {
+        #[inline(always)]
+        unsafe fn $method(&mut self, a: u64, b: u64) {
+            let acc = self;
+            // SAFETY: the caller guarantees the convergence, the operands and the
+            // accumulators.
+            unsafe {
+                with_accumulator_indices!($width, asm_on_accumulators!(
+                    acc,
+                    $opening,
+                    $tail,
+                    [a = in(reg64) a, b = in(reg64) b, options(nostack),],
+                ))
+            };
+        }
+    };
+}
+
 /// The trait for the accumulators of one width, its `wgmma` shapes (K 8 and 16) and
 /// index list.
 macro_rules! warpgroup_accumulators {
@@ -229,47 +251,20 @@ macro_rules! warpgroup_accumulators {
                 };
             }
 
-            #[inline(always)]
-            unsafe fn multiply_tf32_shared(&mut self, a: u64, b: u64) {
-                let acc = self;
-                // SAFETY: as above.
-                unsafe {
-                    with_accumulator_indices!($width, asm_on_accumulators!(
-                        acc,
-                        wgmma_tf32_opening!($shape),
-                        ", {a}, {b}, accumulate, 1, 1;\n}}",
-                        [a = in(reg64) a, b = in(reg64) b, options(nostack),],
-                    ))
-                };
-            }
-
-            #[inline(always)]
-            unsafe fn multiply_bf16_shared(&mut self, a: u64, b: u64) {
-                let acc = self;
-                // SAFETY: as above; both operands K-major (no transpose).
-                unsafe {
-                    with_accumulator_indices!($width, asm_on_accumulators!(
-                        acc,
-                        wgmma_16_bit_opening!($shape16, "bf16"),
-                        ", {a}, {b}, accumulate, 1, 1, 0, 0;\n}}",
-                        [a = in(reg64) a, b = in(reg64) b, options(nostack),],
-                    ))
-                };
-            }
-
-            #[inline(always)]
-            unsafe fn multiply_f16_shared(&mut self, a: u64, b: u64) {
-                let acc = self;
-                // SAFETY: as above; both operands K-major (no transpose).
-                unsafe {
-                    with_accumulator_indices!($width, asm_on_accumulators!(
-                        acc,
-                        wgmma_16_bit_opening!($shape16, "f16"),
-                        ", {a}, {b}, accumulate, 1, 1, 0, 0;\n}}",
-                        [a = in(reg64) a, b = in(reg64) b, options(nostack),],
-                    ))
-                };
-            }
+            multiply_shared!($width, multiply_tf32_shared, wgmma_tf32_opening!($shape), ", {a}, {b}, accumulate, 1, 1;\n}}");
+            // Both operands K-major (no transpose).
+            multiply_shared!(
+                $width,
+                multiply_bf16_shared,
+                wgmma_16_bit_opening!($shape16, "bf16"),
+                ", {a}, {b}, accumulate, 1, 1, 0, 0;\n}}"
+            );
+            multiply_shared!(
+                $width,
+                multiply_f16_shared,
+                wgmma_16_bit_opening!($shape16, "f16"),
+                ", {a}, {b}, accumulate, 1, 1, 0, 0;\n}}"
+            );
         }
     };
 }
