@@ -261,46 +261,31 @@ def layers(reps):
         b = torch.rand(w_shape[0], device="cuda") * 2 - 1
         dy = torch.rand_like(torch.nn.functional.conv2d(x, w, b, stride, padding, 1, groups)) * 2 - 1
         shapes = f"x {x_shape}, w {w_shape}, stride {stride}, padding {padding}, groups {groups}"
-        for precision in ("fp32", "tf32"):
-            torch.backends.cudnn.allow_tf32 = precision == "tf32"
-            for layout, memory_format in (("nchw", torch.contiguous_format), ("nhwc", torch.channels_last)):
-                xs, ws, dys = (t.contiguous(memory_format=memory_format) for t in (x, w, dy))
-                mode = f"{precision}_{layout}"
-                results[f"layer_{name}_fwd_{mode}"] = {
-                    "ms": median_ms(
-                        lambda: torch.nn.functional.conv2d(xs, ws, b, stride, padding, 1, groups), reps
+        modes = [
+            (f"{precision}_{layout}", torch.float32, precision == "tf32", memory_format)
+            for precision in ("fp32", "tf32")
+            for layout, memory_format in (("nchw", torch.contiguous_format), ("nhwc", torch.channels_last))
+        ] + [("bf16_nhwc", torch.bfloat16, False, torch.channels_last)]
+        for mode, dtype, tf32, memory_format in modes:
+            torch.backends.cudnn.allow_tf32 = tf32
+            xs, ws, dys = (t.to(dtype).contiguous(memory_format=memory_format) for t in (x, w, dy))
+            bs = b.to(dtype)
+            results[f"layer_{name}_fwd_{mode}"] = {
+                "ms": median_ms(lambda: torch.nn.functional.conv2d(xs, ws, bs, stride, padding, 1, groups), reps),
+                "op": f"F.conv2d with bias, {shapes}, {mode}",
+            }
+            results[f"layer_{name}_bwd_{mode}"] = {
+                "ms": median_ms(
+                    lambda: torch.ops.aten.convolution_backward(
+                        dys, xs, ws, [w_shape[0]], [stride] * 2, [padding] * 2, [1, 1], False, [0, 0],
+                        groups, [True, True, True],
                     ),
-                    "op": f"F.conv2d with bias, {shapes}, {mode}",
-                }
-                results[f"layer_{name}_bwd_{mode}"] = {
-                    "ms": median_ms(
-                        lambda: torch.ops.aten.convolution_backward(
-                            dys, xs, ws, [w_shape[0]], [stride] * 2, [padding] * 2, [1, 1], False, [0, 0],
-                            groups, [True, True, True],
-                        ),
-                        reps,
-                    ),
-                    "op": f"convolution_backward, input + weight + bias grads, {shapes}, {mode}",
-                }
-                del xs, ws, dys
-        # bf16, channels_last.
-        xs, ws, dys = (t.to(torch.bfloat16).contiguous(memory_format=torch.channels_last) for t in (x, w, dy))
-        bs = b.to(torch.bfloat16)
-        results[f"layer_{name}_fwd_bf16_nhwc"] = {
-            "ms": median_ms(lambda: torch.nn.functional.conv2d(xs, ws, bs, stride, padding, 1, groups), reps),
-            "op": f"F.conv2d with bias, {shapes}, bf16_nhwc",
-        }
-        results[f"layer_{name}_bwd_bf16_nhwc"] = {
-            "ms": median_ms(
-                lambda: torch.ops.aten.convolution_backward(
-                    dys, xs, ws, [w_shape[0]], [stride] * 2, [padding] * 2, [1, 1], False, [0, 0],
-                    groups, [True, True, True],
+                    reps,
                 ),
-                reps,
-            ),
-            "op": f"convolution_backward, input + weight + bias grads, {shapes}, bf16_nhwc",
-        }
-        del x, w, b, dy, xs, ws, dys, bs
+                "op": f"convolution_backward, input + weight + bias grads, {shapes}, {mode}",
+            }
+            del xs, ws, dys, bs
+        del x, w, b, dy
     torch.backends.cudnn.allow_tf32 = False
     return results
 
