@@ -59,8 +59,8 @@ pub fn launch(
     ))
 }
 
-/// Moves tile `[row tile, column tile]` of a `rows x cols` matrix through shared
-/// memory: element `(row, col)` is read from `x` at `from(row, col)` and written,
+/// Moves tile `[row tile, column tile]` of a `rows x cols` matrix of `E`s (4 bytes or
+/// fewer) through shared memory: element `(row, col)` is read from `x` at `from(row, col)` and written,
 /// through `map`, to `y` at `to(row, col)`, where `to` runs along the rows (a
 /// transpose). Each thread passes `map` elements of one row of x: row
 /// `TILE * row tile + thread_idx_x % TILE`.
@@ -71,18 +71,19 @@ pub fn launch(
 /// which do not overlap.
 #[cfg(target_arch = "nvptx64")]
 #[inline(always)]
-pub(crate) unsafe fn transpose_tile(
-    x: *const u32,
-    y: *mut u32,
+pub(crate) unsafe fn transpose_tile<E: Copy>(
+    x: *const E,
+    y: *mut E,
     [rows, cols]: [u64; 2],
     [row_tile, col_tile]: [u64; 2],
     from: impl Fn(u64, u64) -> u64,
     to: impl Fn(u64, u64) -> u64,
-    mut map: impl FnMut(u32) -> u32,
+    mut map: impl FnMut(E) -> E,
 ) {
     use crate::device::{SharedCarver, sync_threads, thread_idx_x};
-    // SAFETY: the launch gives one padded tile.
-    let tile: *mut u32 = unsafe { SharedCarver::new().take((TILE * (TILE + 1)) as usize) };
+    const { assert!(size_of::<E>() <= 4) };
+    // SAFETY: the launch gives one padded tile of 4-byte elements, enough for E's.
+    let tile: *mut E = unsafe { SharedCarver::new().take((TILE * (TILE + 1)) as usize) };
     let (col0, row0) = (col_tile * TILE as u64, row_tile * TILE as u64);
     let (tx, ty) = (thread_idx_x() % TILE, thread_idx_x() / TILE);
     for i in 0..ROWS_PER_THREAD {

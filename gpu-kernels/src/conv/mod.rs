@@ -79,6 +79,7 @@ pub const ENTRY_POINTS: &[&[EntryPoint]] = &[
     tensor_core::weight_grad::ENTRY_POINTS,
     tensor_core::warpgroup_weight_grad::ENTRY_POINTS,
     transposed::PREPARE_ENTRY_POINTS,
+    transposed::FLIP_16_ENTRY_POINTS,
     transposed::UPSAMPLE_ENTRY_POINTS,
     phases::FILTERS_ENTRY_POINTS,
     phases::INTERLEAVE_ENTRY_POINTS,
@@ -331,6 +332,35 @@ mod tests {
             assert_eq!(TensorCorePlan::forward_16_bit(&thin, operand, &H100), None);
             assert_eq!(TensorCorePlan::forward_16_bit(&headline, operand, &A100), None);
         }
+    }
+
+    #[test]
+    fn sixteen_bit_gradients_take_the_strips_and_the_weight_gradient_of_their_operands() {
+        use tensor_core::TensorCoreOperand::{Bf16, F16, Tf32};
+        let headline = headline();
+        let transposed = headline.input_grad_as_forward().expect("stride 1");
+        for operand in [Bf16, F16] {
+            // The input gradient: the strips over dy's 128 channels, 2 k-tiles a tap.
+            let input = TensorCorePlan::forward_16_bit(&transposed, operand, &H100).expect("the strips");
+            assert_eq!((input.k_tiles, input.splits, input.operand), (18, 1, operand));
+            // The weight gradient: k-tiles of 64 of the batch's 8 x 510 x 1022 pixels.
+            let weight = WarpgroupWeightGradPlan::of_16_bit(&headline, operand, &H100).expect("the weight's");
+            assert_eq!(weight.total_k_tiles, (8 * 510 * 1022u32).div_ceil(64));
+            assert_eq!(
+                (weight.operand, weight.channels_last, weight.n_tiles),
+                (operand, 1, 3)
+            );
+            assert_eq!(
+                WarpgroupWeightGradPlan::of_16_bit(&headline, operand, &A100),
+                None
+            );
+        }
+        assert_eq!(WarpgroupWeightGradPlan::of_16_bit(&headline, Tf32, &H100), None);
+        let tf32 = WarpgroupWeightGradPlan::of(&headline, ConvLayout::Nhwc, &H100).expect("TF32's");
+        assert_eq!(
+            (tf32.operand, tf32.total_k_tiles),
+            (Tf32, (8 * 510 * 1022u32).div_ceil(32))
+        );
     }
 
     #[test]

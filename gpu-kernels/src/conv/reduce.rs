@@ -52,18 +52,33 @@ kernel_args! {
 
 kernel_args! {
     /// The bias gradient's arguments: `out[part * c + o] = sum of dy at output channel
-    /// `o` over the part's pixels` (`db` itself without a split).
-    pub struct BiasGradArgs {
-        pub dy: DevicePtr<f32>,
+    /// `o` over the part's pixels` (`db` itself without a split), dy of `T`, the sums
+    /// f32.
+    pub struct BiasGradArgs<T> {
+        pub dy: DevicePtr<T>,
         pub out: DevicePtrMut<f32>,
         pub problem: ConvProblem,
         pub plan: BiasGradPlan,
     }
-    /// The bias gradient over NCHW dy.
-    pub const CONV_BIAS_GRAD_NCHW = "conv_bias_grad_nchw_f32" => kernel::bias_grad::<false>;
-    /// The bias gradient over NHWC dy.
-    pub const CONV_BIAS_GRAD_NHWC = "conv_bias_grad_nhwc_f32" => kernel::bias_grad::<true>;
+    impl BiasGradKernels for f32 {
+        const NCHW = "conv_bias_grad_nchw_f32" => kernel::bias_grad::<f32, false>;
+        const NHWC = "conv_bias_grad_nhwc_f32" => kernel::bias_grad::<f32, true>;
+    }
+    impl BiasGradKernels for half::bf16 {
+        const NCHW = "conv_bias_grad_nchw_bf16" => kernel::bias_grad::<half::bf16, false>;
+        const NHWC = "conv_bias_grad_nhwc_bf16" => kernel::bias_grad::<half::bf16, true>;
+    }
+    impl BiasGradKernels for half::f16 {
+        const NCHW = "conv_bias_grad_nchw_f16" => kernel::bias_grad::<half::f16, false>;
+        const NHWC = "conv_bias_grad_nhwc_f16" => kernel::bias_grad::<half::f16, true>;
+    }
     entry points in BIAS_GRAD_ENTRY_POINTS;
+}
+
+/// The bias gradient kernels of dy of an element type, over NCHW and NHWC dy.
+pub trait BiasGradKernels: Sized {
+    const NCHW: crate::launch::Kernel<BiasGradArgs<Self>>;
+    const NHWC: crate::launch::Kernel<BiasGradArgs<Self>>;
 }
 
 kernel_args! {
@@ -240,13 +255,13 @@ impl BiasGradPlan {
 
     /// The launches of the bias gradient of `dy` into `db`: into the partials at the
     /// start of `scratch` (laid out by [`Self::scratch`]) and their sum, when split.
-    pub fn launches(
+    pub fn launches<T: BiasGradKernels>(
         &self,
         problem: &ConvProblem,
-        dy: DevicePtr<f32>,
+        dy: DevicePtr<T>,
         scratch: DevicePtrMut<u8>,
         db: DevicePtrMut<f32>,
-    ) -> (Launch<BiasGradArgs>, Option<Launch<SplitSumArgs>>) {
+    ) -> (Launch<BiasGradArgs<T>>, Option<Launch<SplitSumArgs>>) {
         let (out, sum) = split_outputs(self.split, problem.out_channels as u64, scratch, db);
         let blocks = Self::channel_blocks(problem.out_channels, self.channels_last == 1);
         let geometry = LaunchGeometry {
@@ -260,11 +275,7 @@ impl BiasGradPlan {
             problem: *problem,
             plan: *self,
         };
-        let kernel = if self.channels_last == 1 {
-            CONV_BIAS_GRAD_NHWC
-        } else {
-            CONV_BIAS_GRAD_NCHW
-        };
+        let kernel = if self.channels_last == 1 { T::NHWC } else { T::NCHW };
         (Launch::new(kernel, geometry, args), sum)
     }
 }
@@ -355,7 +366,7 @@ impl BiasGradToNhwc {
 mod kernel {
     use super::*;
     use crate::device::{
-        SharedCarver, block_idx_x, block_idx_y, block_idx_z, grid_dim_x, grid_dim_z, sync_threads,
+        SharedCarver, Widen, block_idx_x, block_idx_y, block_idx_z, grid_dim_x, grid_dim_z, sync_threads,
         thread_idx_x,
     };
     use crate::warp;
@@ -539,7 +550,7 @@ mod kernel {
     /// dy holds the problem's output gradient in the plan's layout, `out` `split`
     /// gradients of `out_channels`; the launch is [`BiasGradPlan::launches`]'.
     #[inline(always)]
-    pub unsafe fn bias_grad<const CHANNELS_LAST: bool>(args: BiasGradArgs) {
+    pub unsafe fn bias_grad<T: Widen<Sum = f32>, const CHANNELS_LAST: bool>(args: BiasGradArgs<T>) {
         let (dy, p) = (args.dy.as_ptr(), args.problem);
         let (t, part) = (thread_idx_x(), block_idx_y());
         let channels = p.out_channels as u64;
@@ -553,7 +564,8 @@ mod kernel {
             let channel = block_idx_x() * BIAS_NHWC_CHANNELS + t % BIAS_NHWC_CHANNELS;
             let pixel = first + (t / BIAS_NHWC_CHANNELS) as u64;
             // SAFETY: a pixel of the batch (below `last`), a channel of dy.
-            let load = |pixel: u64| unsafe { *dy.add((pixel * channels + channel as u64) as usize) } as f64;
+            let load = |pixel: u64| unsafe { (*dy.add((pixel * channels + channel as u64) as usize)).widen() }
+                as f64;
             let step = (REDUCE_THREADS / BIAS_NHWC_CHANNELS) as u64;
             let sum = if channel < p.out_channels {
                 strided_sum(pixel, last, step, load)
@@ -573,7 +585,7 @@ mod kernel {
                 let base = (image * channels + channel as u64) * plane - image * plane;
                 // SAFETY: `base + at` for `at` in [start, end) is a pixel of the image's
                 // plane of the channel.
-                let load = |at: u64| unsafe { *dy.add((base + at) as usize) } as f64;
+                let load = |at: u64| unsafe { (*dy.add((base + at) as usize)).widen() } as f64;
                 sum += strided_sum(start + t as u64, end, REDUCE_THREADS as u64, load);
                 start = end;
             }

@@ -84,6 +84,19 @@ kernel_args! {
     entry points in PREPARE_ENTRY_POINTS;
 }
 
+kernel_args! {
+    /// The flip of 16-bit weights: `flipped` from `w`, the NHWC weights of `problem`
+    /// (bf16 or f16: moved as they are, nothing rounded).
+    pub struct FlipFilters16Args {
+        pub w: DevicePtr<u16>,
+        pub flipped: DevicePtrMut<u16>,
+        pub problem: ConvProblem,
+    }
+    /// Flips NHWC weights of 2-byte elements, as [`CONV_FLIP_FILTERS_NHWC`] does.
+    pub const CONV_FLIP_FILTERS_NHWC_16 = "conv_flip_filters_nhwc_b16" => kernel::flip_filters_nhwc_16;
+    entry points in FLIP_16_ENTRY_POINTS;
+}
+
 /// Orders of prepared filters: as given; flipped and group-transposed, in the same
 /// layout (the weights of [`ConvProblem::input_grad_as_forward`]); from NCHW into the
 /// order the NCHW boxes' forward pass reads
@@ -156,17 +169,45 @@ pub const fn flip_filters(
     if !matches!(layout, ConvLayout::Nhwc) || matrices > MAX_GRID_Z {
         return prepare_filters(problem, layout, w, flipped, FILTERS_FLIPPED);
     }
-    let geometry = LaunchGeometry {
+    let args = prepare_args(problem, layout, w, flipped, FILTERS_FLIPPED);
+    Launch::new(CONV_FLIP_FILTERS_NHWC, flip_geometry(problem), args)
+}
+
+/// The launch writing `problem`'s NHWC weights `w` of a 16-bit float to `flipped` (as
+/// many elements) flipped and group-transposed, as [`flip_filters`] does without the
+/// rounding; `None` where the grid cannot hold a block per group and tap.
+pub const fn flip_filters_16_bit(
+    problem: &ConvProblem,
+    w: DevicePtr<u16>,
+    flipped: DevicePtrMut<u16>,
+) -> Option<Launch<FlipFilters16Args>> {
+    let matrices = problem.groups as u64 * problem.taps() as u64;
+    if matrices > MAX_GRID_Z {
+        return None;
+    }
+    let args = FlipFilters16Args {
+        w,
+        flipped,
+        problem: *problem,
+    };
+    Some(Launch::new(
+        CONV_FLIP_FILTERS_NHWC_16,
+        flip_geometry(problem),
+        args,
+    ))
+}
+
+/// A block per tile of every group's and tap's `out / groups x in / groups` matrix.
+const fn flip_geometry(problem: &ConvProblem) -> LaunchGeometry {
+    LaunchGeometry {
         grid: [
             problem.in_per_group().div_ceil(transpose::TILE) as u64,
             problem.out_per_group().div_ceil(transpose::TILE) as u64,
-            matrices,
+            problem.groups as u64 * problem.taps() as u64,
         ],
         threads: transpose::THREADS,
         shared_bytes: transpose::SHARED_BYTES,
-    };
-    let args = prepare_args(problem, layout, w, flipped, FILTERS_FLIPPED);
-    Launch::new(CONV_FLIP_FILTERS_NHWC, geometry, args)
+    }
 }
 
 /// The launch writing `problem`'s weights `w` to `rounded` (as many elements, in the
@@ -335,7 +376,42 @@ mod kernel {
     /// and tap's `out / groups x in / groups` matrix ([`flip_filters`]).
     #[inline(always)]
     pub unsafe fn flip_filters_nhwc(args: PrepareFiltersArgs) {
-        let p = &args.problem;
+        // SAFETY: forwarded.
+        unsafe {
+            flip_tile(
+                &args.problem,
+                args.w.as_ptr().cast::<u32>(),
+                args.prepared.as_mut_ptr().cast(),
+                |value| to_tf32(f32::from_bits(value)),
+            )
+        };
+    }
+
+    /// The NHWC flip of 2-byte weights, as [`flip_filters_nhwc`] without the rounding.
+    ///
+    /// # Safety
+    /// `w` and `flipped` hold the problem's NHWC weights, distinct; the grid is
+    /// [`flip_filters_16_bit`]'s.
+    #[inline(always)]
+    pub unsafe fn flip_filters_nhwc_16(args: FlipFilters16Args) {
+        // SAFETY: forwarded.
+        unsafe {
+            flip_tile(
+                &args.problem,
+                args.w.as_ptr(),
+                args.flipped.as_mut_ptr(),
+                |value| value,
+            )
+        };
+    }
+
+    /// This block's tile of the NHWC flip from `w` to `flipped`, each value through
+    /// `map`.
+    ///
+    /// # Safety
+    /// As [`flip_filters_nhwc`], for elements of `E`.
+    #[inline(always)]
+    unsafe fn flip_tile<E: Copy>(p: &ConvProblem, w: *const E, flipped: *mut E, map: impl FnMut(E) -> E) {
         // In 32 bits: a 64-bit division costs a subroutine.
         let (group, tap) = (block_idx_z() / p.taps(), block_idx_z() % p.taps());
         let matrix = [group as u64, tap as u64];
@@ -343,13 +419,13 @@ mod kernel {
         // SAFETY: every (co, ci) of the matrix indexes a weight of both tensors.
         unsafe {
             crate::transpose::transpose_tile(
-                args.w.as_ptr().cast(),
-                args.prepared.as_mut_ptr().cast(),
+                w,
+                flipped,
                 rows_cols,
                 [block_idx_y() as u64, block_idx_x() as u64],
                 |co, ci| nhwc_flip_places(p, matrix, co, ci).0,
                 |co, ci| nhwc_flip_places(p, matrix, co, ci).1,
-                |value| to_tf32(f32::from_bits(value)),
+                map,
             )
         };
     }

@@ -46,6 +46,6 @@ pub use vector::VectorElement;
 #[cfg(target_feature = "sm_90a")]
 pub use warpgroup::{
     WarpgroupAccumulators, fence_async_shared, set_max_registers, swizzled_k_major_descriptor,
-    warpgroup_commit, warpgroup_fence, warpgroup_wait,
+    swizzled_mn_major_descriptor, warpgroup_commit, warpgroup_fence, warpgroup_wait,
 };
 pub use widen::Widen;

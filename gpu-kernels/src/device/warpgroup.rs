@@ -18,6 +18,22 @@ pub fn swizzled_k_major_descriptor(address: u32) -> u64 {
     ((address as u64 & 0x3ffff) >> 4) | (1 << 16) | ((ROW_GROUP_BYTES >> 4) << 32) | SWIZZLE_128B
 }
 
+/// The descriptor of an MN-major 16-bit operand tile in shared memory (`wgmma`'s
+/// transposed layout): per K a row of 128 bytes holding 64 consecutive M (or N)
+/// elements, stored with the 128-byte swizzle as a bulk copy of such rows lands them,
+/// groups of 8 rows 1024 bytes apart, from a 1024-byte-aligned tile; further blocks of
+/// 64 M (or N) `block_bytes` apart. `address` is the shared-window address of the
+/// operand's first row, plus 2048 bytes per step of 16 K.
+#[inline(always)]
+pub fn swizzled_mn_major_descriptor(address: u32, block_bytes: u32) -> u64 {
+    const SWIZZLE_128B: u64 = 1 << 62;
+    const ROW_GROUP_BYTES: u64 = 1024;
+    ((address as u64 & 0x3ffff) >> 4)
+        | ((block_bytes as u64 >> 4) << 16)
+        | ((ROW_GROUP_BYTES >> 4) << 32)
+        | SWIZZLE_128B
+}
+
 /// Orders this thread's earlier generic-proxy writes to shared memory (stores, landed
 /// `cp.async` copies) before later reads by the async proxy (`wgmma`):
 /// `fence.proxy.async.shared::cta`.
@@ -163,6 +179,21 @@ pub trait WarpgroupAccumulators {
     /// # Safety
     /// As [`multiply_tf32`](Self::multiply_tf32), for both descriptors.
     unsafe fn multiply_f16_shared(&mut self, a: u64, b: u64);
+
+    /// [`multiply_bf16_shared`](Self::multiply_bf16_shared) with both operands
+    /// MN-major ([`swizzled_mn_major_descriptor`]): A stored by K rows of M, B by K
+    /// rows of N.
+    ///
+    /// # Safety
+    /// As [`multiply_tf32`](Self::multiply_tf32), for both descriptors.
+    unsafe fn multiply_bf16_shared_mn_major(&mut self, a: u64, b: u64);
+
+    /// [`multiply_bf16_shared_mn_major`](Self::multiply_bf16_shared_mn_major) of f16
+    /// operands.
+    ///
+    /// # Safety
+    /// As [`multiply_tf32`](Self::multiply_tf32), for both descriptors.
+    unsafe fn multiply_f16_shared_mn_major(&mut self, a: u64, b: u64);
 }
 
 /// The text of a TF32 `wgmma` of shape `$shape` (as "m64n128k8") up to its list of
@@ -264,6 +295,19 @@ macro_rules! warpgroup_accumulators {
                 multiply_f16_shared,
                 wgmma_16_bit_opening!($shape16, "f16"),
                 ", {a}, {b}, accumulate, 1, 1, 0, 0;\n}}"
+            );
+            // Both operands MN-major (transposed).
+            multiply_shared!(
+                $width,
+                multiply_bf16_shared_mn_major,
+                wgmma_16_bit_opening!($shape16, "bf16"),
+                ", {a}, {b}, accumulate, 1, 1, 1, 1;\n}}"
+            );
+            multiply_shared!(
+                $width,
+                multiply_f16_shared_mn_major,
+                wgmma_16_bit_opening!($shape16, "f16"),
+                ", {a}, {b}, accumulate, 1, 1, 1, 1;\n}}"
             );
         }
     };

@@ -1,15 +1,14 @@
 //! The element types of the convolutions. f32 runs as [`Conv2dParams`] says. bf16 and
 //! f16 run on the tensor cores with f32 sums, each output rounded once to the type, as
-//! cuDNN's 16-bit convolutions: the NHWC forward pass on row strips (with a bias, ReLU
-//! or neither) on kernels of their own operands; every other pass in TF32 over f32
-//! copies, which is exact for them (10 mantissa bits hold their 7 or 10, and f32's
-//! exponent their range).
+//! cuDNN's 16-bit convolutions: on kernels of their own operands where those take the
+//! pass ([`super::sixteen_bit`]), else in TF32 over f32 copies, which is exact for them
+//! (10 mantissa bits hold their 7 or 10, and f32's exponent their range).
 
 use gpu_kernels::cast::{self, NarrowArgs, NarrowKernel, WidenArgs};
 use gpu_kernels::conv::tensor_core::TensorCoreOperand;
 use gpu_kernels::conv::{ConvPrecision, ConvProblem};
 
-use super::Conv2dParams;
+use super::{Conv2dParams, ConvGradientArrays};
 use crate::array::{DeviceArray, Element};
 use crate::driver::Temporary;
 use crate::error::Result;
@@ -42,6 +41,19 @@ pub trait ConvElement: Element {
         _y: &mut DeviceArray<Self>,
     ) -> Result<bool> {
         Ok(false)
+    }
+
+    /// The gradients of a validated problem that kernels of this type's own operands
+    /// take, computed; the others back, for the f32 passes.
+    #[doc(hidden)]
+    fn backward_own<'a>(
+        _gpu: &Gpu,
+        _problem: &ConvProblem,
+        _params: &Conv2dParams,
+        _operands: [&DeviceArray<Self>; 3],
+        gradients: ConvGradientArrays<&'a mut DeviceArray<Self>>,
+    ) -> Result<ConvGradientArrays<&'a mut DeviceArray<Self>>> {
+        Ok(gradients)
     }
 }
 
@@ -123,6 +135,16 @@ macro_rules! conv_element_of_half {
                 y: &mut DeviceArray<$t>,
             ) -> Result<bool> {
                 gpu.forward_16_bit(problem, params, TensorCoreOperand::$operand, operands, epilogue, y)
+            }
+
+            fn backward_own<'a>(
+                gpu: &Gpu,
+                problem: &ConvProblem,
+                params: &Conv2dParams,
+                operands: [&DeviceArray<$t>; 3],
+                gradients: ConvGradientArrays<&'a mut DeviceArray<$t>>,
+            ) -> Result<ConvGradientArrays<&'a mut DeviceArray<$t>>> {
+                gpu.backward_16_bit(problem, params, TensorCoreOperand::$operand, operands, gradients)
             }
 
             fn as_f32<'a>(gpu: &'a Gpu, array: &'a DeviceArray<$t>) -> Result<AsF32<'a>> {

@@ -11,12 +11,13 @@
 //! [`Gpu::conv2d_of`] and [`Gpu::conv2d_backward_of`], which upload them row-major.
 
 mod element;
+mod sixteen_bit;
 
 use gpu_kernels::conv::{
     self as kernel, ConvAlgorithm, ConvEpilogue, ConvPass, ConvProblem, ConvShape, ConvShapeError,
     CudaCoreAlgorithm, PhasePlan, TensorCorePlan, WinogradProblem, WinogradSplit, phases,
     reduce::{BiasGradPlan, BiasGradToNhwc},
-    tensor_core::{ForwardScratch, TensorCoreOperand},
+    tensor_core::ForwardScratch,
     transposed,
 };
 pub use gpu_kernels::conv::{Activation, ConvLayout, ConvPrecision};
@@ -30,6 +31,7 @@ use crate::error::{Error, Result};
 use crate::gpu::Gpu;
 pub use element::ConvElement;
 use element::F32Output;
+pub use sixteen_bit::SixteenBitPlans;
 
 /// Stride, padding, dilation (each `[along height, along width]`), groups, the
 /// tensors' layout, the arithmetic, and the activation the forward pass applies after
@@ -373,76 +375,6 @@ impl Gpu {
         y.finish(self)
     }
 
-    /// The plan of the forward pass of NHWC tensors of the 16-bit `operand` on the
-    /// kernel of its own operands, where it takes the problem (with a residual or not)
-    /// and the epilogue is a bias, ReLU or neither.
-    fn own_forward_plan(
-        &self,
-        problem: &ConvProblem,
-        params: &Conv2dParams,
-        operand: TensorCoreOperand,
-        residual: bool,
-    ) -> Option<TensorCorePlan> {
-        let registers = !residual && matches!(params.activation, Activation::Identity | Activation::Relu);
-        if params.layout != ConvLayout::Nhwc || !registers {
-            return None;
-        }
-        let plan = TensorCorePlan::forward_16_bit(problem, operand, &self.limits());
-        log::debug!("conv2d Forward {operand:?} Nhwc {problem:?}: {plan:?}");
-        plan
-    }
-
-    /// The plan [`Gpu::conv2d`] takes for tensors of the 16-bit `operand` (without a
-    /// residual) where a kernel of their own operands takes the problem: `None` where
-    /// the TF32 passes run over f32 copies.
-    pub fn conv2d_16_bit_plan(
-        &self,
-        x_shape: &[usize],
-        w_shape: &[usize],
-        params: &Conv2dParams,
-        operand: TensorCoreOperand,
-    ) -> Result<Option<TensorCorePlan>> {
-        let (problem, _) = conv2d_problem(x_shape, w_shape, params)?;
-        Ok(self.own_forward_plan(&problem, params, operand, false))
-    }
-
-    /// The forward pass of a validated problem (y not empty) over NHWC tensors of the
-    /// 16-bit `operand`, on the kernel of its own operands where its plan takes the
-    /// problem and the epilogue is a bias, ReLU or neither; `Ok(false)` elsewhere.
-    fn forward_16_bit<T: ConvElement>(
-        &self,
-        problem: &ConvProblem,
-        params: &Conv2dParams,
-        operand: TensorCoreOperand,
-        [x, w]: [&DeviceArray<T>; 2],
-        [bias, residual]: [Option<&DeviceArray<T>>; 2],
-        y: &mut DeviceArray<T>,
-    ) -> Result<bool> {
-        let Some(plan) = self.own_forward_plan(problem, params, operand, residual.is_some()) else {
-            return Ok(false);
-        };
-        // The bias as the epilogue reads it: f32.
-        let bias = bias.map(|b| T::as_f32(self, b)).transpose()?;
-        let bias = bias.as_deref().map_or(DevicePtr::NULL, DeviceArray::ptr);
-        let epilogue = ConvEpilogue::new(bias, params.activation, DevicePtr::NULL);
-        // The plan's kernel reads x and w, and writes y, as `operand`s.
-        let (x, w) = (x.ptr().cast::<f32>(), w.ptr().cast::<f32>());
-        let (_scratch, start) = self.scratch(ScratchLayout {
-            bytes: size_of::<TensorMapPair>() as u64,
-            zeroed: 0,
-        })?;
-        let Some(specs) = plan.tensor_maps(problem, x, w) else {
-            return Ok(false);
-        };
-        let scratch = ForwardScratch {
-            maps: self.write_tensor_maps(&specs, start.cast())?,
-            partials: start,
-        };
-        let (gemm, _) = plan.forward_launches(problem, x, w, epilogue, y.ptr_mut().cast(), scratch);
-        self.launch(&gemm)?;
-        Ok(true)
-    }
-
     /// The forward pass of a validated problem over f32 tensors (`[x, w]`, y not
     /// empty).
     fn forward_f32(
@@ -653,16 +585,19 @@ impl Gpu {
             y_shape,
             grad_y.shape(),
         )?;
-        let (input, weight, bias) = gradients;
         let checks = [
-            (&input, "the input gradient (against x)", x.shape()),
-            (&weight, "the weight gradient (against w)", w.shape()),
-            (&bias, "the bias gradient (against w)", &w.shape()[..1]),
+            (&gradients.0, "the input gradient (against x)", x.shape()),
+            (&gradients.1, "the weight gradient (against w)", w.shape()),
+            (&gradients.2, "the bias gradient (against w)", &w.shape()[..1]),
         ];
         for (gradient, what, shape) in checks {
             if let Some(g) = gradient {
                 expect_shape(what, shape.to_vec(), g.shape())?;
             }
+        }
+        let (input, weight, bias) = T::backward_own(self, &problem, params, [x, w, grad_y], gradients)?;
+        if input.is_none() && weight.is_none() && bias.is_none() {
+            return Ok(());
         }
         let as_f32 = |a| T::as_f32(self, a);
         let (x, w, grad_y) = (as_f32(x)?, as_f32(w)?, as_f32(grad_y)?);

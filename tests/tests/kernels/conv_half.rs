@@ -167,28 +167,37 @@ fn conv2d_f16_matches_the_rounded_reference() {
         .unwrap();
 }
 
-/// The kernels of 16-bit operands (NHWC row strips) on cases they take, the plan
-/// asserted: channels per group multiples of their k-tiles' 64, output rows of one
-/// tile of 256 pixels, of two (500: the last partial; tiles enough that K is not
-/// split), a partial tile of output channels, a dilated window, two groups, with and
-/// without a bias and ReLU.
+/// The kernels of 16-bit operands on cases they take, the plans asserted: the forward
+/// pass and the input gradient on NHWC row strips (channels per group multiples of
+/// their k-tiles' 64, output rows of one tile of 256 pixels or of two, 500 with the
+/// last partial; tiles enough that K is not split), the weight gradient on `wgmma`
+/// (partial tiles of output channels and pixels, 40 input channels in a chunk of 64,
+/// two column tiles of 128 channels); a dilated window, two groups, with and without
+/// a bias and ReLU, and cases where some passes run over f32 copies (the forward pass
+/// of three tiles splits K).
 #[test]
 fn conv2d_16_bit_kernels_match_the_rounded_reference() {
     use host::plans::TensorCoreOperand;
     let Some(gpu) = gpu_or_skip("conv2d_16_bit_kernels_match_the_rounded_reference") else {
         return;
     };
-    // batch, in, out, kernel, size, padding, dilation, groups, activation, bias
+    // batch, in, out, kernel, size, padding, dilation, groups, activation, bias, and
+    // whether the forward pass, the input and the weight gradients take their kernels
     #[rustfmt::skip]
     let cases = [
-        (2, 64, 64, [3, 3], [4, 256], [1, 1], [1, 1], 1, Activation::Relu, true),
-        (1, 128, 96, [1, 1], [3, 254], [0, 0], [1, 1], 1, Activation::Identity, false),
-        (2, 64, 128, [3, 3], [6, 260], [0, 0], [2, 2], 1, Activation::Identity, true),
-        (2, 64, 64, [5, 5], [20, 500], [2, 2], [1, 1], 1, Activation::Relu, false),
-        (1, 128, 128, [3, 3], [2, 256], [1, 1], [1, 1], 2, Activation::Identity, true),
+        (2, 64, 64, [3, 3], [4, 256], [1, 1], [1, 1], 1, Activation::Relu, true, [true, true, true]),
+        (1, 128, 96, [1, 1], [3, 254], [0, 0], [1, 1], 1, Activation::Identity, false, [true, false, false]),
+        (2, 64, 128, [3, 3], [6, 260], [0, 0], [2, 2], 1, Activation::Identity, true, [true, false, true]),
+        (2, 64, 64, [5, 5], [20, 500], [2, 2], [1, 1], 1, Activation::Relu, false, [true, true, true]),
+        (1, 128, 128, [3, 3], [2, 256], [1, 1], [1, 1], 2, Activation::Identity, true, [true, true, false]),
+        (2, 64, 96, [3, 3], [5, 250], [1, 1], [1, 1], 1, Activation::Identity, true, [true, false, true]),
+        (1, 128, 64, [3, 3], [3, 256], [1, 1], [1, 1], 1, Activation::Relu, false, [false, true, true]),
+        (2, 40, 64, [3, 3], [6, 100], [1, 1], [1, 1], 1, Activation::Identity, true, [false, false, true]),
     ];
-    for (i, (batch, in_channels, out_channels, kernel, size, padding, dilation, groups, activation, bias)) in
-        cases.into_iter().enumerate()
+    for (
+        i,
+        (batch, in_channels, out_channels, kernel, size, padding, dilation, groups, activation, bias, native),
+    ) in cases.into_iter().enumerate()
     {
         let c = Case {
             batch,
@@ -209,12 +218,18 @@ fn conv2d_16_bit_kernels_match_the_rounded_reference() {
         let x_shape = [batch, size[0], size[1], in_channels];
         let w_shape = [out_channels, kernel[0], kernel[1], in_channels / groups];
         for operand in [TensorCoreOperand::Bf16, TensorCoreOperand::F16] {
-            let plan = gpu
-                .conv2d_16_bit_plan(&x_shape, &w_shape, &c.params, operand)
+            let plans = gpu
+                .conv2d_16_bit_plans(&x_shape, &w_shape, &c.params, operand)
                 .unwrap();
-            assert!(
-                plan.is_some_and(|p| p.operand == operand),
-                "{c:?} {operand:?}: {plan:?}"
+            let taken = [
+                plans.forward.map(|p| p.operand),
+                plans.input_grad.map(|p| p.operand),
+                plans.weight_grad.map(|p| p.operand),
+            ];
+            assert_eq!(
+                taken,
+                native.map(|n| n.then_some(operand)),
+                "{c:?} {operand:?}: {plans:?}"
             );
             let checked = match operand {
                 TensorCoreOperand::Bf16 => check::<bf16>(&gpu, c.clone(), activation, false),

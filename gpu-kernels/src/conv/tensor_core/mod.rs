@@ -462,7 +462,13 @@ impl TensorCorePlan {
                 TensorMapSwizzle::Bytes128,
             )
         } else {
-            im2col_map(p, x, WgmmaSchedule::of(false, true).tile_rows).rounded_to_tf32()
+            im2col_map(
+                p,
+                x,
+                TensorCoreOperand::Tf32,
+                WgmmaSchedule::of(false, true).tile_rows,
+            )
+            .rounded_to_tf32()
         };
         let in_group = p.in_per_group() as u64;
         let filters = TensorMapSpec::tiled_of(
@@ -574,11 +580,17 @@ pub struct ForwardScratch {
     pub partials: DevicePtrMut<u8>,
 }
 
-/// The im2col tensor map of NHWC x (`[C][W][H][N]`, swizzled): boxes of `TC_BK`
-/// channels of `pixels` output pixels' window taps, zeros in the padding.
-pub(crate) fn im2col_map(problem: &ConvProblem, x: DevicePtr<f32>, pixels: u32) -> TensorMapSpec {
+/// The im2col tensor map of NHWC x (`[C][W][H][N]`, swizzled) of `operand`s: boxes of
+/// a k-tile's channels (128 bytes) of `pixels` output pixels' window taps, zeros in
+/// the padding.
+pub(crate) fn im2col_map(
+    problem: &ConvProblem,
+    x: DevicePtr<f32>,
+    operand: TensorCoreOperand,
+    pixels: u32,
+) -> TensorMapSpec {
     let p = problem;
-    let (c, bytes) = (p.in_channels as u64, 4);
+    let (c, bytes) = (p.in_channels as u64, operand.bytes() as u64);
     let window = |kernel: u32, dilation: u32| ((kernel - 1) * dilation) as i32;
     TensorMapSpec {
         address: x.address(),
@@ -598,11 +610,11 @@ pub(crate) fn im2col_map(problem: &ConvProblem, x: DevicePtr<f32>, pixels: u32) 
                 p.pad_h as i32 - window(p.kernel_h, p.dilation_h),
                 0,
             ],
-            channels: TC_BK,
+            channels: operand.k_tile_channels(),
             pixels,
         },
         swizzle: TensorMapSwizzle::Bytes128,
-        element: TensorMapElement::F32,
+        element: operand.map_element(false),
     }
 }
 

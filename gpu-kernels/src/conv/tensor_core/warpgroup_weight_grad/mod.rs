@@ -30,10 +30,16 @@
 //!
 //! In NCHW, columns of a k-tile whose output pixel lies outside the output row have no
 //! dy (zeros), so their x values add nothing unless they are infinite or NaN.
+//!
+//! NHWC tensors of bf16 or f16 have a kernel of their own ([`sixteen_bit`]): the same
+//! tiles and split, both operands read from shared memory as they land.
+
+mod sixteen_bit;
 
 use super::weight_grad::wave_filling_split;
 use super::{
-    TC_BK, WGMMA_BARRIER_BYTES, WGMMA_THREADS, bulk_copies_fit, im2col_map, nchw_rows_map, tile_bytes,
+    TC_BK, TensorCoreOperand, WGMMA_BARRIER_BYTES, WGMMA_THREADS, bulk_copies_fit, im2col_map, nchw_rows_map,
+    tile_bytes,
 };
 use crate::conv::reduce::{self, SplitSumArgs};
 use crate::conv::{ConvLayout, ConvProblem};
@@ -103,24 +109,58 @@ pub struct WarpgroupWeightGradPlan {
     pub k_tiles: u32,
     /// Whether x, dy and dw are channels last (NHWC), as 1 or 0 (NCHW).
     pub channels_last: u32,
+    /// The operands' type: TF32 (f32 tensors, dw written as f32), or in NHWC a 16-bit
+    /// float (x and dy of it; dw still f32 sums).
+    pub operand: TensorCoreOperand,
 }
 
 impl WarpgroupWeightGradPlan {
-    /// The plan of `problem`'s weight gradient over tensors in `layout`, when the
-    /// device has the kernel and the problem suits it: one group, at least half a chunk
-    /// of input channels and three column blocks per window column (the tiles mostly
-    /// full), a batch, and tensors the maps can describe. In NCHW: stride 1, rows of x
-    /// and planes of dy in 16-byte multiples, and half a k-tile of row; in NHWC: pixels
-    /// of x and dy in 16-byte multiples, within the im2col limits, and the batch's
-    /// output pixels under 2^32.
+    /// The plan of `problem`'s weight gradient over f32 tensors in `layout` on TF32
+    /// `wgmma`, when the device has the kernel and the problem suits it: one group, at
+    /// least half a chunk of input channels and three column blocks per window column
+    /// (the tiles mostly full), a batch, and tensors the maps can describe. In NCHW:
+    /// stride 1, rows of x and planes of dy in 16-byte multiples, and half a k-tile of
+    /// row; in NHWC: pixels of x and dy in 16-byte multiples, within the im2col limits,
+    /// and the batch's output pixels under 2^31.
     pub const fn of(problem: &ConvProblem, layout: ConvLayout, device: &DeviceLimits) -> Option<Self> {
+        Self::of_operand(problem, layout, TensorCoreOperand::Tf32, device)
+    }
+
+    /// The plan of `problem`'s weight gradient over NHWC tensors of the 16-bit
+    /// `operand`, as [`Self::of`] says for NHWC, on the kernel of their own.
+    pub const fn of_16_bit(
+        problem: &ConvProblem,
+        operand: TensorCoreOperand,
+        device: &DeviceLimits,
+    ) -> Option<Self> {
+        if matches!(operand, TensorCoreOperand::Tf32) {
+            return None;
+        }
+        Self::of_operand(problem, ConvLayout::Nhwc, operand, device)
+    }
+
+    const fn of_operand(
+        problem: &ConvProblem,
+        layout: ConvLayout,
+        operand: TensorCoreOperand,
+        device: &DeviceLimits,
+    ) -> Option<Self> {
         let p = problem;
         let channels_last = matches!(layout, ConvLayout::Nhwc);
+        let sixteen_bit = !matches!(operand, TensorCoreOperand::Tf32);
+        let (k_tile_pixels, shared_bytes) = if sixteen_bit {
+            (sixteen_bit::K_TILE_PIXELS, sixteen_bit::SHARED_BYTES)
+        } else {
+            (TC_BK, SHARED_BYTES)
+        };
+        // Elements of 16 bytes: the maps' strides are multiples of it.
+        let vector = 16 / operand.bytes();
         let batch_pixels = p.batch as u64 * p.out_pixels() as u64;
         let layout_suits = if channels_last {
-            p.out_channels.is_multiple_of(4)
+            p.out_channels.is_multiple_of(vector)
+                && p.in_channels.is_multiple_of(vector)
                 && bulk_copies_fit(p)
-                && batch_pixels <= u32::MAX as u64
+                && batch_pixels <= i32::MAX as u64
                 && fits_a_map(p.out_channels, batch_pixels)
         } else {
             p.width.is_multiple_of(4)
@@ -132,7 +172,7 @@ impl WarpgroupWeightGradPlan {
         };
         let suits = device.warpgroup_mma
             && device.tensor_maps
-            && device.max_shared_bytes_per_block >= SHARED_BYTES
+            && device.max_shared_bytes_per_block >= shared_bytes
             && layout_suits
             && p.groups == 1
             && p.in_channels >= WGMMA_WGRAD_CHANNELS / 2
@@ -142,7 +182,7 @@ impl WarpgroupWeightGradPlan {
         let column_blocks = p.kernel_h * channel_chunks;
         let row_tiles = if channels_last { 0 } else { p.width.div_ceil(TC_BK) };
         let total = if channels_last {
-            batch_pixels.div_ceil(TC_BK as u64)
+            batch_pixels.div_ceil(k_tile_pixels as u64)
         } else {
             p.batch as u64 * p.out_h as u64 * row_tiles as u64
         };
@@ -165,6 +205,7 @@ impl WarpgroupWeightGradPlan {
             split: total.div_ceil(k_tiles) as u32,
             k_tiles: k_tiles as u32,
             channels_last: channels_last as u32,
+            operand,
         })
     }
 
@@ -200,7 +241,9 @@ impl WarpgroupWeightGradPlan {
         x: DevicePtr<f32>,
         dy: DevicePtr<f32>,
     ) -> [TensorMapSpec; 2] {
-        if self.channels_last == 1 {
+        if !matches!(self.operand, TensorCoreOperand::Tf32) {
+            sixteen_bit::tensor_maps(problem, self.operand, x, dy)
+        } else if self.channels_last == 1 {
             nhwc_tensor_maps(problem, x, dy)
         } else {
             nchw_tensor_maps(problem, x, dy)
@@ -218,6 +261,14 @@ impl WarpgroupWeightGradPlan {
         dw: DevicePtrMut<f32>,
     ) -> (Launch<WarpgroupWeightGradArgs>, Option<Launch<SplitSumArgs>>) {
         let (out, sum) = reduce::split_outputs(self.split, problem.weight_count(), scratch, dw);
+        let (kernel, shared_bytes) = match self.operand {
+            TensorCoreOperand::Bf16 => (CONV_WEIGHT_GRAD_NHWC_BF16_WGMMA, sixteen_bit::SHARED_BYTES),
+            TensorCoreOperand::F16 => (CONV_WEIGHT_GRAD_NHWC_F16_WGMMA, sixteen_bit::SHARED_BYTES),
+            TensorCoreOperand::Tf32 if self.channels_last == 1 => {
+                (CONV_WEIGHT_GRAD_NHWC_TF32_WGMMA, SHARED_BYTES)
+            }
+            TensorCoreOperand::Tf32 => (CONV_WEIGHT_GRAD_NCHW_TF32_WGMMA, SHARED_BYTES),
+        };
         let geometry = LaunchGeometry {
             grid: [
                 self.m_tiles as u64 * self.n_tiles as u64 * self.split as u64,
@@ -225,18 +276,13 @@ impl WarpgroupWeightGradPlan {
                 1,
             ],
             threads: WGMMA_THREADS,
-            shared_bytes: SHARED_BYTES,
+            shared_bytes,
         };
         let args = WarpgroupWeightGradArgs {
             out,
             maps,
             problem: *problem,
             plan: *self,
-        };
-        let kernel = if self.channels_last == 1 {
-            CONV_WEIGHT_GRAD_NHWC_TF32_WGMMA
-        } else {
-            CONV_WEIGHT_GRAD_NCHW_TF32_WGMMA
         };
         (Launch::new(kernel, geometry, args), sum)
     }
@@ -270,7 +316,7 @@ fn nhwc_tensor_maps(problem: &ConvProblem, x: DevicePtr<f32>, dy: DevicePtr<f32>
         &[DY_NHWC_ROW, TC_BK, 1],
         TensorMapSwizzle::None,
     );
-    let x = im2col_map(p, x, TC_BK);
+    let x = im2col_map(p, x, TensorCoreOperand::Tf32, TC_BK);
     [dy, x]
 }
 
@@ -296,11 +342,17 @@ kernel_args! {
     /// The TF32 weight gradient over NHWC tensors on `wgmma`.
     pub const CONV_WEIGHT_GRAD_NHWC_TF32_WGMMA = "conv_weight_grad_nhwc_tf32_wgmma" =>
         kernel::weight_grad::<true>, bounds(WGMMA_THREADS, 1), requires("sm_90a");
+    /// The weight gradient over NHWC tensors of bf16 on `wgmma`.
+    pub const CONV_WEIGHT_GRAD_NHWC_BF16_WGMMA = "conv_weight_grad_nhwc_bf16_wgmma" =>
+        sixteen_bit::kernel::weight_grad::<half::bf16>, bounds(WGMMA_THREADS, 1), requires("sm_90a");
+    /// The weight gradient over NHWC tensors of f16 on `wgmma`.
+    pub const CONV_WEIGHT_GRAD_NHWC_F16_WGMMA = "conv_weight_grad_nhwc_f16_wgmma" =>
+        sixteen_bit::kernel::weight_grad::<half::f16>, bounds(WGMMA_THREADS, 1), requires("sm_90a");
     entry points in ENTRY_POINTS;
 }
 
 #[cfg(all(target_arch = "nvptx64", target_feature = "sm_90a"))]
-mod kernel {
+pub(super) mod kernel {
     use super::*;
     use crate::device::{
         Shuffle, StagePipeline, StageSignal, WarpgroupAccumulators, block_idx_x, fence_async_shared,
@@ -323,7 +375,7 @@ mod kernel {
     const ROUNDERS_BARRIER: u32 = 1;
 
     /// The accumulators of a consumer: its 64 output channels by the tile's 192 columns.
-    type Sums = [[f32; 4]; 24];
+    pub(super) type Sums = [[f32; 4]; 24];
 
     /// The stage's column blocks of x (swizzled, `BLOCK_BYTES` each).
     #[inline(always)]
@@ -339,18 +391,52 @@ mod kernel {
 
     /// The block's share: its tile, its split's k-tiles, and what its window column
     /// does to dy.
-    struct Work {
+    pub(super) struct Work {
         /// The tile's first output channel, window column and tile of column blocks
         /// of that column.
-        m0: u32,
-        window_column: u32,
+        pub(super) m0: u32,
+        pub(super) window_column: u32,
         column_tile: u32,
         split: u32,
-        first: u32,
-        count: u32,
+        pub(super) first: u32,
+        pub(super) count: u32,
         /// x's column minus the output column of the products: the window column's
         /// displacement less the padding.
         displacement: i32,
+    }
+
+    impl Work {
+        /// This block's share of the plan's tiles and splits.
+        #[inline(always)]
+        pub(super) fn of(args: &WarpgroupWeightGradArgs) -> Self {
+            let (p, plan) = (&args.problem, &args.plan);
+            let tiles = plan.m_tiles * plan.n_tiles;
+            let (split, tile) = (block_idx_x() / tiles, block_idx_x() % tiles);
+            let n_tile = tile % plan.n_tiles;
+            let window_column = n_tile / plan.column_tiles;
+            let first = split * plan.k_tiles;
+            Self {
+                m0: tile / plan.n_tiles * WGMMA_WGRAD_ROWS,
+                window_column,
+                column_tile: n_tile % plan.column_tiles,
+                split,
+                first,
+                count: plan.k_tiles.min(plan.total_k_tiles - first),
+                displacement: (window_column * p.dilation_w) as i32 - p.pad_w as i32,
+            }
+        }
+
+        /// The window row and first input channel of the tile's column block `j`.
+        /// Blocks past the window column's copy the last one again; their sums are not
+        /// stored.
+        #[inline(always)]
+        pub(super) fn block(&self, plan: &WarpgroupWeightGradPlan, j: u32) -> (u32, u32) {
+            let block = (self.column_tile * WGMMA_WGRAD_BLOCKS + j).min(plan.column_blocks - 1);
+            (
+                block / plan.channel_chunks,
+                block % plan.channel_chunks * WGMMA_WGRAD_CHANNELS,
+            )
+        }
     }
 
     /// Where a k-tile lies: its image, output row and first column of x; stepped
@@ -435,21 +521,7 @@ mod kernel {
     /// the one [`WarpgroupWeightGradPlan::launches`] builds from this problem's plan.
     #[inline(always)]
     pub unsafe fn weight_grad<const CHANNELS_LAST: bool>(args: WarpgroupWeightGradArgs) {
-        let (p, plan) = (&args.problem, &args.plan);
-        let tiles = plan.m_tiles * plan.n_tiles;
-        let (split, tile) = (block_idx_x() / tiles, block_idx_x() % tiles);
-        let n_tile = tile % plan.n_tiles;
-        let window_column = n_tile / plan.column_tiles;
-        let first = split * plan.k_tiles;
-        let work = Work {
-            m0: tile / plan.n_tiles * WGMMA_WGRAD_ROWS,
-            window_column,
-            column_tile: n_tile % plan.column_tiles,
-            split,
-            first,
-            count: plan.k_tiles.min(plan.total_k_tiles - first),
-            displacement: (window_column * p.dilation_w) as i32 - p.pad_w as i32,
-        };
+        let work = Work::of(&args);
         let barriers = stage_x(STAGES);
         // SAFETY: every thread calls them; the mbarriers follow the stages in the
         // launch's shared memory, and the barrier below publishes them.
@@ -514,13 +586,8 @@ mod kernel {
             return;
         }
         let (p, plan) = (&args.problem, &args.plan);
-        let dy_map = args.maps.as_ptr() as *const u8;
-        let x_map = dy_map.wrapping_add(size_of::<TensorMap>());
         // SAFETY: the host wrote both maps before the launch.
-        unsafe {
-            fence_tensor_map(dy_map);
-            fence_tensor_map(x_map);
-        }
+        let (dy_map, x_map) = unsafe { fenced_maps(args) };
         if CHANNELS_LAST {
             // SAFETY: forwarded.
             unsafe { produce_nhwc(args, work, pipeline, dy_map, x_map) };
@@ -541,27 +608,14 @@ mod kernel {
                 pipeline.load_tile_3d(stage, stage_dy(stage), dy_map, dy_at);
             }
             for j in 0..WGMMA_WGRAD_BLOCKS {
-                let (window_row, channel, to) = stage_block(plan, work, stage, j);
+                let (window_row, channel) = work.block(plan, j);
+                let to = stage_x(stage) + j * BLOCK_BYTES;
                 let row = (k_tile.row + window_row * p.dilation_h) as i32 - p.pad_h as i32;
                 // SAFETY: as above.
                 unsafe { pipeline.load_tile_4d(stage, to, x_map, [column, row, channel as i32, image]) };
             }
             k_tile.advance(p, plan);
         }
-    }
-
-    /// Where column block `j` of a stage goes and what it holds: its window row, its
-    /// first input channel and its address. Blocks past the window column's copy the
-    /// last one again; their sums are not stored.
-    #[inline(always)]
-    fn stage_block(plan: &WarpgroupWeightGradPlan, work: &Work, stage: u32, j: u32) -> (u32, u32, u32) {
-        let block = (work.column_tile * WGMMA_WGRAD_BLOCKS + j).min(plan.column_blocks - 1);
-        let (window_row, chunk) = (block / plan.channel_chunks, block % plan.channel_chunks);
-        (
-            window_row,
-            chunk * WGMMA_WGRAD_CHANNELS,
-            stage_x(stage) + j * BLOCK_BYTES,
-        )
     }
 
     /// The copying thread in NHWC: k-tile `kt` is the batch's output pixels
@@ -583,14 +637,7 @@ mod kernel {
         for fill in 0..work.count {
             let stage = fill % STAGES;
             let first_pixel = (work.first + fill) * TC_BK;
-            // The window origin of the k-tile's first output pixel.
-            let (image, pixel) = p.div_out_pixels.divmod(first_pixel);
-            let (oy, ox) = p.div_out_w.divmod(pixel);
-            let origin = [
-                (ox * p.stride_w) as i32 - p.pad_w as i32,
-                (oy * p.stride_h) as i32 - p.pad_h as i32,
-                image as i32,
-            ];
+            let origin = window_origin(p, first_pixel);
             // SAFETY: the stage is released before the copies start; the full barrier
             // expects every box's bytes (zero-filled parts included).
             unsafe {
@@ -600,7 +647,8 @@ mod kernel {
                 pipeline.load_tile_3d(stage, stage_dy(stage), dy_map, dy_at);
             }
             for j in 0..WGMMA_WGRAD_BLOCKS {
-                let (window_row, channel, to) = stage_block(plan, work, stage, j);
+                let (window_row, channel) = work.block(plan, j);
+                let to = stage_x(stage) + j * BLOCK_BYTES;
                 let offsets = [column_offset, (window_row * p.dilation_h) as u16];
                 for half in 0..2 {
                     let channel = (channel + half * X_NHWC_BOX_CHANNELS) as i32;
@@ -611,6 +659,35 @@ mod kernel {
                 }
             }
         }
+    }
+
+    /// The window origin (x's column, row and image, the column and row before the
+    /// padding) of output pixel `pixel` of the batch.
+    #[inline(always)]
+    pub(super) fn window_origin(p: &ConvProblem, pixel: u32) -> [i32; 3] {
+        let (image, pixel) = p.div_out_pixels.divmod(pixel);
+        let (oy, ox) = p.div_out_w.divmod(pixel);
+        [
+            (ox * p.stride_w) as i32 - p.pad_w as i32,
+            (oy * p.stride_h) as i32 - p.pad_h as i32,
+            image as i32,
+        ]
+    }
+
+    /// The tensor maps of dy and x in `args`, fenced for this thread's copies.
+    ///
+    /// # Safety
+    /// The host wrote both maps before the launch.
+    #[inline(always)]
+    pub(super) unsafe fn fenced_maps(args: &WarpgroupWeightGradArgs) -> (*const u8, *const u8) {
+        let dy_map = args.maps.as_ptr() as *const u8;
+        let x_map = dy_map.wrapping_add(size_of::<TensorMap>());
+        // SAFETY: the caller's contract.
+        unsafe {
+            fence_tensor_map(dy_map);
+            fence_tensor_map(x_map);
+        }
+        (dy_map, x_map)
     }
 
     /// Rounds the staged x at `tile` to TF32 to nearest in place, rounder `rounder`
@@ -828,7 +905,7 @@ mod kernel {
     /// # Safety
     /// As [`consume`].
     #[inline(always)]
-    unsafe fn store<const CHANNELS_LAST: bool>(
+    pub(super) unsafe fn store<const CHANNELS_LAST: bool>(
         args: &WarpgroupWeightGradArgs,
         work: &Work,
         sums: &Sums,
