@@ -1,4 +1,4 @@
-//! Batched transpose of 4-byte elements, `[batch][rows][cols]` to `[batch][cols][rows]`:
+//! Batched transpose of 4-byte or 2-byte elements, `[batch][rows][cols]` to `[batch][cols][rows]`:
 //! the layout change between channels-first (NCHW, rows = channels, cols = pixels) and
 //! channels-last (NHWC) tensors, and of convolution weights between `[out][in][kh][kw]`
 //! and `[out][kh][kw][in]`.
@@ -22,27 +22,36 @@ pub const SHARED_BYTES: u32 = TILE * (TILE + 1) * 4;
 
 kernel_args! {
     /// `y[b][c][r] = x[b][r][c]` for `batch` matrices of `rows x cols`.
-    pub struct TransposeArgs {
-        pub x: DevicePtr<u32>,
-        pub y: DevicePtrMut<u32>,
+    pub struct TransposeArgs<T> {
+        pub x: DevicePtr<T>,
+        pub y: DevicePtrMut<T>,
         pub rows: u64,
         pub cols: u64,
     }
-    /// The batched transpose.
-    pub const TRANSPOSE = "transpose_b32" => kernel::transpose;
+    impl TransposeKernel for u32 {
+        const TRANSPOSE = "transpose_b32" => kernel::transpose::<u32>;
+    }
+    impl TransposeKernel for u16 {
+        const TRANSPOSE = "transpose_b16" => kernel::transpose::<u16>;
+    }
     entry points in ENTRY_POINTS;
 }
 
-/// The transpose of `batch` matrices of `rows x cols` 4-byte elements from `x` to `y`
+/// The batched transpose of elements of a size: `u32` or `u16` bits.
+pub trait TransposeKernel: Sized {
+    const TRANSPOSE: crate::launch::Kernel<TransposeArgs<Self>>;
+}
+
+/// The transpose of `batch` matrices of `rows x cols` elements from `x` to `y`
 /// (distinct buffers), or `None` when there is nothing to move. Rows past 2^21 or
 /// batches past 65535 pass the grid's limits, which the launch reports.
-pub fn launch(
-    x: DevicePtr<u32>,
-    y: DevicePtrMut<u32>,
+pub fn launch<T: TransposeKernel>(
+    x: DevicePtr<T>,
+    y: DevicePtrMut<T>,
     batch: u64,
     rows: u64,
     cols: u64,
-) -> Option<Launch<TransposeArgs>> {
+) -> Option<Launch<TransposeArgs<T>>> {
     let (row_tiles, col_tiles) = (rows.div_ceil(TILE as u64), cols.div_ceil(TILE as u64));
     if batch == 0 || row_tiles == 0 || col_tiles == 0 {
         return None;
@@ -53,7 +62,7 @@ pub fn launch(
         shared_bytes: SHARED_BYTES,
     };
     Some(Launch::new(
-        TRANSPOSE,
+        T::TRANSPOSE,
         geometry,
         TransposeArgs { x, y, rows, cols },
     ))
@@ -118,7 +127,7 @@ mod kernel {
     /// `(cols / TILE, rows / TILE, batch)` tiles, rounded up, of `THREADS` threads with
     /// `SHARED_BYTES` of dynamic shared memory.
     #[inline(always)]
-    pub unsafe fn transpose(args: TransposeArgs) {
+    pub unsafe fn transpose<T: Copy>(args: TransposeArgs<T>) {
         let TransposeArgs { rows, cols, .. } = args;
         let matrix = block_idx_z() as u64 * rows * cols;
         // SAFETY: the caller's contract: every element of matrix `block_idx_z` lies

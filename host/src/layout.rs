@@ -11,7 +11,7 @@ use crate::gpu::Gpu;
 
 impl Gpu {
     /// `[n, c, h, w]` as `[n, h, w, c]`, in a new array (the elements' bits moved
-    /// unchanged; 4-byte elements).
+    /// unchanged; 4-byte or 2-byte elements).
     pub fn to_channels_last<T: Element>(&self, x: &DeviceArray<T>) -> Result<DeviceArray<T>> {
         let [n, c, h, w] = rank4(x)?;
         let mut y = self.alloc(&[n, h, w, c])?;
@@ -20,7 +20,7 @@ impl Gpu {
     }
 
     /// `[n, h, w, c]` as `[n, c, h, w]`, in a new array (the elements' bits moved
-    /// unchanged; 4-byte elements).
+    /// unchanged; 4-byte or 2-byte elements).
     pub fn to_channels_first<T: Element>(&self, x: &DeviceArray<T>) -> Result<DeviceArray<T>> {
         let [n, h, w, c] = rank4(x)?;
         let mut y = self.alloc(&[n, c, h, w])?;
@@ -68,22 +68,23 @@ impl Gpu {
         rows: usize,
         cols: usize,
     ) -> Result<()> {
-        if size_of::<T>() != 4 {
-            return Err(Error::InvalidParameter {
-                parameter: "dtype",
-                detail: format!("layout changes move 4-byte elements; {:?} is not one", T::DTYPE),
-            });
-        }
-        match transpose::launch(
-            x.ptr().cast(),
-            y.ptr_mut().cast(),
-            batch as u64,
-            rows as u64,
-            cols as u64,
-        ) {
-            Some(launch) => self.launch(&launch),
-            None => Ok(()),
-        }
+        let [batch, rows, cols] = [batch, rows, cols].map(|d| d as u64);
+        let launched = match size_of::<T>() {
+            4 => transpose::launch::<u32>(x.ptr().cast(), y.ptr_mut().cast(), batch, rows, cols)
+                .map(|launch| self.launch(&launch)),
+            2 => transpose::launch::<u16>(x.ptr().cast(), y.ptr_mut().cast(), batch, rows, cols)
+                .map(|launch| self.launch(&launch)),
+            _ => {
+                return Err(Error::InvalidParameter {
+                    parameter: "dtype",
+                    detail: format!(
+                        "layout changes move 4-byte or 2-byte elements; {:?} is neither",
+                        T::DTYPE
+                    ),
+                });
+            }
+        };
+        launched.unwrap_or(Ok(()))
     }
 }
 

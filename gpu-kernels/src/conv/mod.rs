@@ -314,11 +314,21 @@ mod tests {
         use tensor_core::TensorCoreOperand::{Bf16, F16};
         let headline = headline();
         for operand in [Bf16, F16] {
-            let plan = TensorCorePlan::forward_16_bit(&headline, operand, &H100).expect("the headline's");
+            let plan = TensorCorePlan::forward_16_bit(&headline, operand, ConvLayout::Nhwc, &H100)
+                .expect("the headline's");
             let tf32 = tf32_forward(&headline, ConvLayout::Nhwc, &H100);
             assert_eq!((plan.operand, plan.k_tiles, plan.split_k_tiles), (operand, 9, 9));
             assert_eq!(plan.k_tiles * 2, tf32.k_tiles);
             assert_eq!((plan.row_strips, plan.channels_last, plan.splits), (1, 1, 1));
+            // NCHW y: the same plan, storing channels first.
+            let nchw = TensorCorePlan::forward_16_bit(&headline, operand, ConvLayout::Nchw, &H100);
+            assert_eq!(
+                nchw,
+                Some(TensorCorePlan {
+                    y_channels_last: 0,
+                    ..plan
+                })
+            );
             // 32 channels: not a whole k-tile; no `wgmma`: none either.
             let thin = ConvProblem::new(&ConvShape {
                 input: [8, 32, 512, 1024],
@@ -329,8 +339,14 @@ mod tests {
                 groups: 1,
             })
             .unwrap();
-            assert_eq!(TensorCorePlan::forward_16_bit(&thin, operand, &H100), None);
-            assert_eq!(TensorCorePlan::forward_16_bit(&headline, operand, &A100), None);
+            assert_eq!(
+                TensorCorePlan::forward_16_bit(&thin, operand, ConvLayout::Nhwc, &H100),
+                None
+            );
+            assert_eq!(
+                TensorCorePlan::forward_16_bit(&headline, operand, ConvLayout::Nhwc, &A100),
+                None
+            );
         }
     }
 
@@ -341,7 +357,8 @@ mod tests {
         let transposed = headline.input_grad_as_forward().expect("stride 1");
         for operand in [Bf16, F16] {
             // The input gradient: the strips over dy's 128 channels, 2 k-tiles a tap.
-            let input = TensorCorePlan::forward_16_bit(&transposed, operand, &H100).expect("the strips");
+            let input = TensorCorePlan::forward_16_bit(&transposed, operand, ConvLayout::Nhwc, &H100)
+                .expect("the strips");
             assert_eq!((input.k_tiles, input.splits, input.operand), (18, 1, operand));
             // The weight gradient: k-tiles of 64 of the batch's 8 x 510 x 1022 pixels.
             let weight = WarpgroupWeightGradPlan::of_16_bit(&headline, operand, &H100).expect("the weight's");

@@ -25,7 +25,7 @@ use gpu_kernels::launch::{DevicePtr, DevicePtrMut, ScratchLayout};
 use gpu_kernels::tensor_map::TensorMapPair;
 use ndarray::{ArrayBase, ArrayD, Data, Dimension};
 
-use crate::array::DeviceArray;
+use crate::array::{DeviceArray, Element};
 use crate::driver::Temporary;
 use crate::error::{Error, Result};
 use crate::gpu::Gpu;
@@ -661,13 +661,13 @@ impl Gpu {
     }
 
     /// `a` (in `from`) in the layout `to`: itself, or a copy kept in `copy`.
-    fn as_layout<'a, 'g: 'a>(
+    fn as_layout<'a, 'g: 'a, T: Element>(
         &'g self,
-        a: &'a DeviceArray<f32>,
+        a: &'a DeviceArray<T>,
         from: ConvLayout,
         to: ConvLayout,
-        copy: &'a mut Option<Temporary<'g, f32>>,
-    ) -> Result<&'a DeviceArray<f32>> {
+        copy: &'a mut Option<Temporary<'g, T>>,
+    ) -> Result<&'a DeviceArray<T>> {
         if from == to {
             return Ok(a);
         }

@@ -1,8 +1,9 @@
 //! The passes of bf16 and f16 convolutions on kernels of their own operands, where
-//! those take the problem: in NHWC the forward pass on row strips (a bias, ReLU or
-//! neither), the stride-1 input gradient as that forward pass of dy by the flipped
-//! weights, and the weight gradient on `wgmma`; the bias gradient in any layout. Each
-//! reads the 16-bit tensors as they are and rounds its output once.
+//! those take the problem: the forward pass on row strips (a bias, ReLU or neither;
+//! NCHW x and w changed to NHWC first, y written in its layout); in NHWC, the stride-1
+//! input gradient as that forward pass of dy by the flipped weights, and the weight
+//! gradient on `wgmma`; the bias gradient in any layout. Each reads the 16-bit tensors
+//! as they are and rounds its output once.
 
 use gpu_kernels::conv::reduce::{BiasGradKernels, BiasGradPlan};
 use gpu_kernels::conv::tensor_core::{ForwardScratch, TensorCoreOperand};
@@ -30,9 +31,9 @@ pub struct SixteenBitPlans {
 }
 
 impl Gpu {
-    /// The plan of the forward pass of NHWC tensors of the 16-bit `operand` on the
-    /// kernel of its own operands, where it takes the problem (with a residual or not)
-    /// and the epilogue is a bias, ReLU or neither.
+    /// The plan of the forward pass of tensors of the 16-bit `operand` on the kernel of
+    /// its own operands, where it takes the problem (with a residual or not) and the
+    /// epilogue is a bias, ReLU or neither.
     fn own_forward_plan(
         &self,
         problem: &ConvProblem,
@@ -41,11 +42,14 @@ impl Gpu {
         residual: bool,
     ) -> Option<TensorCorePlan> {
         let registers = !residual && matches!(params.activation, Activation::Identity | Activation::Relu);
-        if params.layout != ConvLayout::Nhwc || !registers {
+        if !registers {
             return None;
         }
-        let plan = TensorCorePlan::forward_16_bit(problem, operand, &self.limits());
-        log::debug!("conv2d Forward {operand:?} Nhwc {problem:?}: {plan:?}");
+        let plan = TensorCorePlan::forward_16_bit(problem, operand, params.layout, &self.limits());
+        log::debug!(
+            "conv2d Forward {operand:?} {:?} {problem:?}: {plan:?}",
+            params.layout
+        );
         plan
     }
 
@@ -61,7 +65,7 @@ impl Gpu {
         if params.layout != ConvLayout::Nhwc || transposed::upsampled(problem) {
             return None;
         }
-        let plan = TensorCorePlan::forward_16_bit(&transposed, operand, &self.limits());
+        let plan = TensorCorePlan::forward_16_bit(&transposed, operand, ConvLayout::Nhwc, &self.limits());
         log::debug!("conv2d InputGrad {operand:?} Nhwc {problem:?}: {plan:?}");
         Some((transposed, plan?))
     }
@@ -100,9 +104,10 @@ impl Gpu {
         })
     }
 
-    /// The forward pass of a validated problem (y not empty) over NHWC tensors of the
-    /// 16-bit `operand`, on the kernel of its own operands where its plan takes the
-    /// problem and the epilogue is a bias, ReLU or neither; `Ok(false)` elsewhere.
+    /// The forward pass of a validated problem (y not empty) over tensors of the 16-bit
+    /// `operand`, on the kernel of its own operands where its plan takes the problem
+    /// and the epilogue is a bias, ReLU or neither; `Ok(false)` elsewhere. NCHW x and w
+    /// go to NHWC copies first.
     pub(super) fn forward_16_bit<T: ConvElement>(
         &self,
         problem: &ConvProblem,
@@ -119,6 +124,9 @@ impl Gpu {
         let bias = bias.map(|b| T::as_f32(self, b)).transpose()?;
         let bias = bias.as_deref().map_or(DevicePtr::NULL, DeviceArray::ptr);
         let epilogue = ConvEpilogue::new(bias, params.activation, DevicePtr::NULL);
+        let (mut x_copy, mut w_copy) = (None, None);
+        let x = self.as_layout(x, params.layout, ConvLayout::Nhwc, &mut x_copy)?;
+        let w = self.as_layout(w, params.layout, ConvLayout::Nhwc, &mut w_copy)?;
         self.strips_16_bit(
             problem,
             plan,

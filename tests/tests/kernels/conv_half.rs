@@ -174,31 +174,46 @@ fn conv2d_f16_matches_the_rounded_reference() {
 /// (partial tiles of output channels and pixels, 40 input channels in a chunk of 64,
 /// two column tiles of 128 channels); a dilated window, two groups, with and without
 /// a bias and ReLU, and cases where some passes run over f32 copies (the forward pass
-/// of three tiles splits K).
+/// of three tiles splits K). In NCHW the forward pass reads copies of x and w in NHWC
+/// and writes y channels first; the gradients but the bias's run over f32 copies.
 #[test]
 fn conv2d_16_bit_kernels_match_the_rounded_reference() {
     use host::plans::TensorCoreOperand;
     let Some(gpu) = gpu_or_skip("conv2d_16_bit_kernels_match_the_rounded_reference") else {
         return;
     };
-    // batch, in, out, kernel, size, padding, dilation, groups, activation, bias, and
-    // whether the forward pass, the input and the weight gradients take their kernels
+    use host::ConvLayout::{Nchw, Nhwc};
+    // batch, in, out, kernel, size, padding, dilation, groups, activation, bias, layout,
+    // and whether the forward pass, the input and the weight gradients take their
+    // kernels
     #[rustfmt::skip]
     let cases = [
-        (2, 64, 64, [3, 3], [4, 256], [1, 1], [1, 1], 1, Activation::Relu, true, [true, true, true]),
-        (1, 128, 96, [1, 1], [3, 254], [0, 0], [1, 1], 1, Activation::Identity, false, [true, false, false]),
-        (2, 64, 128, [3, 3], [6, 260], [0, 0], [2, 2], 1, Activation::Identity, true, [true, false, true]),
-        (2, 64, 64, [5, 5], [20, 500], [2, 2], [1, 1], 1, Activation::Relu, false, [true, true, true]),
-        (1, 128, 128, [3, 3], [2, 256], [1, 1], [1, 1], 2, Activation::Identity, true, [true, true, false]),
-        (2, 64, 96, [3, 3], [5, 250], [1, 1], [1, 1], 1, Activation::Identity, true, [true, false, true]),
-        (1, 128, 64, [3, 3], [3, 256], [1, 1], [1, 1], 1, Activation::Relu, false, [false, true, true]),
-        (2, 40, 64, [3, 3], [6, 100], [1, 1], [1, 1], 1, Activation::Identity, true, [false, false, true]),
+        (2, 64, 64, [3, 3], [4, 256], [1, 1], [1, 1], 1, Activation::Relu, true, Nhwc, [true, true, true]),
+        (1, 128, 96, [1, 1], [3, 254], [0, 0], [1, 1], 1, Activation::Identity, false, Nhwc, [true, false, false]),
+        (2, 64, 128, [3, 3], [6, 260], [0, 0], [2, 2], 1, Activation::Identity, true, Nhwc, [true, false, true]),
+        (2, 64, 64, [5, 5], [20, 500], [2, 2], [1, 1], 1, Activation::Relu, false, Nhwc, [true, true, true]),
+        (1, 128, 128, [3, 3], [2, 256], [1, 1], [1, 1], 2, Activation::Identity, true, Nhwc, [true, true, false]),
+        (2, 64, 96, [3, 3], [5, 250], [1, 1], [1, 1], 1, Activation::Identity, true, Nhwc, [true, false, true]),
+        (1, 128, 64, [3, 3], [3, 256], [1, 1], [1, 1], 1, Activation::Relu, false, Nhwc, [false, true, true]),
+        (2, 40, 64, [3, 3], [6, 100], [1, 1], [1, 1], 1, Activation::Identity, true, Nhwc, [false, false, true]),
+        (2, 64, 64, [3, 3], [4, 256], [1, 1], [1, 1], 1, Activation::Relu, true, Nchw, [true, false, false]),
+        (1, 128, 96, [5, 5], [18, 500], [2, 2], [1, 1], 2, Activation::Identity, false, Nchw, [true, false, false]),
     ];
-    for (
-        i,
-        (batch, in_channels, out_channels, kernel, size, padding, dilation, groups, activation, bias, native),
-    ) in cases.into_iter().enumerate()
-    {
+    for (i, case) in cases.into_iter().enumerate() {
+        let (
+            batch,
+            in_channels,
+            out_channels,
+            kernel,
+            size,
+            padding,
+            dilation,
+            groups,
+            activation,
+            bias,
+            layout,
+            native,
+        ) = case;
         let c = Case {
             batch,
             in_channels,
@@ -209,14 +224,22 @@ fn conv2d_16_bit_kernels_match_the_rounded_reference() {
                 padding,
                 dilation,
                 groups,
-                layout: host::ConvLayout::Nhwc,
+                layout,
                 ..Default::default()
             },
             bias,
             seed: 40 + i as u64,
         };
-        let x_shape = [batch, size[0], size[1], in_channels];
-        let w_shape = [out_channels, kernel[0], kernel[1], in_channels / groups];
+        let (x_shape, w_shape) = match layout {
+            Nhwc => (
+                [batch, size[0], size[1], in_channels],
+                [out_channels, kernel[0], kernel[1], in_channels / groups],
+            ),
+            Nchw => (
+                [batch, in_channels, size[0], size[1]],
+                [out_channels, in_channels / groups, kernel[0], kernel[1]],
+            ),
+        };
         for operand in [TensorCoreOperand::Bf16, TensorCoreOperand::F16] {
             let plans = gpu
                 .conv2d_16_bit_plans(&x_shape, &w_shape, &c.params, operand)

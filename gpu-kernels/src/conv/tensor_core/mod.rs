@@ -365,12 +365,14 @@ impl TensorCorePlan {
         }
     }
 
-    /// The plan of the forward pass of `problem` over NHWC tensors of the 16-bit
-    /// `operand` on `wgmma` row strips, where the device has them and they fit: channels
-    /// per group a multiple of a k-tile's, K not split. `None` elsewhere.
+    /// The plan of the forward pass of `problem` over NHWC x and w of the 16-bit
+    /// `operand` on `wgmma` row strips, y in `y_layout`, where the device has them and
+    /// they fit: channels per group a multiple of a k-tile's, K not split. `None`
+    /// elsewhere.
     pub const fn forward_16_bit(
         problem: &ConvProblem,
         operand: TensorCoreOperand,
+        y_layout: ConvLayout,
         device: &DeviceLimits,
     ) -> Option<Self> {
         let tf32 = Self::forward(problem, ConvLayout::Nhwc, device);
@@ -384,6 +386,7 @@ impl TensorCorePlan {
             k_tiles,
             split_k_tiles: k_tiles,
             operand,
+            y_channels_last: matches!(y_layout, ConvLayout::Nhwc) as u32,
             ..tf32
         })
     }
