@@ -322,6 +322,19 @@ impl ConvProblem {
         self.out_h * self.out_w
     }
 
+    /// The origin of the window of output pixel `m` of the batch (`image * out_pixels
+    /// + pixel`): x's column and row of its first tap before the padding, and the image.
+    #[inline(always)]
+    pub const fn window_origin(&self, m: u32) -> [i32; 3] {
+        let (image, pixel) = self.div_out_pixels.divmod(m);
+        let (oy, ox) = self.div_out_w.divmod(pixel);
+        [
+            (ox * self.stride_w) as i32 - self.pad_w as i32,
+            (oy * self.stride_h) as i32 - self.pad_h as i32,
+            image as i32,
+        ]
+    }
+
     /// (M, N, K) of a pass's GEMM, per group.
     pub const fn gemm(&self, pass: ConvPass) -> (u64, u64, u64) {
         let (b, ci, co, taps) = (

@@ -319,18 +319,6 @@ pub unsafe fn forward<
     }
 }
 
-/// The window origin (column, row, image) of output pixel `m` of the batch.
-#[inline(always)]
-fn window_origin(p: &ConvProblem, m: u32) -> [i32; 3] {
-    let (image, pixel) = p.div_out_pixels.divmod(m);
-    let (oy, ox) = p.div_out_w.divmod(pixel);
-    [
-        (ox * p.stride_w) as i32 - p.pad_w as i32,
-        (oy * p.stride_h) as i32 - p.pad_h as i32,
-        image as i32,
-    ]
-}
-
 /// A k-tile's tap's column of the window (`s` of `kh x kw`), its tap, its chunk of
 /// channels.
 #[inline(always)]
@@ -405,10 +393,10 @@ unsafe fn produce_bulk<const CHANNELS_LAST: bool, const ROW_STRIPS: bool, const 
         // stride 1 its strips' start the row's shifted by the tile's first column.
         let origin = if ROW_STRIPS {
             let (row, column) = plan.row_pitch.divmod(tile.m0);
-            let [_, y, image] = window_origin(p, row * p.out_w);
+            let [_, y, image] = p.window_origin(row * p.out_w);
             [column as i32 - strip_lead::<CHANNELS_LAST>(p) as i32, y, image]
         } else {
-            window_origin(p, tile.m0)
+            p.window_origin(tile.m0)
         };
         let filter = (tile.group * p.out_per_group() + tile.n0) as i32;
         for kt in unit.k_first..unit.k_first + unit.k_count {

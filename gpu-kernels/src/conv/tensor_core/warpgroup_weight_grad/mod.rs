@@ -632,46 +632,72 @@ pub(super) mod kernel {
         dy_map: *const u8,
         x_map: *const u8,
     ) {
+        let k_tiles = NhwcKTiles {
+            stages: STAGES,
+            pixels: TC_BK,
+            bytes: STAGE_NHWC_COPY_BYTES,
+        };
+        let copy_dy = |stage, first_pixel| {
+            let dy_at = [work.m0 as i32, first_pixel, 0];
+            // SAFETY: into the stage the loop acquired.
+            unsafe { pipeline.load_tile_3d(stage, stage_dy(stage), dy_map, dy_at) };
+        };
+        let copy_x = |stage, j, [channel, column, row, image]: [i32; 4], offsets| {
+            for half in 0..2 {
+                let at = [channel + (half * X_NHWC_BOX_CHANNELS) as i32, column, row, image];
+                let to = stage_x(stage) + j * BLOCK_BYTES + half * X_NHWC_BOX_CHANNELS * TC_BK * 4;
+                // SAFETY: as above.
+                unsafe { pipeline.load_im2col(stage, to, x_map, at, offsets) };
+            }
+        };
+        // SAFETY: the caller's contract; the copies are the stage's bytes.
+        unsafe { copy_nhwc_k_tiles(args, work, pipeline, k_tiles, copy_dy, copy_x) };
+    }
+
+    /// How the NHWC k-tiles are staged: in `stages` stages, `pixels` output pixels
+    /// each, `bytes` copied per stage.
+    pub(super) struct NhwcKTiles {
+        pub stages: u32,
+        pub pixels: u32,
+        pub bytes: u32,
+    }
+
+    /// The copying thread's loop over the split's NHWC k-tiles: per fill, once its
+    /// stage is released, the stage expects `k_tiles.bytes`, `copy_dy(stage, first
+    /// pixel)` copies dy's k-tile and `copy_x(stage, j, at, offsets)` column block
+    /// `j`'s im2col boxes, `at` its first channel and the window origin of the first
+    /// pixel, `offsets` its window tap.
+    ///
+    /// # Safety
+    /// As [`produce`]; the copies land in the stage and bring `k_tiles.bytes` in all.
+    #[inline(always)]
+    pub(super) unsafe fn copy_nhwc_k_tiles(
+        args: &WarpgroupWeightGradArgs,
+        work: &Work,
+        pipeline: &StagePipeline,
+        k_tiles: NhwcKTiles,
+        copy_dy: impl Fn(u32, i32),
+        copy_x: impl Fn(u32, u32, [i32; 4], [u16; 2]),
+    ) {
         let (p, plan) = (&args.problem, &args.plan);
         let column_offset = (work.window_column * p.dilation_w) as u16;
         for fill in 0..work.count {
-            let stage = fill % STAGES;
-            let first_pixel = (work.first + fill) * TC_BK;
-            let origin = window_origin(p, first_pixel);
+            let stage = fill % k_tiles.stages;
+            let first_pixel = (work.first + fill) * k_tiles.pixels;
+            let [column, row, image] = p.window_origin(first_pixel);
             // SAFETY: the stage is released before the copies start; the full barrier
             // expects every box's bytes (zero-filled parts included).
             unsafe {
-                pipeline.acquire(stage, fill / STAGES);
-                pipeline.arrive_expecting(stage, STAGE_NHWC_COPY_BYTES);
-                let dy_at = [work.m0 as i32, first_pixel as i32, 0];
-                pipeline.load_tile_3d(stage, stage_dy(stage), dy_map, dy_at);
+                pipeline.acquire(stage, fill / k_tiles.stages);
+                pipeline.arrive_expecting(stage, k_tiles.bytes);
             }
+            copy_dy(stage, first_pixel as i32);
             for j in 0..WGMMA_WGRAD_BLOCKS {
                 let (window_row, channel) = work.block(plan, j);
-                let to = stage_x(stage) + j * BLOCK_BYTES;
                 let offsets = [column_offset, (window_row * p.dilation_h) as u16];
-                for half in 0..2 {
-                    let channel = (channel + half * X_NHWC_BOX_CHANNELS) as i32;
-                    let at = [channel, origin[0], origin[1], origin[2]];
-                    let to = to + half * X_NHWC_BOX_CHANNELS * TC_BK * 4;
-                    // SAFETY: as above.
-                    unsafe { pipeline.load_im2col(stage, to, x_map, at, offsets) };
-                }
+                copy_x(stage, j, [channel as i32, column, row, image], offsets);
             }
         }
-    }
-
-    /// The window origin (x's column, row and image, the column and row before the
-    /// padding) of output pixel `pixel` of the batch.
-    #[inline(always)]
-    pub(super) fn window_origin(p: &ConvProblem, pixel: u32) -> [i32; 3] {
-        let (image, pixel) = p.div_out_pixels.divmod(pixel);
-        let (oy, ox) = p.div_out_w.divmod(pixel);
-        [
-            (ox * p.stride_w) as i32 - p.pad_w as i32,
-            (oy * p.stride_h) as i32 - p.pad_h as i32,
-            image as i32,
-        ]
     }
 
     /// The tensor maps of dy and x in `args`, fenced for this thread's copies.

@@ -56,7 +56,7 @@ pub(super) fn tensor_maps(
 #[cfg(all(target_arch = "nvptx64", target_feature = "sm_90a"))]
 pub(super) mod kernel {
     use super::super::WarpgroupWeightGradArgs;
-    use super::super::kernel::{Sums, Work, fenced_maps, store, window_origin};
+    use super::super::kernel::{NhwcKTiles, Sums, Work, copy_nhwc_k_tiles, fenced_maps, store};
     use super::*;
     use crate::device::{
         Shuffle, StagePipeline, WarpgroupAccumulators, shared_base, swizzled_mn_major_descriptor,
@@ -142,32 +142,26 @@ pub(super) mod kernel {
     /// As [`weight_grad`]; thread 0 calls it.
     #[inline(always)]
     unsafe fn produce(args: &WarpgroupWeightGradArgs, work: &Work, pipeline: &StagePipeline) {
-        let (p, plan) = (&args.problem, &args.plan);
         // SAFETY: the host wrote both maps before the launch.
         let (dy_map, x_map) = unsafe { fenced_maps(args) };
-        let column_offset = (work.window_column * p.dilation_w) as u16;
-        for fill in 0..work.count {
-            let stage = fill % STAGES;
-            let first_pixel = (work.first + fill) * K_TILE_PIXELS;
-            let origin = window_origin(p, first_pixel);
-            // SAFETY: the stage is released before the copies start; the full barrier
-            // expects every box's bytes (zero-filled parts included).
-            unsafe {
-                pipeline.acquire(stage, fill / STAGES);
-                pipeline.arrive_expecting(stage, STAGE_BYTES);
-                for half in 0..2 {
-                    let dy_at = [(work.m0 + 64 * half) as i32, first_pixel as i32, 0];
-                    pipeline.load_tile_3d(stage, stage_dy(stage) + half * BOX_BYTES, dy_map, dy_at);
-                }
+        let k_tiles = NhwcKTiles {
+            stages: STAGES,
+            pixels: K_TILE_PIXELS,
+            bytes: STAGE_BYTES,
+        };
+        let copy_dy = |stage, first_pixel| {
+            for half in 0..2 {
+                let dy_at = [(work.m0 + 64 * half) as i32, first_pixel, 0];
+                // SAFETY: into the stage the loop acquired.
+                unsafe { pipeline.load_tile_3d(stage, stage_dy(stage) + half * BOX_BYTES, dy_map, dy_at) };
             }
-            for j in 0..WGMMA_WGRAD_BLOCKS {
-                let (window_row, channel) = work.block(plan, j);
-                let offsets = [column_offset, (window_row * p.dilation_h) as u16];
-                let at = [channel as i32, origin[0], origin[1], origin[2]];
-                // SAFETY: as above.
-                unsafe { pipeline.load_im2col(stage, stage_x(stage) + j * BOX_BYTES, x_map, at, offsets) };
-            }
-        }
+        };
+        let copy_x = |stage, j, at, offsets| {
+            // SAFETY: as above.
+            unsafe { pipeline.load_im2col(stage, stage_x(stage) + j * BOX_BYTES, x_map, at, offsets) };
+        };
+        // SAFETY: the caller's contract; the copies are the stage's bytes.
+        unsafe { copy_nhwc_k_tiles(args, work, pipeline, k_tiles, copy_dy, copy_x) };
     }
 
     /// K-tile `kt` of the block's product: `sums += dy x^T` over its pixels for this
