@@ -1,7 +1,7 @@
 //! The element types of the convolutions. f32 runs as [`Conv2dParams`] says. bf16 and
 //! f16 run on the tensor cores with f32 sums, each output rounded once to the type, as
 //! cuDNN's 16-bit convolutions: on kernels of their own operands where those take the
-//! pass ([`super::sixteen_bit`]), else in TF32 over f32 copies, which is exact for them
+//! pass (`sixteen_bit.rs`), else in TF32 over f32 copies, which is exact for them
 //! (10 mantissa bits hold their 7 or 10, and f32's exponent their range).
 
 use gpu_kernels::cast::{self, NarrowArgs, NarrowKernel, WidenArgs};

@@ -31,7 +31,7 @@
 //! In NCHW, columns of a k-tile whose output pixel lies outside the output row have no
 //! dy (zeros), so their x values add nothing unless they are infinite or NaN.
 //!
-//! NHWC tensors of bf16 or f16 have a kernel of their own ([`sixteen_bit`]): the same
+//! NHWC tensors of bf16 or f16 have a kernel of their own (`sixteen_bit.rs`): the same
 //! tiles and split, both operands read from shared memory as they land.
 
 mod sixteen_bit;
