@@ -95,6 +95,12 @@ pub trait Output: Copy {
     /// only f32 (16-bit plans take a bias, ReLU or neither).
     const PER_OUTPUT: bool;
     fn from_f32(value: f32) -> Self;
+
+    /// Writes `values` to the two elements at `at` with one access.
+    ///
+    /// # Safety
+    /// `at` points to two writable elements of global memory, aligned to their size.
+    unsafe fn store_pair(at: *mut Self, values: [f32; 2]);
 }
 
 impl Output for f32 {
@@ -102,6 +108,12 @@ impl Output for f32 {
     #[inline(always)]
     fn from_f32(value: f32) -> Self {
         value
+    }
+
+    #[inline(always)]
+    unsafe fn store_pair(at: *mut Self, values: [f32; 2]) {
+        // SAFETY: the caller's contract.
+        unsafe { crate::device::store_global_v2_f32(at, values) };
     }
 }
 
@@ -112,6 +124,13 @@ macro_rules! output_of_half {
             #[inline(always)]
             fn from_f32(value: f32) -> Self {
                 <$t as crate::device::Float16>::narrow(value)
+            }
+
+            #[inline(always)]
+            unsafe fn store_pair(at: *mut Self, [a, b]: [f32; 2]) {
+                let bits = |v: f32| Self::from_f32(v).to_bits() as u32;
+                // SAFETY: the caller's contract: 4 bytes, 4-byte aligned.
+                unsafe { *at.cast::<u32>() = bits(a) | bits(b) << 16 };
             }
         }
     )*};
@@ -159,6 +178,9 @@ pub unsafe fn store_channel_rows<T: Output>(args: &TensorCoreArgs, tile: TileOri
         second,
         valid,
         remaining: live.saturating_sub(pixel),
+        // NCHW: the lane's two pixels of a tile are adjacent, one access where the
+        // first is at an even element (`second`, 8 planes, keeps the parity).
+        paired: stride == 1 && index.is_multiple_of(2),
     };
     // SAFETY: forwarded. Both epilogues as code of their own: a test per output would
     // stay in the plain one; NHWC's second channel 8 elements on, an offset the stores
@@ -176,8 +198,9 @@ pub unsafe fn store_channel_rows<T: Output>(args: &TensorCoreArgs, tile: TileOri
 
 /// Where a lane's outputs of a transposed tile lie in y: its first channel at its first
 /// pixel (`first`, the element `index`), the elements from pixel to pixel (`stride`) and
-/// to its second channel (`second`), which channels are outputs, and how many pixels
-/// from its first are (`remaining`).
+/// to its second channel (`second`), which channels are outputs, how many pixels from
+/// its first are (`remaining`), and whether both pixels of a tile are stored with one
+/// access (`paired`: adjacent and aligned).
 struct ChannelRows<T> {
     first: *mut T,
     index: usize,
@@ -185,6 +208,7 @@ struct ChannelRows<T> {
     second: usize,
     valid: [bool; 2],
     remaining: u32,
+    paired: bool,
 }
 
 impl<T: Output> ChannelRows<T> {
@@ -225,6 +249,22 @@ impl<T: Output> ChannelRows<T> {
         let mut at = self.index + first as usize * step;
         let mut row = self.first.wrapping_add(first as usize * step);
         for (j, pair) in part.iter().enumerate() {
+            if !NHWC && self.paired && 8 * (first + j as u32) + 1 < self.remaining {
+                // SAFETY: as below, both pixels; `paired` says they are adjacent and
+                // the first at an even element.
+                unsafe {
+                    if self.valid[0] {
+                        T::store_pair(row, [output(pair[0], at), output(pair[1], at + 1)]);
+                    }
+                    if self.valid[1] {
+                        let values = [output(pair[2], at + second), output(pair[3], at + second + 1)];
+                        T::store_pair(row.add(second), values);
+                    }
+                }
+                at += step;
+                row = row.wrapping_add(step);
+                continue;
+            }
             for e in 0..2 {
                 if 8 * (first + j as u32) + e < self.remaining {
                     let (at, row) = (
