@@ -51,7 +51,7 @@ pub fn entry_points() -> impl Iterator<Item = launch::EntryPoint> {
         matvec::ENTRY_POINTS,
         conv::ENTRY_POINTS,
         primitives::ENTRY_POINTS,
-        &[transpose::ENTRY_POINTS][..],
+        &[transpose::ENTRY_POINTS, transpose::PAIRS_ENTRY_POINTS][..],
         &[tensor_map::ENTRY_POINTS][..],
     ]
     .into_iter()

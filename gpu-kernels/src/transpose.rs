@@ -42,6 +42,55 @@ pub trait TransposeKernel: Sized {
     const TRANSPOSE: crate::launch::Kernel<TransposeArgs<Self>>;
 }
 
+kernel_args! {
+    /// The transpose of 2-byte elements in pairs (rows and columns even).
+    pub struct TransposePairsArgs {
+        pub x: DevicePtr<u32>,
+        pub y: DevicePtrMut<u32>,
+        pub rows: u64,
+        pub cols: u64,
+    }
+    /// The batched transpose of 2-byte elements, two a thread access.
+    pub const TRANSPOSE_B16_PAIRS = "transpose_b16_pairs" => kernel::transpose_pairs;
+    entry points in PAIRS_ENTRY_POINTS;
+}
+
+/// Elements along each side of a tile of the paired 2-byte transpose: a thread moves
+/// two of a row at a time, 32 threads a row of the tile.
+pub const PAIRS_TILE: u32 = 64;
+/// Dynamic shared memory of the paired transpose: a tile of 2-byte elements, rows two
+/// elements longer (33 words: the column reads of a warp hit distinct word banks but
+/// for pairs).
+pub const PAIRS_SHARED_BYTES: u32 = PAIRS_TILE * (PAIRS_TILE + 2) * 2;
+
+/// The transpose of `batch` matrices of `rows x cols` 2-byte elements from `x` to `y`
+/// (distinct buffers, 4-byte aligned) with 4-byte accesses, where rows and columns are
+/// even; `None` where they are not, or there is nothing to move.
+pub fn launch_pairs(
+    x: DevicePtr<u16>,
+    y: DevicePtrMut<u16>,
+    batch: u64,
+    rows: u64,
+    cols: u64,
+) -> Option<Launch<TransposePairsArgs>> {
+    let tile = PAIRS_TILE as u64;
+    if batch == 0 || rows == 0 || cols == 0 || !rows.is_multiple_of(2) || !cols.is_multiple_of(2) {
+        return None;
+    }
+    let geometry = LaunchGeometry {
+        grid: [cols.div_ceil(tile), rows.div_ceil(tile), batch],
+        threads: THREADS,
+        shared_bytes: PAIRS_SHARED_BYTES,
+    };
+    let args = TransposePairsArgs {
+        x: x.cast(),
+        y: y.cast(),
+        rows,
+        cols,
+    };
+    Some(Launch::new(TRANSPOSE_B16_PAIRS, geometry, args))
+}
+
 /// The transpose of `batch` matrices of `rows x cols` elements from `x` to `y`
 /// (distinct buffers), or `None` when there is nothing to move. Rows past 2^21 or
 /// batches past 65535 pass the grid's limits, which the launch reports.
@@ -120,7 +169,59 @@ pub(crate) unsafe fn transpose_tile<E: Copy>(
 #[cfg(target_arch = "nvptx64")]
 mod kernel {
     use super::*;
-    use crate::device::{block_idx_x, block_idx_y, block_idx_z};
+    use crate::device::{SharedCarver, block_idx_x, block_idx_y, block_idx_z, sync_threads, thread_idx_x};
+
+    /// Tile `(block y, block x)` of matrix `block z` through shared memory: thread
+    /// `(tx, ty)` (32 x 8) reads the pairs of columns `2 tx, 2 tx + 1` of rows `ty + 8 i`
+    /// and writes the pairs of rows `2 tx, 2 tx + 1` of columns `ty + 8 i`.
+    ///
+    /// # Safety
+    /// x and y hold `batch * rows * cols` 2-byte elements (rows and columns even, so
+    /// every pair is 4-byte aligned), do not overlap; the grid is [`launch_pairs`]'.
+    #[inline(always)]
+    pub unsafe fn transpose_pairs(args: TransposePairsArgs) {
+        const PITCH: u32 = PAIRS_TILE + 2;
+        let TransposePairsArgs { rows, cols, .. } = args;
+        let (x, y) = (args.x.as_ptr().cast::<u16>(), args.y.as_mut_ptr().cast::<u16>());
+        let matrix = block_idx_z() as u64 * rows * cols;
+        // SAFETY: the launch gives one tile.
+        let tile: *mut u16 = unsafe { SharedCarver::new().take((PAIRS_TILE * PITCH) as usize) };
+        let (row0, col0) = (
+            block_idx_y() as u64 * PAIRS_TILE as u64,
+            block_idx_x() as u64 * PAIRS_TILE as u64,
+        );
+        let (tx, ty) = (thread_idx_x() % 32, thread_idx_x() / 32);
+        let rows_per_pass = THREADS / 32;
+        for i in 0..PAIRS_TILE / rows_per_pass {
+            let (r, c) = (ty + i * rows_per_pass, 2 * tx);
+            let (row, col) = (row0 + r as u64, col0 + c as u64);
+            if row < rows && col < cols {
+                // SAFETY: the pair (row, col..col + 2) lies inside the matrix (columns
+                // even), 4-byte aligned; the slots are this thread's.
+                unsafe {
+                    let pair = *x.add((matrix + row * cols + col) as usize).cast::<u32>();
+                    *tile.add((r * PITCH + c) as usize) = pair as u16;
+                    *tile.add((r * PITCH + c + 1) as usize) = (pair >> 16) as u16;
+                }
+            }
+        }
+        // SAFETY: every thread reaches it; the tile is read after it.
+        unsafe { sync_threads() };
+        for i in 0..PAIRS_TILE / rows_per_pass {
+            // Output row `c` (a column of x), output columns `r, r + 1` (rows of x).
+            let (c, r) = (ty + i * rows_per_pass, 2 * tx);
+            let (row, col) = (row0 + r as u64, col0 + c as u64);
+            if row < rows && col < cols {
+                // SAFETY: the pair (col, row..row + 2) of y lies inside it (rows even),
+                // 4-byte aligned; both slots were written before the barrier.
+                unsafe {
+                    let low = *tile.add((r * PITCH + c) as usize) as u32;
+                    let high = *tile.add(((r + 1) * PITCH + c) as usize) as u32;
+                    *y.add((matrix + col * rows + row) as usize).cast::<u32>() = low | high << 16;
+                }
+            }
+        }
+    }
 
     /// # Safety
     /// x and y hold `batch * rows * cols` elements and do not overlap; the grid is

@@ -72,8 +72,11 @@ impl Gpu {
         let launched = match size_of::<T>() {
             4 => transpose::launch::<u32>(x.ptr().cast(), y.ptr_mut().cast(), batch, rows, cols)
                 .map(|launch| self.launch(&launch)),
-            2 => transpose::launch::<u16>(x.ptr().cast(), y.ptr_mut().cast(), batch, rows, cols)
-                .map(|launch| self.launch(&launch)),
+            2 => match transpose::launch_pairs(x.ptr().cast(), y.ptr_mut().cast(), batch, rows, cols) {
+                Some(pairs) => Some(self.launch(&pairs)),
+                None => transpose::launch::<u16>(x.ptr().cast(), y.ptr_mut().cast(), batch, rows, cols)
+                    .map(|launch| self.launch(&launch)),
+            },
             _ => {
                 return Err(Error::InvalidParameter {
                     parameter: "dtype",

@@ -262,3 +262,37 @@ fn conv2d_16_bit_kernels_match_the_rounded_reference() {
         }
     }
 }
+
+/// Layout changes of 2-byte elements move every element's bits: in pairs where the
+/// matrices' rows and columns are even (partial tiles included), one at a time where
+/// not, both ways.
+#[test]
+fn layout_changes_move_16_bit_elements() {
+    let Some(gpu) = gpu_or_skip("layout_changes_move_16_bit_elements") else {
+        return;
+    };
+    for shape in [[2, 6, 10, 66], [3, 5, 7, 9], [1, 64, 3, 130]] {
+        let x = Array4::from_shape_fn(shape, |(n, c, h, w)| {
+            bf16::from_bits((((n * shape[1] + c) * shape[2] + h) * shape[3] + w) as u16)
+        });
+        let bits = |a: ArrayD<bf16>| a.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+        let last = gpu.to_channels_last(&gpu.upload(&x).unwrap()).unwrap();
+        let want = x
+            .view()
+            .permuted_axes([0, 2, 3, 1])
+            .as_standard_layout()
+            .into_owned()
+            .into_dyn();
+        assert_eq!(
+            bits(gpu.download(&last).unwrap()),
+            bits(want),
+            "{shape:?} to NHWC"
+        );
+        let first = gpu.to_channels_first(&last).unwrap();
+        assert_eq!(
+            bits(gpu.download(&first).unwrap()),
+            bits(x.into_dyn()),
+            "{shape:?} back"
+        );
+    }
+}
