@@ -599,26 +599,33 @@ impl Gpu {
         if input.is_none() && weight.is_none() && bias.is_none() {
             return Ok(());
         }
-        let as_f32 = |a| T::as_f32(self, a);
-        let (x, w, grad_y) = (as_f32(x)?, as_f32(w)?, as_f32(grad_y)?);
+        // As f32 what the passes left read: dy, w for the input gradient, x for the
+        // weight gradient.
+        let as_f32 = |a, wanted: bool| wanted.then(|| T::as_f32(self, a)).transpose();
+        let grad_y = T::as_f32(self, grad_y)?;
+        let (w, x) = (as_f32(w, input.is_some())?, as_f32(x, weight.is_some())?);
         let [input, weight, bias] =
             [input, weight, bias].map(|g| g.map(|g| T::f32_output(self, g)).transpose());
         let mut outputs = [input?, weight?, bias?];
         let [input, weight, bias] = outputs.each_mut().map(|g| g.as_mut().map(F32Output::array));
         let params = T::f32_params(params);
-        self.backward_f32(&problem, &params, [&x, &w, &grad_y], (input, weight, bias))?;
+        let input = input.zip(w.as_deref());
+        let weight = weight.zip(x.as_deref());
+        self.backward_f32(&problem, &params, &grad_y, [input, weight], bias)?;
         outputs.into_iter().flatten().try_for_each(|g| g.finish(self))
     }
 
-    /// The backward pass of a validated problem over f32 tensors (`[x, w, grad_y]`).
+    /// The backward pass of a validated problem over f32 tensors: for `grad_y`, the
+    /// input gradient with w (`input`: dx and w), the weight gradient with x (`weight`:
+    /// dw and x) and the bias gradient, each where present.
     fn backward_f32(
         &self,
         problem: &ConvProblem,
         params: &Conv2dParams,
-        [x, w, grad_y]: [&DeviceArray<f32>; 3],
-        gradients: ConvGradientArrays<&mut DeviceArray<f32>>,
+        grad_y: &DeviceArray<f32>,
+        [input, weight]: [Option<(&mut DeviceArray<f32>, &DeviceArray<f32>)>; 2],
+        bias: Option<&mut DeviceArray<f32>>,
     ) -> Result<()> {
-        let (input, weight, bias) = gradients;
         // The passes whose kernels read the tensors' layout (the tensor cores', the
         // direct ones) run on them as they are; the bias gradient with the first change
         // of dy's layout, or after them.
@@ -629,11 +636,15 @@ impl Gpu {
             bias,
         };
         let input = match input {
-            Some(dx) => self.input_grad_in_layout(problem, params, &mut grad_y, w, dx)?,
+            Some((dx, w)) => self
+                .input_grad_in_layout(problem, params, &mut grad_y, w, dx)?
+                .map(|dx| (dx, w)),
             None => None,
         };
         let weight = match weight {
-            Some(dw) => self.weight_grad_in_layout(problem, params, x, &mut grad_y, dw)?,
+            Some((dw, x)) => self
+                .weight_grad_in_layout(problem, params, x, &mut grad_y, dw)?
+                .map(|dw| (dw, x)),
             None => None,
         };
         grad_y.finish_bias_grad(self, problem)?;
@@ -645,13 +656,13 @@ impl Gpu {
         let layout = params.layout;
         let (mut x_nchw, mut w_nchw) = (None, None);
         let grad_y = grad_y.in_layout(self, ConvLayout::Nchw)?;
-        if let Some(dx) = input {
+        if let Some((dx, w)) = input {
             let w = self.as_layout(w, layout, ConvLayout::Nchw, &mut w_nchw)?;
             self.through_layout(layout, ConvLayout::Nchw, problem.input_shape(), dx, |dx| {
                 self.input_grad(problem, grad_y, w, dx)
             })?;
         }
-        if let Some(dw) = weight {
+        if let Some((dw, x)) = weight {
             let x = self.as_layout(x, layout, ConvLayout::Nchw, &mut x_nchw)?;
             self.through_layout(layout, ConvLayout::Nchw, problem.weight_shape(), dw, |dw| {
                 self.weight_grad(problem, x, grad_y, dw)
