@@ -303,22 +303,22 @@ pub unsafe fn store<const I: usize, const J: usize>(
     // SAFETY: forwarded.
     unsafe {
         if args.epilogue.fits_register_stores() {
-            store_plain(args, tile, warp)
+            store_plain::<f32, I, J>(args, tile, warp)
         } else {
             store_fused(args, tile, warp)
         }
     }
 }
 
-/// Writes the warp's sums, rectified where the activation is ReLU, to y: output pixel
-/// m and channel c of the group at `y[m][channel]` (NHWC) or `y[image][channel][pixel]`
-/// (NCHW).
+/// Writes the warp's sums, rectified where the activation is ReLU, to y (of `T`s): output
+/// pixel m and channel c of the group at `y[m][channel]` (NHWC) or
+/// `y[image][channel][pixel]` (NCHW).
 ///
 /// # Safety
 /// `args` are the launch's (y holds the problem's output in the plan's layout, the
 /// epilogue [`ConvEpilogue::fits_register_stores`]), `tile` a tile of its GEMM.
 #[inline(always)]
-pub unsafe fn store_plain<const I: usize, const J: usize>(
+pub unsafe fn store_plain<T: Output, const I: usize, const J: usize>(
     args: &TensorCoreArgs,
     tile: TileOrigin,
     warp: &WarpTiles<I, J>,
@@ -328,10 +328,10 @@ pub unsafe fn store_plain<const I: usize, const J: usize>(
     let (g, t) = (lane / 4, lane % 4);
     let (first, live) = args.plan.tile_pixels(p, tile.m0);
     let out_group = p.out_per_group();
-    let y = args.y.as_mut_ptr();
+    let y = args.y.as_mut_ptr().cast::<T>();
     let channels_last = args.plan.y_channels_last == 1;
-    // Two neighbouring channels of a pixel are 8-byte aligned in NHWC when the first is
-    // even: the group's first channel is, and so the pixel's.
+    // Two neighbouring channels of a pixel are aligned to two elements in NHWC when the
+    // first is even: the group's first channel is, and so the pixel's.
     let pairs = channels_last && out_group.is_multiple_of(2);
     // Constant loop bounds throughout: an index the compiler cannot unroll would move
     // the sums to local memory.
@@ -350,14 +350,15 @@ pub unsafe fn store_plain<const I: usize, const J: usize>(
                 if channels_last {
                     let at = m as usize * p.out_channels as usize + channels[0].1 as usize;
                     if pairs && channels[1].0 {
-                        // SAFETY: both channels are outputs of pixel m, 8-byte aligned.
-                        unsafe { store_global_v2_f32(y.add(at), values) };
+                        // SAFETY: both channels are outputs of pixel m, aligned to two
+                        // elements.
+                        unsafe { T::store_pair(y.add(at), values) };
                         continue;
                     }
                     for (e, &(valid, _)) in channels.iter().enumerate() {
                         if valid {
                             // SAFETY: (m, channel) is an output of the problem, inside y.
-                            unsafe { *y.add(at + e) = values[e] };
+                            unsafe { *y.add(at + e) = T::from_f32(values[e]) };
                         }
                     }
                 } else {
@@ -368,7 +369,7 @@ pub unsafe fn store_plain<const I: usize, const J: usize>(
                                 * p.out_pixels() as usize
                                 + pixel as usize;
                             // SAFETY: (m, channel) is an output of the problem, inside y.
-                            unsafe { *y.add(at) = values[e] };
+                            unsafe { *y.add(at) = T::from_f32(values[e]) };
                         }
                     }
                 }

@@ -366,9 +366,9 @@ impl TensorCorePlan {
     }
 
     /// The plan of the forward pass of `problem` over NHWC x and w of the 16-bit
-    /// `operand` on `wgmma` row strips, y in `y_layout`, where the device has them and
-    /// they fit: channels per group a multiple of a k-tile's, K not split. `None`
-    /// elsewhere.
+    /// `operand` on `wgmma` with bulk copies (row strips or im2col boxes, as the TF32
+    /// plan), y in `y_layout`, where the device has them and they fit: channels per
+    /// group a multiple of a k-tile's, K not split. `None` elsewhere.
     pub const fn forward_16_bit(
         problem: &ConvProblem,
         operand: TensorCoreOperand,
@@ -377,8 +377,9 @@ impl TensorCorePlan {
     ) -> Option<Self> {
         let tf32 = Self::forward(problem, ConvLayout::Nhwc, device);
         let channels = operand.k_tile_channels();
-        let strips = tf32.warpgroup_mma == 1 && tf32.row_strips == 1 && tf32.channels_last == 1;
-        if !strips || tf32.splits != 1 || !problem.in_per_group().is_multiple_of(channels) {
+        // NHWC row strips or im2col boxes, both by bulk copies.
+        let bulk = tf32.warpgroup_mma == 1 && tf32.bulk_copies == 1 && tf32.channels_last == 1;
+        if !bulk || tf32.splits != 1 || !problem.in_per_group().is_multiple_of(channels) {
             return None;
         }
         let k_tiles = problem.taps() * (problem.in_per_group() / channels);
@@ -465,13 +466,11 @@ impl TensorCorePlan {
                 TensorMapSwizzle::Bytes128,
             )
         } else {
-            im2col_map(
-                p,
-                x,
-                TensorCoreOperand::Tf32,
-                WgmmaSchedule::of(false, true).tile_rows,
-            )
-            .rounded_to_tf32()
+            let map = im2col_map(p, x, self.operand, WgmmaSchedule::of(false, true).tile_rows);
+            TensorMapSpec {
+                element: self.operand.map_element(true),
+                ..map
+            }
         };
         let in_group = p.in_per_group() as u64;
         let filters = TensorMapSpec::tiled_of(
@@ -548,8 +547,20 @@ impl TensorCorePlan {
         let narrow = self.tile_n == WGMMA_NARROW_BN;
         let (strips, bulk) = (self.row_strips == 1, self.bulk_copies == 1);
         let kernel = match (self.channels_last == 1, self.warpgroup_mma == 1) {
-            _ if matches!(self.operand, TensorCoreOperand::Bf16) => CONV_FORWARD_NHWC_STRIPS_BF16_WGMMA,
-            _ if matches!(self.operand, TensorCoreOperand::F16) => CONV_FORWARD_NHWC_STRIPS_F16_WGMMA,
+            _ if matches!(self.operand, TensorCoreOperand::Bf16) && strips => {
+                CONV_FORWARD_NHWC_STRIPS_BF16_WGMMA
+            }
+            _ if matches!(self.operand, TensorCoreOperand::F16) && strips => {
+                CONV_FORWARD_NHWC_STRIPS_F16_WGMMA
+            }
+            _ if matches!(self.operand, TensorCoreOperand::Bf16) && narrow => {
+                CONV_FORWARD_NHWC_IM2COL_BF16_WGMMA_NARROW
+            }
+            _ if matches!(self.operand, TensorCoreOperand::Bf16) => CONV_FORWARD_NHWC_IM2COL_BF16_WGMMA,
+            _ if matches!(self.operand, TensorCoreOperand::F16) && narrow => {
+                CONV_FORWARD_NHWC_IM2COL_F16_WGMMA_NARROW
+            }
+            _ if matches!(self.operand, TensorCoreOperand::F16) => CONV_FORWARD_NHWC_IM2COL_F16_WGMMA,
             (true, false) => CONV_FORWARD_NHWC_TF32,
             (false, false) => CONV_FORWARD_NCHW_TF32,
             (true, true) if strips => CONV_FORWARD_NHWC_STRIPS_TF32_WGMMA,
@@ -752,6 +763,23 @@ kernel_args! {
     /// The same over f16 tensors.
     pub const CONV_FORWARD_NHWC_STRIPS_F16_WGMMA = "conv_forward_nhwc_strips_f16_wgmma" =>
         warpgroup_mma::forward::<half::f16, true, true, true, 8>,
+        bounds(WGMMA_THREADS, 1), requires("sm_90a");
+    /// The im2col forward pass over bf16 tensors ([`TensorCorePlan::forward_16_bit`]),
+    /// y rounded once in its register epilogue.
+    pub const CONV_FORWARD_NHWC_IM2COL_BF16_WGMMA = "conv_forward_nhwc_im2col_bf16_wgmma" =>
+        warpgroup_mma::forward::<half::bf16, true, true, false, 16>,
+        bounds(WGMMA_THREADS, 1), requires("sm_90a");
+    /// The same in tiles of `WGMMA_NARROW_BN` output channels.
+    pub const CONV_FORWARD_NHWC_IM2COL_BF16_WGMMA_NARROW = "conv_forward_nhwc_im2col_bf16_wgmma_narrow" =>
+        warpgroup_mma::forward::<half::bf16, true, true, false, 8>,
+        bounds(WGMMA_THREADS, 1), requires("sm_90a");
+    /// The im2col forward pass over f16 tensors.
+    pub const CONV_FORWARD_NHWC_IM2COL_F16_WGMMA = "conv_forward_nhwc_im2col_f16_wgmma" =>
+        warpgroup_mma::forward::<half::f16, true, true, false, 16>,
+        bounds(WGMMA_THREADS, 1), requires("sm_90a");
+    /// The same in tiles of `WGMMA_NARROW_BN` output channels.
+    pub const CONV_FORWARD_NHWC_IM2COL_F16_WGMMA_NARROW = "conv_forward_nhwc_im2col_f16_wgmma_narrow" =>
+        warpgroup_mma::forward::<half::f16, true, true, false, 8>,
         bounds(WGMMA_THREADS, 1), requires("sm_90a");
     /// The TF32 forward pass over NCHW tensors on `wgmma`, x gathered by `cp.async`.
     pub const CONV_FORWARD_NCHW_TF32_WGMMA = "conv_forward_nchw_tf32_wgmma" =>

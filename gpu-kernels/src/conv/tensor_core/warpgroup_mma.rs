@@ -209,35 +209,35 @@ fn work_unit(plan: &TensorCorePlan, tile_rows: u32, index: u32) -> WorkUnit {
 /// An operand type of the kernel on NHWC row strips, y's type too: f32 (TF32 values
 /// in shared memory), bf16 or f16.
 pub trait StripOperand: Output {
-    /// `sums += W X^T` over one step of 32 bytes of each operand's rows (8 TF32 K, or
+    /// `sums += A B^T` over one step of 32 bytes of each operand's rows (8 TF32 K, or
     /// 16 of a 16-bit float), both K-major through descriptors.
     ///
     /// # Safety
     /// As [`WarpgroupAccumulators::multiply_tf32_shared`].
-    unsafe fn multiply(sums: &mut ChannelRowSums, filters: u64, pixels: u64);
+    unsafe fn multiply<S: WarpgroupAccumulators>(sums: &mut S, a: u64, b: u64);
 }
 
 impl StripOperand for f32 {
     #[inline(always)]
-    unsafe fn multiply(sums: &mut ChannelRowSums, filters: u64, pixels: u64) {
+    unsafe fn multiply<S: WarpgroupAccumulators>(sums: &mut S, a: u64, b: u64) {
         // SAFETY: forwarded.
-        unsafe { sums.multiply_tf32_shared(filters, pixels) }
+        unsafe { sums.multiply_tf32_shared(a, b) }
     }
 }
 
 impl StripOperand for half::bf16 {
     #[inline(always)]
-    unsafe fn multiply(sums: &mut ChannelRowSums, filters: u64, pixels: u64) {
+    unsafe fn multiply<S: WarpgroupAccumulators>(sums: &mut S, a: u64, b: u64) {
         // SAFETY: forwarded.
-        unsafe { sums.multiply_bf16_shared(filters, pixels) }
+        unsafe { sums.multiply_bf16_shared(a, b) }
     }
 }
 
 impl StripOperand for half::f16 {
     #[inline(always)]
-    unsafe fn multiply(sums: &mut ChannelRowSums, filters: u64, pixels: u64) {
+    unsafe fn multiply<S: WarpgroupAccumulators>(sums: &mut S, a: u64, b: u64) {
         // SAFETY: forwarded.
-        unsafe { sums.multiply_f16_shared(filters, pixels) }
+        unsafe { sums.multiply_f16_shared(a, b) }
     }
 }
 
@@ -311,9 +311,9 @@ pub unsafe fn forward<
             if CHANNELS_LAST && ROW_STRIPS {
                 consume_in_turns::<E>(&args, units, &rings, consumer);
             } else if CHANNELS_LAST && BULK {
-                consume::<CHANNELS_LAST, ROW_STRIPS, true, J>(&args, units, &rings, consumer);
+                consume::<E, CHANNELS_LAST, ROW_STRIPS, true, J>(&args, units, &rings, consumer);
             } else {
-                consume::<CHANNELS_LAST, ROW_STRIPS, false, J>(&args, units, &rings, consumer);
+                consume::<E, CHANNELS_LAST, ROW_STRIPS, false, J>(&args, units, &rings, consumer);
             }
         }
     }
@@ -672,6 +672,7 @@ struct KTileFills {
 /// that k-tile reads another fill, else after the tile's last wait).
 #[inline(always)]
 unsafe fn multiply_k_tile<
+    E: StripOperand,
     const CHANNELS_LAST: bool,
     const ROW_STRIPS: bool,
     const SHARED_A: bool,
@@ -715,8 +716,8 @@ unsafe fn multiply_k_tile<
             warpgroup_fence();
             for kk in 0..TC_BK / 8 {
                 let b = swizzled_k_major_descriptor(rings.stage_b(b_stage) + kk * 32);
-                top.multiply_tf32_shared(a(0, kk), b);
-                bottom.multiply_tf32_shared(a(64, kk), b);
+                E::multiply(top, a(0, kk), b);
+                E::multiply(bottom, a(64, kk), b);
             }
             warpgroup_commit();
             warpgroup_wait::<1>();
@@ -924,7 +925,13 @@ fn a_fills<const ROW_STRIPS: bool>(p: &ConvProblem, unit: &WorkUnit) -> u32 {
 /// # Safety
 /// As [`forward`]; consumer warpgroup `consumer` (0 or 1) calls it.
 #[inline(always)]
-unsafe fn consume<const CHANNELS_LAST: bool, const ROW_STRIPS: bool, const SHARED_A: bool, const J: usize>(
+unsafe fn consume<
+    E: StripOperand,
+    const CHANNELS_LAST: bool,
+    const ROW_STRIPS: bool,
+    const SHARED_A: bool,
+    const J: usize,
+>(
     args: &TensorCoreArgs,
     units: u32,
     rings: &Rings,
@@ -993,13 +1000,13 @@ unsafe fn consume<const CHANNELS_LAST: bool, const ROW_STRIPS: bool, const SHARE
         // SAFETY: forwarded; there is at least one k-tile.
         unsafe {
             let first = k_tile_fills(0);
-            multiply_k_tile::<CHANNELS_LAST, ROW_STRIPS, SHARED_A, J>(&mut sums, rings, first, true);
+            multiply_k_tile::<E, CHANNELS_LAST, ROW_STRIPS, SHARED_A, J>(&mut sums, rings, first, true);
         }
         for kt in 1..k_tiles {
             // SAFETY: as above.
             unsafe {
                 let next = k_tile_fills(kt);
-                multiply_k_tile::<CHANNELS_LAST, ROW_STRIPS, SHARED_A, J>(&mut sums, rings, next, false);
+                multiply_k_tile::<E, CHANNELS_LAST, ROW_STRIPS, SHARED_A, J>(&mut sums, rings, next, false);
             }
         }
         let (last_a, last_b) = (rings.a_slot(a).0, rings.b_slot(fills.b + k_tiles - 1).0);
@@ -1008,7 +1015,8 @@ unsafe fn consume<const CHANNELS_LAST: bool, const ROW_STRIPS: bool, const SHARE
         // SAFETY: as above; the sums are final after the wait.
         unsafe {
             warpgroup_wait::<0>();
-            if args.epilogue.fits_register_stores() {
+            // 16-bit plans take only register epilogues (a bias, ReLU or neither).
+            if args.epilogue.fits_register_stores() || !E::PER_OUTPUT {
                 // Straight from the registers, the stages already back with the producer.
                 rings.a.release(last_a);
                 rings.b.release(last_b);
@@ -1017,7 +1025,7 @@ unsafe fn consume<const CHANNELS_LAST: bool, const ROW_STRIPS: bool, const SHARE
                     origin: (16 * warp, 0),
                     row_step: 64,
                 };
-                store_plain(args, tile, &warp_tiles);
+                store_plain::<E, 2, J>(args, tile, &warp_tiles);
             } else {
                 // Through this consumer's part of the last A, which only it reads.
                 rings.b.release(last_b);
