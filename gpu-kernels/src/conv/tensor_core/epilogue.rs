@@ -333,10 +333,13 @@ pub unsafe fn store_plain<T: Output, const I: usize, const J: usize>(
     // Two neighbouring channels of a pixel are aligned to two elements in NHWC when the
     // first is even: the group's first channel is, and so the pixel's.
     let pairs = channels_last && out_group.is_multiple_of(2);
-    // Constant loop bounds throughout: an index the compiler cannot unroll would move
-    // the sums to local memory.
-    for (i, row_tiles) in warp.sums.iter().enumerate() {
-        for (j, sums) in row_tiles.iter().enumerate() {
+    // Every tile written out: a loop left rolled (the 16-bit stores are long enough for
+    // the unroller to give up) would index the sums in local memory.
+    let store_tile = |i: usize, j: usize| {
+        let Some(sums) = warp.sums.get(i).and_then(|row_tiles| row_tiles.get(j)) else {
+            return;
+        };
+        {
             let column = tile.n0 + warp.origin.1 + 8 * j as u32 + 2 * t;
             // The two output channels of this lane's column pair.
             let channels = [column, column + 1].map(|c| (c < out_group, tile.group * out_group + c));
@@ -375,7 +378,15 @@ pub unsafe fn store_plain<T: Output, const I: usize, const J: usize>(
                 }
             }
         }
+    };
+    // Rows of tiles (I) up to 4, columns (J) up to 16: those past the warp's are none.
+    const { assert!(I <= 4 && J <= 16) };
+    macro_rules! store_tiles {
+        ($($j:literal)*) => {
+            $( store_tile(0, $j); store_tile(1, $j); store_tile(2, $j); store_tile(3, $j); )*
+        };
     }
+    store_tiles!(0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15);
 }
 
 /// Writes the warp's sums through the fused epilogue to y: output pixel m and channel c
