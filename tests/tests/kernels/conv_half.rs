@@ -174,8 +174,10 @@ fn conv2d_f16_matches_the_rounded_reference() {
 /// (partial tiles of output channels and pixels, 40 input channels in a chunk of 64,
 /// two column tiles of 128 channels); a dilated window, two groups, with and without
 /// a bias and ReLU, and cases where some passes run over f32 copies (the forward pass
-/// of three tiles splits K). In NCHW the forward pass reads copies of x and w in NHWC
-/// and writes y channels first; the gradients but the bias's run over f32 copies.
+/// of three tiles splits K). Rows too short for the strips' tiles (14, 28 and 100
+/// pixels) and strided convolutions take im2col boxes. In NCHW the forward pass reads
+/// copies of x and w in NHWC and writes y channels first; the gradients but the bias's
+/// run over f32 copies.
 #[test]
 fn conv2d_16_bit_kernels_match_the_rounded_reference() {
     use host::plans::TensorCoreOperand;
@@ -195,11 +197,37 @@ fn conv2d_16_bit_kernels_match_the_rounded_reference() {
         (1, 128, 128, [3, 3], [2, 256], [1, 1], [1, 1], 2, Activation::Identity, true, Nhwc, [true, true, false]),
         (2, 64, 96, [3, 3], [5, 250], [1, 1], [1, 1], 1, Activation::Identity, true, Nhwc, [true, false, true]),
         (1, 128, 64, [3, 3], [3, 256], [1, 1], [1, 1], 1, Activation::Relu, false, Nhwc, [false, true, true]),
-        (2, 40, 64, [3, 3], [6, 100], [1, 1], [1, 1], 1, Activation::Identity, true, Nhwc, [false, false, true]),
+        (2, 40, 64, [3, 3], [6, 100], [1, 1], [1, 1], 1, Activation::Identity, true, Nhwc, [false, true, true]),
+        (8, 64, 64, [3, 3], [14, 14], [1, 1], [1, 1], 1, Activation::Relu, true, Nhwc, [true, true, true]),
+        (4, 128, 128, [3, 3], [28, 28], [1, 1], [1, 1], 1, Activation::Identity, false, Nhwc, [false, false, true]),
         (2, 64, 64, [3, 3], [4, 256], [1, 1], [1, 1], 1, Activation::Relu, true, Nchw, [true, false, false]),
         (1, 128, 96, [5, 5], [18, 500], [2, 2], [1, 1], 2, Activation::Identity, false, Nchw, [true, false, false]),
     ];
-    for (i, case) in cases.into_iter().enumerate() {
+    // Strided: the forward pass on im2col boxes, the input gradient over f32 copies.
+    #[rustfmt::skip]
+    let strided = [
+        (4, 64, 128, [3, 3], [28, 28], [1, 1], [2, 2], [true, false, true]),
+        (4, 128, 64, [1, 1], [28, 28], [0, 0], [2, 2], [true, false, false]),
+    ];
+    let strided = strided.map(|(batch, input, output, kernel, size, padding, stride, native)| {
+        let case = (
+            batch,
+            input,
+            output,
+            kernel,
+            size,
+            padding,
+            [1, 1],
+            1,
+            Activation::Identity,
+            true,
+            Nhwc,
+            native,
+        );
+        (case, stride)
+    });
+    let all = cases.into_iter().map(|case| (case, [1, 1])).chain(strided);
+    for (i, (case, stride)) in all.enumerate() {
         let (
             batch,
             in_channels,
@@ -221,6 +249,7 @@ fn conv2d_16_bit_kernels_match_the_rounded_reference() {
             kernel,
             size,
             params: Conv2dParams {
+                stride,
                 padding,
                 dilation,
                 groups,
