@@ -46,7 +46,11 @@ kernel_args! {
         pub channels: FastDiv,
     }
     /// The sum of a split forward pass's partials through its epilogue.
-    pub const CONV_SPLIT_EPILOGUE = "conv_split_epilogue_f32" => kernel::split_epilogue;
+    pub const CONV_SPLIT_EPILOGUE = "conv_split_epilogue_f32" => kernel::split_epilogue::<f32>;
+    /// The same into bf16 y (`y` holds bf16), each output rounded once.
+    pub const CONV_SPLIT_EPILOGUE_BF16 = "conv_split_epilogue_bf16" => kernel::split_epilogue::<half::bf16>;
+    /// The same into f16 y.
+    pub const CONV_SPLIT_EPILOGUE_F16 = "conv_split_epilogue_f16" => kernel::split_epilogue::<half::f16>;
     entry points in SPLIT_EPILOGUE_ENTRY_POINTS;
 }
 
@@ -160,6 +164,19 @@ pub fn split_epilogue(
     epilogue: ConvEpilogue,
     y: DevicePtrMut<f32>,
 ) -> Launch<SplitEpilogueArgs> {
+    split_epilogue_into(CONV_SPLIT_EPILOGUE, problem, layout, split, partials, epilogue, y)
+}
+
+/// [`split_epilogue`] by `kernel`, one of the split epilogues (y of its type).
+pub fn split_epilogue_into(
+    kernel: crate::launch::Kernel<SplitEpilogueArgs>,
+    problem: &ConvProblem,
+    layout: ConvLayout,
+    split: u32,
+    partials: DevicePtr<f32>,
+    epilogue: ConvEpilogue,
+    y: DevicePtrMut<f32>,
+) -> Launch<SplitEpilogueArgs> {
     let count = problem.output_count();
     let run = match layout {
         ConvLayout::Nhwc => 1,
@@ -174,11 +191,7 @@ pub fn split_epilogue(
         run: FastDiv::new(run),
         channels: FastDiv::new(problem.out_channels),
     };
-    Launch::new(
-        CONV_SPLIT_EPILOGUE,
-        LaunchGeometry::per_item(count, REDUCE_THREADS),
-        args,
-    )
+    Launch::new(kernel, LaunchGeometry::per_item(count, REDUCE_THREADS), args)
 }
 
 /// The scratch of a pass split into `split` partial results of `count` floats each:
@@ -365,6 +378,7 @@ impl BiasGradToNhwc {
 #[cfg(target_arch = "nvptx64")]
 mod kernel {
     use super::*;
+    use crate::conv::tensor_core::Output;
     use crate::device::{
         SharedCarver, Widen, block_idx_x, block_idx_y, block_idx_z, grid_dim_x, grid_dim_z, sync_threads,
         thread_idx_x,
@@ -454,16 +468,16 @@ mod kernel {
     }
 
     /// `y[i] = epilogue(sum of the partials at i + bias)`, the partials added in order
-    /// in FP64.
+    /// in FP64, y of `T` (16-bit ones rounded once).
     ///
     /// # Safety
-    /// `partials` holds `split * count` values, y `count` (and so the residual, when
-    /// there is one), the bias null or `channels` floats; the grid covers `count`
-    /// threads.
+    /// `partials` holds `split * count` values, y `count` `T`s (and the residual, when
+    /// there is one, `count` floats: f32 y only), the bias null or `channels` floats;
+    /// the grid covers `count` threads.
     #[inline(always)]
-    pub unsafe fn split_epilogue(args: SplitEpilogueArgs) {
+    pub unsafe fn split_epilogue<T: Output>(args: SplitEpilogueArgs) {
         let SplitEpilogueArgs { count, split, .. } = args;
-        let (partials, y) = (args.partials.as_ptr(), args.y.as_mut_ptr());
+        let (partials, y) = (args.partials.as_ptr(), args.y.as_mut_ptr().cast::<T>());
         let i = block_idx_x() * REDUCE_THREADS + thread_idx_x();
         if i >= count {
             return;
@@ -480,7 +494,7 @@ mod kernel {
             sum += unsafe { *bias.add(channel as usize) } as f64;
         }
         // SAFETY: i < count, an element of y and of the residual.
-        unsafe { *y.add(i as usize) = args.epilogue.apply(sum as f32, i as usize) };
+        unsafe { *y.add(i as usize) = T::from_f32(args.epilogue.apply(sum as f32, i as usize)) };
     }
 
     /// Moves block `(t, c, image)`'s tile of dy (pixels `TILE t ..`, channels `TILE c

@@ -1,9 +1,9 @@
 //! The passes of bf16 and f16 convolutions on kernels of their own operands, where
-//! those take the problem: the forward pass on row strips (a bias, ReLU or neither;
-//! NCHW x and w changed to NHWC first, y written in its layout); in NHWC, the stride-1
-//! input gradient as that forward pass of dy by the flipped weights, and the weight
-//! gradient on `wgmma`; the bias gradient in any layout. Each reads the 16-bit tensors
-//! as they are and rounds its output once.
+//! those take the problem: the forward pass on row strips or im2col boxes, K split or
+//! not (a bias, ReLU or neither; NCHW x and w changed to NHWC first, y written in its
+//! layout); in NHWC, the stride-1 input gradient as that forward pass of dy by the
+//! flipped weights, and the weight gradient on `wgmma`; the bias gradient in any
+//! layout. Each reads the 16-bit tensors as they are and rounds its output once.
 
 use gpu_kernels::conv::reduce::{BiasGradKernels, BiasGradPlan};
 use gpu_kernels::conv::tensor_core::{ForwardScratch, TensorCoreOperand};
@@ -127,7 +127,7 @@ impl Gpu {
         let (mut x_copy, mut w_copy) = (None, None);
         let x = self.as_layout(x, params.layout, ConvLayout::Nhwc, &mut x_copy)?;
         let w = self.as_layout(w, params.layout, ConvLayout::Nhwc, &mut w_copy)?;
-        self.strips_16_bit(
+        self.bulk_16_bit(
             problem,
             plan,
             [x.ptr().cast(), w.ptr().cast()],
@@ -137,8 +137,9 @@ impl Gpu {
     }
 
     /// The forward pass of `problem` by its 16-bit `plan` (x, w and y of its operand,
-    /// seen as f32 pointers); `Ok(false)` where the tensor maps cannot describe them.
-    fn strips_16_bit(
+    /// seen as f32 pointers), split or not; `Ok(false)` where the tensor maps cannot
+    /// describe them.
+    fn bulk_16_bit(
         &self,
         problem: &ConvProblem,
         plan: TensorCorePlan,
@@ -146,8 +147,10 @@ impl Gpu {
         epilogue: ConvEpilogue,
         y: DevicePtrMut<f32>,
     ) -> Result<bool> {
+        // The tensor maps, then the parts' f32 sums where K is split.
+        let map_bytes = size_of::<TensorMapPair>() as u64;
         let (_scratch, start) = self.scratch(ScratchLayout {
-            bytes: size_of::<TensorMapPair>() as u64,
+            bytes: map_bytes + plan.partials_scratch(problem).bytes,
             zeroed: 0,
         })?;
         let Some(specs) = plan.tensor_maps(problem, x, w) else {
@@ -155,10 +158,13 @@ impl Gpu {
         };
         let scratch = ForwardScratch {
             maps: self.write_tensor_maps(&specs, start.cast())?,
-            partials: start,
+            partials: start.offset(map_bytes),
         };
-        let (gemm, _) = plan.forward_launches(problem, x, w, epilogue, y, scratch);
+        let (gemm, finish) = plan.forward_launches(problem, x, w, epilogue, y, scratch);
         self.launch(&gemm)?;
+        if let Some(finish) = finish {
+            self.launch(&finish)?;
+        }
         Ok(true)
     }
 
@@ -201,7 +207,7 @@ impl Gpu {
     }
 
     /// The input gradient (dx not empty) as the forward pass of dy by the flipped
-    /// weights on the strips of 16-bit operands, where their plan takes it;
+    /// weights on the kernels of 16-bit operands, where their plan takes it;
     /// `Ok(false)` elsewhere.
     fn input_grad_16_bit<T: ConvElement>(
         &self,
@@ -222,7 +228,7 @@ impl Gpu {
         };
         self.launch(&flip)?;
         let operands = [grad_y.ptr().cast(), flipped.ptr().cast()];
-        self.strips_16_bit(
+        self.bulk_16_bit(
             &transposed,
             plan,
             operands,

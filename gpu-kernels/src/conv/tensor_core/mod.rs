@@ -39,6 +39,8 @@ mod warpgroup_mma;
 pub mod warpgroup_weight_grad;
 pub mod weight_grad;
 
+#[cfg(target_arch = "nvptx64")]
+pub(crate) use epilogue::Output;
 pub use warpgroup_weight_grad::WarpgroupWeightGradPlan;
 pub use weight_grad::WeightGradPlan;
 
@@ -368,7 +370,8 @@ impl TensorCorePlan {
     /// The plan of the forward pass of `problem` over NHWC x and w of the 16-bit
     /// `operand` on `wgmma` with bulk copies (row strips or im2col boxes, as the TF32
     /// plan), y in `y_layout`, where the device has them and they fit: channels per
-    /// group a multiple of a k-tile's, K not split. `None` elsewhere.
+    /// group a multiple of a k-tile's. Split, the parts' sums are f32 and the split
+    /// epilogue rounds y once.
     pub const fn forward_16_bit(
         problem: &ConvProblem,
         operand: TensorCoreOperand,
@@ -379,13 +382,16 @@ impl TensorCorePlan {
         let channels = operand.k_tile_channels();
         // NHWC row strips or im2col boxes, both by bulk copies.
         let bulk = tf32.warpgroup_mma == 1 && tf32.bulk_copies == 1 && tf32.channels_last == 1;
-        if !bulk || tf32.splits != 1 || !problem.in_per_group().is_multiple_of(channels) {
+        if !bulk || !problem.in_per_group().is_multiple_of(channels) {
             return None;
         }
+        // K split as the TF32 plan splits it, over half as many k-tiles.
         let k_tiles = problem.taps() * (problem.in_per_group() / channels);
+        let split_k_tiles = k_tiles.div_ceil(tf32.splits);
         Some(Self {
             k_tiles,
-            split_k_tiles: k_tiles,
+            splits: k_tiles.div_ceil(split_k_tiles),
+            split_k_tiles,
             operand,
             y_channels_last: matches!(y_layout, ConvLayout::Nhwc) as u32,
             ..tf32
@@ -506,7 +512,20 @@ impl TensorCorePlan {
         }
         let partials = partials.cast::<f32>();
         let layout = self.output_layout();
-        let finish = reduce::split_epilogue(problem, layout, self.splits, partials.as_const(), epilogue, y);
+        let kernel = match self.operand {
+            TensorCoreOperand::Tf32 => reduce::CONV_SPLIT_EPILOGUE,
+            TensorCoreOperand::Bf16 => reduce::CONV_SPLIT_EPILOGUE_BF16,
+            TensorCoreOperand::F16 => reduce::CONV_SPLIT_EPILOGUE_F16,
+        };
+        let finish = reduce::split_epilogue_into(
+            kernel,
+            problem,
+            layout,
+            self.splits,
+            partials.as_const(),
+            epilogue,
+            y,
+        );
         let gemm = self.gemm_launch(problem, x, w, ConvEpilogue::NONE, partials, maps);
         (gemm, Some(finish))
     }

@@ -902,7 +902,12 @@ unsafe fn consume_in_turns<E: StripOperand>(args: &TensorCoreArgs, units: u32, r
             warpgroup_wait::<0>();
             rings.a.release(last_a);
             rings.b.release(last_b);
-            store_channel_rows::<E>(args, unit.tile, &sums);
+            // Split, the parts' sums are f32 whatever y's type.
+            if args.plan.splits > 1 {
+                store_channel_rows::<f32>(args, unit.tile, &sums);
+            } else {
+                store_channel_rows::<E>(args, unit.tile, &sums);
+            }
         }
     }
 }
@@ -1025,7 +1030,12 @@ unsafe fn consume<
                     origin: (16 * warp, 0),
                     row_step: 64,
                 };
-                store_plain::<E, 2, J>(args, tile, &warp_tiles);
+                // Split, the parts' sums are f32 whatever y's type.
+                if args.plan.splits > 1 {
+                    store_plain::<f32, 2, J>(args, tile, &warp_tiles);
+                } else {
+                    store_plain::<E, 2, J>(args, tile, &warp_tiles);
+                }
             } else {
                 // Through this consumer's part of the last A, which only it reads.
                 rings.b.release(last_b);
