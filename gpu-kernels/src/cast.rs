@@ -134,10 +134,7 @@ mod kernel {
             unsafe {
                 let low = load_global_nc_v4(x.add(first).cast());
                 let high = load_global_nc_v4(x.add(first + 4).cast());
-                let pair = |a: u32, b: u32| {
-                    let bits = |w: u32| T::narrow(f32::from_bits(w)).to_bits() as u32;
-                    bits(a) | bits(b) << 16
-                };
+                let pair = |a: u32, b: u32| T::narrow_pair(f32::from_bits(a), f32::from_bits(b));
                 let words = [
                     pair(low[0], low[1]),
                     pair(low[2], low[3]),

@@ -15,6 +15,10 @@ pub trait Float16: Copy {
     fn widen_apart(self) -> f32;
     /// `x` rounded to nearest even (NaN stays NaN, overflow goes to infinity).
     fn narrow(x: f32) -> Self;
+    /// The bits of `low` and `high`, each rounded as by [`narrow`](Self::narrow), in
+    /// one word (`low` in its low half: the first of two elements in memory), by one
+    /// packed conversion.
+    fn narrow_pair(low: f32, high: f32) -> u32;
     /// The value of these bits.
     fn from_bits(bits: u16) -> Self;
     /// The value's bits.
@@ -32,6 +36,26 @@ macro_rules! round_to {
                 concat!("cvt.rn.", $ty, ".f32 {h}, {x};"),
                 h = out(reg16) bits,
                 x = in(reg32) $x,
+                options(pure, nomem, nostack, preserves_flags),
+            )
+        };
+        bits
+    }};
+}
+
+/// [`round_to`] of two f32s into the halves of a word (`cvt.rn.<ty>x2.f32`, sm_80 or
+/// later), `$low` in the low half.
+macro_rules! round_pair_to {
+    ($ty:literal, $low:expr, $high:expr) => {{
+        let bits: u32;
+        // SAFETY: a register conversion; no memory is touched.
+        unsafe {
+            asm!(
+                // The first source fills the upper half.
+                concat!("cvt.rn.", $ty, "x2.f32 {d}, {high}, {low};"),
+                d = out(reg32) bits,
+                high = in(reg32) $high,
+                low = in(reg32) $low,
                 options(pure, nomem, nostack, preserves_flags),
             )
         };
@@ -64,6 +88,11 @@ impl Float16 for bf16 {
     #[inline(always)]
     fn narrow(x: f32) -> Self {
         bf16::from_bits(round_to!("bf16", x))
+    }
+
+    #[inline(always)]
+    fn narrow_pair(low: f32, high: f32) -> u32 {
+        round_pair_to!("bf16", low, high)
     }
 
     #[inline(always)]
@@ -102,6 +131,11 @@ impl Float16 for f16 {
     #[inline(always)]
     fn narrow(x: f32) -> Self {
         f16::from_bits(round_to!("f16", x))
+    }
+
+    #[inline(always)]
+    fn narrow_pair(low: f32, high: f32) -> u32 {
+        round_pair_to!("f16", low, high)
     }
 
     #[inline(always)]

@@ -228,6 +228,9 @@ fn conv2d_16_bit_kernels_match_the_rounded_reference() {
         (case, stride)
     });
     let all = cases.into_iter().map(|case| (case, [1, 1])).chain(strided);
+    // The forward kernels' paths the cases reach: row strips, im2col boxes, K split,
+    // y written channels first.
+    let mut paths = [false; 4];
     for (i, (case, stride)) in all.enumerate() {
         let (
             batch,
@@ -284,6 +287,10 @@ fn conv2d_16_bit_kernels_match_the_rounded_reference() {
                 native.map(|n| n.then_some(operand)),
                 "{c:?} {operand:?}: {plans:?}"
             );
+            if let Some(p) = plans.forward {
+                let taken = [p.row_strips == 1, p.row_strips == 0, p.splits > 1, p.y_channels_last == 0];
+                paths.iter_mut().zip(taken).for_each(|(path, t)| *path |= t);
+            }
             let checked = match operand {
                 TensorCoreOperand::Bf16 => check::<bf16>(&gpu, c.clone(), activation, false),
                 _ => check::<f16>(&gpu, c.clone(), activation, false),
@@ -291,6 +298,7 @@ fn conv2d_16_bit_kernels_match_the_rounded_reference() {
             checked.unwrap_or_else(|e| panic!("{operand:?}: {e}"));
         }
     }
+    assert_eq!(paths, [true; 4], "strips, im2col, split, NCHW y");
 }
 
 /// Layout changes of 2-byte elements move every element's bits: in pairs where the

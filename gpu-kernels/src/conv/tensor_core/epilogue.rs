@@ -128,9 +128,9 @@ macro_rules! output_of_half {
 
             #[inline(always)]
             unsafe fn store_pair(at: *mut Self, [a, b]: [f32; 2]) {
-                let bits = |v: f32| Self::from_f32(v).to_bits() as u32;
+                let bits = <$t as crate::device::Float16>::narrow_pair(a, b);
                 // SAFETY: the caller's contract: 4 bytes, 4-byte aligned.
-                unsafe { *at.cast::<u32>() = bits(a) | bits(b) << 16 };
+                unsafe { *at.cast::<u32>() = bits };
             }
         }
     )*};

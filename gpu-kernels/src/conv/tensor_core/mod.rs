@@ -282,7 +282,7 @@ pub struct TensorCorePlan {
     /// Parts K is split into (1: not split), `split_k_tiles` k-tiles each but the last.
     pub splits: u32,
     pub split_k_tiles: u32,
-    /// The operands' type: TF32, or on NHWC row strips ([`Self::forward_16_bit`]) a
+    /// The operands' type: TF32, or on NHWC bulk copies ([`Self::forward_16_bit`]) a
     /// 16-bit float, x, w and y all of it.
     pub operand: TensorCoreOperand,
 }
