@@ -242,11 +242,12 @@ impl PhasePlan {
 
 kernel_args! {
     /// The phase filters' arguments: `filters`, the weights of phase `(row, column)`'s
-    /// forward problem `phase`, from `w`, both in the layout `channels_last` names,
-    /// rounded to TF32 when `round` is 1.
-    pub struct PhaseFiltersArgs {
-        pub w: DevicePtr<f32>,
-        pub filters: DevicePtrMut<f32>,
+    /// forward problem `phase`, from `w`, both in the layout `channels_last` names, of
+    /// `T` (f32 rounded to TF32 when `round` is 1, or a 16-bit float's bits as they
+    /// are).
+    pub struct PhaseFiltersArgs<T> {
+        pub w: DevicePtr<T>,
+        pub filters: DevicePtrMut<T>,
         pub problem: ConvProblem,
         pub phase: ConvProblem,
         pub row: AxisPhase,
@@ -254,37 +255,59 @@ kernel_args! {
         pub channels_last: u32,
         pub round: u32,
     }
-    /// Gathers a phase's weights, one thread per element.
-    pub const CONV_PHASE_FILTERS = "conv_phase_filters_f32" => kernel::phase_filters;
+    impl PhaseKernels for f32 {
+        const FILTERS = "conv_phase_filters_f32" => kernel::phase_filters::<f32>;
+    }
+    impl PhaseKernels for u16 {
+        const FILTERS = "conv_phase_filters_b16" => kernel::phase_filters::<u16>;
+    }
     entry points in FILTERS_ENTRY_POINTS;
 }
 
 kernel_args! {
     /// The interleaving's arguments: dx from the phases' compact gradients in
-    /// `phases` (laid out by the plan), both in the plan's layout.
-    pub struct InterleaveArgs {
-        pub phases: DevicePtr<f32>,
-        pub dx: DevicePtrMut<f32>,
+    /// `phases` (laid out by the plan), both in the plan's layout, of `T`.
+    pub struct InterleaveArgs<T> {
+        pub phases: DevicePtr<T>,
+        pub dx: DevicePtrMut<T>,
         pub problem: ConvProblem,
         pub plan: PhasePlan,
     }
-    /// Writes dx from the phases, one thread per element, or per 4 channels of a pixel
-    /// or 4 columns of a row ([`interleaved_per_thread`]).
-    pub const CONV_INTERLEAVE_PHASES = "conv_interleave_phases_f32" => kernel::interleave;
+    impl InterleaveKernel for f32 {
+        const INTERLEAVE = "conv_interleave_phases_f32" => kernel::interleave::<f32>;
+    }
+    impl InterleaveKernel for u16 {
+        const INTERLEAVE = "conv_interleave_phases_b16" => kernel::interleave::<u16>;
+    }
     entry points in INTERLEAVE_ENTRY_POINTS;
 }
 
+/// The kernel gathering phase filters of an element: f32, or 2 bytes (bf16 and f16
+/// alike, moved as they are).
+pub trait PhaseKernels: Sized {
+    /// Gathers a phase's weights, one thread per element.
+    const FILTERS: crate::launch::Kernel<PhaseFiltersArgs<Self>>;
+}
+
+/// The interleaving kernel of an element, as [`PhaseKernels`].
+pub trait InterleaveKernel: Sized {
+    /// Writes dx from the phases, one thread per element, or per 4 channels of a pixel
+    /// or 4 columns of a row ([`interleaved_per_thread`]).
+    const INTERLEAVE: crate::launch::Kernel<InterleaveArgs<Self>>;
+}
+
 /// The launch gathering phase `q`'s weights (its forward problem `phase`) from `w` into
-/// `filters`, both in `layout`.
-pub const fn phase_filters(
+/// `filters`, both in `layout` (f32 rounded to TF32 where the phases run on the tensor
+/// cores).
+pub const fn phase_filters<T: PhaseKernels>(
     problem: &ConvProblem,
     plan: &PhasePlan,
     q: u32,
     phase: &ConvProblem,
     layout: ConvLayout,
-    w: DevicePtr<f32>,
-    filters: DevicePtrMut<f32>,
-) -> Launch<PhaseFiltersArgs> {
+    w: DevicePtr<T>,
+    filters: DevicePtrMut<T>,
+) -> Launch<PhaseFiltersArgs<T>> {
     let (row, column) = plan.axes(q);
     let args = PhaseFiltersArgs {
         w,
@@ -297,16 +320,16 @@ pub const fn phase_filters(
         round: plan.tensor_cores,
     };
     Launch::new(
-        CONV_PHASE_FILTERS,
+        T::FILTERS,
         LaunchGeometry::per_item(phase.weight_count(), PHASE_THREADS),
         args,
     )
 }
 
 /// Elements of dx each thread of the interleaving writes: 4 channels of a pixel in NHWC
-/// with channels in multiples of 4 (one place, one phase, 16-byte copies: the slots
-/// hold whole pixels too), 4 columns of a row in NCHW with rows in multiples of 4 (one
-/// place and row phase, a 16-byte store), else 1.
+/// with channels in multiples of 4 (one place, one phase, copies of 4 elements: the
+/// slots hold whole pixels too), 4 columns of a row in NCHW with rows in multiples of 4
+/// (one place and row phase, a store of 4), else 1.
 pub const fn interleaved_per_thread(problem: &ConvProblem, plan: &PhasePlan) -> u32 {
     let whole = if plan.channels_last == 1 {
         problem.in_channels
@@ -317,12 +340,12 @@ pub const fn interleaved_per_thread(problem: &ConvProblem, plan: &PhasePlan) -> 
 }
 
 /// The launch writing `problem`'s dx from the phases' gradients.
-pub const fn interleave(
+pub const fn interleave<T: InterleaveKernel>(
     problem: &ConvProblem,
     plan: &PhasePlan,
-    phases: DevicePtr<f32>,
-    dx: DevicePtrMut<f32>,
-) -> Launch<InterleaveArgs> {
+    phases: DevicePtr<T>,
+    dx: DevicePtrMut<T>,
+) -> Launch<InterleaveArgs<T>> {
     let count = problem.input_count();
     let args = InterleaveArgs {
         phases,
@@ -332,7 +355,7 @@ pub const fn interleave(
     };
     let threads = count.div_ceil(interleaved_per_thread(problem, plan) as u64);
     Launch::new(
-        CONV_INTERLEAVE_PHASES,
+        T::INTERLEAVE,
         LaunchGeometry::per_item(threads, PHASE_THREADS),
         args,
     )
@@ -344,7 +367,63 @@ mod kernel {
     use crate::conv::problem::{element_index, element_place};
     use crate::device::{block_idx_x, load_global_v4, store_global_v4, thread_idx_x, to_tf32};
 
-    /// `filters[ci][co][t][u] = w[g co][ci][r][s]` (rounded to TF32 when asked), the
+    /// An element the phases move: f32, or a 16-bit float's bits.
+    pub trait PhaseElement: Copy + Default {
+        /// The value rounded to TF32 (f32); 16-bit bits as they are.
+        fn tf32(self) -> Self;
+        /// The four elements at `at` with one access.
+        ///
+        /// # Safety
+        /// `at..at + 4` are readable global elements, `at` aligned to 4 of them.
+        unsafe fn load4(at: *const Self) -> [Self; 4];
+        /// Writes four elements to `at` with one access.
+        ///
+        /// # Safety
+        /// `at..at + 4` are writable global elements, `at` aligned to 4 of them.
+        unsafe fn store4(at: *mut Self, values: [Self; 4]);
+    }
+
+    impl PhaseElement for f32 {
+        #[inline(always)]
+        fn tf32(self) -> Self {
+            f32::from_bits(to_tf32(self))
+        }
+
+        #[inline(always)]
+        unsafe fn load4(at: *const Self) -> [Self; 4] {
+            // SAFETY: the caller's contract: 16 bytes, 16-byte aligned.
+            unsafe { load_global_v4(at.cast()) }.map(f32::from_bits)
+        }
+
+        #[inline(always)]
+        unsafe fn store4(at: *mut Self, values: [Self; 4]) {
+            // SAFETY: the caller's contract: 16 bytes, 16-byte aligned.
+            unsafe { store_global_v4(at.cast(), values.map(f32::to_bits)) }
+        }
+    }
+
+    impl PhaseElement for u16 {
+        #[inline(always)]
+        fn tf32(self) -> Self {
+            self
+        }
+
+        #[inline(always)]
+        unsafe fn load4(at: *const Self) -> [Self; 4] {
+            // SAFETY: the caller's contract: 8 bytes, 8-byte aligned.
+            let word = unsafe { *at.cast::<u64>() };
+            [0, 16, 32, 48].map(|shift| (word >> shift) as u16)
+        }
+
+        #[inline(always)]
+        unsafe fn store4(at: *mut Self, values: [Self; 4]) {
+            let word = values.iter().rev().fold(0u64, |word, &v| word << 16 | v as u64);
+            // SAFETY: the caller's contract: 8 bytes, 8-byte aligned.
+            unsafe { *at.cast::<u64>() = word };
+        }
+    }
+
+    /// `filters[ci][co][t][u] = w[g co][ci][r][s]` (f32 rounded to TF32 when asked), the
     /// taps reversed: `r =
     /// first_h + sh (T_h - 1 - t)`, `s = first_w + sw (T_w - 1 - u)` (NCHW; NHWC keeps
     /// the taps before the channels), ci a channel of x in group g.
@@ -354,7 +433,7 @@ mod kernel {
     /// `channels_last` names; the grid covers the phase's weights, `PHASE_THREADS` a
     /// block.
     #[inline(always)]
-    pub unsafe fn phase_filters(args: PhaseFiltersArgs) {
+    pub unsafe fn phase_filters<T: PhaseElement>(args: PhaseFiltersArgs<T>) {
         let (p, phase) = (&args.problem, &args.phase);
         let j = block_idx_x() as u64 * PHASE_THREADS as u64 + thread_idx_x() as u64;
         if j >= phase.weight_count() {
@@ -391,11 +470,7 @@ mod kernel {
         // SAFETY: (o, c, r, s) is a weight of the problem, j one of the phase's.
         unsafe {
             let value = *args.w.as_ptr().add(i as usize);
-            let value = if args.round == 1 {
-                f32::from_bits(to_tf32(value))
-            } else {
-                value
-            };
+            let value = if args.round == 1 { value.tf32() } else { value };
             *args.filters.as_mut_ptr().add(j as usize) = value;
         }
     }
@@ -408,7 +483,7 @@ mod kernel {
     /// input gradient (fewer than 2^31 elements), in the plan's layout; the grid covers
     /// dx, `PHASE_THREADS` a block.
     #[inline(always)]
-    pub unsafe fn interleave(args: InterleaveArgs) {
+    pub unsafe fn interleave<T: PhaseElement>(args: InterleaveArgs<T>) {
         let (p, plan) = (&args.problem, &args.plan);
         let per_thread = interleaved_per_thread(p, plan);
         // Every index of dx below 2^31: in 32 bits, divided by multiplies.
@@ -441,19 +516,18 @@ mod kernel {
         // SAFETY: each source lies inside its phase's output, in its slot; dx's
         // elements i.. are the thread's.
         unsafe {
+            // Zero where no phase has taps: 0.0, or a 16-bit float's zero bits.
+            let zero = T::default();
             match per_thread {
-                1 => *dx = source(x).map_or(0.0, |from| *from),
-                // Channels c..c + 4 of the pixel, 16-byte aligned on both sides
-                // (channels, slots and allocations in multiples of 4 floats).
-                _ if channels_last => {
-                    let values = source(x).map_or([0; 4], |from| load_global_v4(from.cast()));
-                    store_global_v4(dx.cast(), values);
-                }
-                // Columns x..x + 4 of the row (rows in multiples of 4 floats), each from
-                // its column phase.
+                1 => *dx = source(x).map_or(zero, |from| *from),
+                // Channels c..c + 4 of the pixel, aligned to 4 elements on both sides
+                // (channels, slots and allocations in multiples of 4).
+                _ if channels_last => T::store4(dx, source(x).map_or([zero; 4], |from| T::load4(from))),
+                // Columns x..x + 4 of the row (rows in multiples of 4), each from its
+                // column phase.
                 _ => {
-                    let value = |k: u32| source(x + k).map_or(0.0, |from| *from).to_bits();
-                    store_global_v4(dx.cast(), [value(0), value(1), value(2), value(3)]);
+                    let value = |k: u32| source(x + k).map_or(zero, |from| *from);
+                    T::store4(dx, [value(0), value(1), value(2), value(3)]);
                 }
             }
         }

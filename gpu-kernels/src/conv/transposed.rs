@@ -113,30 +113,42 @@ pub const fn upsampled(problem: &ConvProblem) -> bool {
 kernel_args! {
     /// The upsampling's arguments: `up`, the input of `transposed` (the problem's
     /// [`ConvProblem::input_grad_as_forward`]), from dy: `dy[o]` at `stride o`, zeros
-    /// elsewhere, both in the layout `channels_last` names.
-    pub struct UpsampleArgs {
-        pub dy: DevicePtr<f32>,
-        pub up: DevicePtrMut<f32>,
+    /// elsewhere, both in the layout `channels_last` names, of `T` (f32, or a 16-bit
+    /// float's bits).
+    pub struct UpsampleArgs<T> {
+        pub dy: DevicePtr<T>,
+        pub up: DevicePtrMut<T>,
         pub problem: ConvProblem,
         pub transposed: ConvProblem,
         pub channels_last: u32,
         /// Division by up's channels (dy's).
         pub div_channels: FastDiv,
     }
-    /// Upsamples dy, one thread per element of `up`.
-    pub const CONV_UPSAMPLE = "conv_upsample_f32" => kernel::upsample;
+    impl UpsampleKernel for f32 {
+        const UPSAMPLE = "conv_upsample_f32" => kernel::upsample::<f32>;
+    }
+    impl UpsampleKernel for u16 {
+        const UPSAMPLE = "conv_upsample_b16" => kernel::upsample::<u16>;
+    }
     entry points in UPSAMPLE_ENTRY_POINTS;
+}
+
+/// The upsampling kernel of an element: f32, or 2 bytes (bf16 and f16 alike: zero is
+/// their zero bits).
+pub trait UpsampleKernel: Sized {
+    /// Upsamples dy, one thread per element of `up`.
+    const UPSAMPLE: crate::launch::Kernel<UpsampleArgs<Self>>;
 }
 
 /// The launch upsampling `problem`'s dy (in `layout`) into `up`, the input of its
 /// `transposed` problem.
-pub const fn upsample(
+pub const fn upsample<T: UpsampleKernel>(
     problem: &ConvProblem,
     transposed: &ConvProblem,
     layout: ConvLayout,
-    dy: DevicePtr<f32>,
-    up: DevicePtrMut<f32>,
-) -> Launch<UpsampleArgs> {
+    dy: DevicePtr<T>,
+    up: DevicePtrMut<T>,
+) -> Launch<UpsampleArgs<T>> {
     let t = transposed;
     let count = t.input_count();
     let args = UpsampleArgs {
@@ -148,7 +160,7 @@ pub const fn upsample(
         div_channels: FastDiv::new(t.in_channels),
     };
     Launch::new(
-        CONV_UPSAMPLE,
+        T::UPSAMPLE,
         LaunchGeometry::per_item(count, PREPARE_THREADS),
         args,
     )
@@ -438,7 +450,7 @@ mod kernel {
     /// (fewer than 2^31 elements), in the layout `channels_last` names; the grid covers
     /// `up`, `PREPARE_THREADS` a block.
     #[inline(always)]
-    pub unsafe fn upsample(args: UpsampleArgs) {
+    pub unsafe fn upsample<T: Copy + Default>(args: UpsampleArgs<T>) {
         let (p, t) = (&args.problem, &args.transposed);
         // Every index below 2^31: in 32 bits, divided by multiplies.
         let i = block_idx_x() * PREPARE_THREADS + thread_idx_x();
@@ -454,7 +466,8 @@ mod kernel {
             // SAFETY: (n, c, oy, ox) is an element of dy.
             unsafe { *args.dy.as_ptr().add(at as usize) }
         } else {
-            0.0
+            // Zero: 0.0, or a 16-bit float's zero bits.
+            T::default()
         };
         // SAFETY: i is an element of up.
         unsafe { *args.up.as_mut_ptr().add(i as usize) = value };

@@ -1,14 +1,17 @@
 //! The passes of bf16 and f16 convolutions on kernels of their own operands, where
 //! those take the problem: the forward pass on row strips or im2col boxes, K split or
 //! not (a bias, ReLU or neither; NCHW x and w changed to NHWC first, y written in its
-//! layout); in NHWC, the stride-1 input gradient as that forward pass of dy by the
-//! flipped weights, and the weight gradient on `wgmma`; the bias gradient in any
-//! layout. Each reads the 16-bit tensors as they are and rounds its output once.
+//! layout); in NHWC, the input gradient as that forward pass of dy by the flipped
+//! weights (dy upsampled first where strided) or, where a window narrower than the
+//! stride leaves phases without taps, by phases (as the TF32 path chooses), and the
+//! weight gradient on `wgmma`; the bias gradient in any layout. Each reads the 16-bit
+//! tensors as they are and rounds its output once (a phase's outputs are dx's).
 
 use gpu_kernels::conv::reduce::{BiasGradKernels, BiasGradPlan};
 use gpu_kernels::conv::tensor_core::{ForwardScratch, TensorCoreOperand};
 use gpu_kernels::conv::{
-    Activation, ConvEpilogue, ConvLayout, ConvProblem, TensorCorePlan, WarpgroupWeightGradPlan, transposed,
+    self as kernel, Activation, ConvAlgorithm, ConvEpilogue, ConvLayout, ConvPass, ConvPrecision,
+    ConvProblem, PhasePlan, TensorCorePlan, WarpgroupWeightGradPlan, phases, transposed,
 };
 use gpu_kernels::launch::{DevicePtr, DevicePtrMut, ScratchLayout};
 use gpu_kernels::tensor_map::TensorMapPair;
@@ -24,10 +27,30 @@ use crate::gpu::Gpu;
 pub struct SixteenBitPlans {
     /// The forward pass (without a residual).
     pub forward: Option<TensorCorePlan>,
-    /// The input gradient: the forward plan of
-    /// [`ConvProblem::input_grad_as_forward`].
-    pub input_grad: Option<TensorCorePlan>,
+    pub input_grad: Option<SixteenBitInputGrad>,
     pub weight_grad: Option<WarpgroupWeightGradPlan>,
+}
+
+/// How the input gradient of NHWC tensors of a 16-bit operand runs on the forward
+/// kernels of its operands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SixteenBitInputGrad {
+    /// The forward pass of [`ConvProblem::input_grad_as_forward`] (over dy upsampled
+    /// where strided) by this plan.
+    AsForward(TensorCorePlan),
+    /// By phases, each phase with taps a forward pass of the operand (their plans
+    /// [`TensorCorePlan::forward_16_bit`] of the phase's problem).
+    Phases(PhasePlan, TensorCoreOperand),
+}
+
+impl SixteenBitInputGrad {
+    /// The operands' type of its forward passes.
+    pub const fn operand(&self) -> TensorCoreOperand {
+        match self {
+            Self::AsForward(plan) => plan.operand,
+            Self::Phases(_, operand) => *operand,
+        }
+    }
 }
 
 impl Gpu {
@@ -53,21 +76,44 @@ impl Gpu {
         plan
     }
 
-    /// The plan of the input gradient of NHWC tensors of `operand`: the forward plan of
-    /// its stride-1 transposed problem.
+    /// The plan of the input gradient of NHWC tensors of `operand`, where the TF32 path
+    /// runs it on the tensor cores (not on the direct kernels, which serve few input
+    /// channels): by phases where that path takes them and each phase's forward pass
+    /// has a plan, else the forward plan of its transposed problem.
     fn own_input_grad_plan(
         &self,
         problem: &ConvProblem,
         params: &Conv2dParams,
         operand: TensorCoreOperand,
-    ) -> Option<(ConvProblem, TensorCorePlan)> {
-        let transposed = problem.input_grad_as_forward()?;
-        if params.layout != ConvLayout::Nhwc || transposed::upsampled(problem) {
+    ) -> Option<SixteenBitInputGrad> {
+        if params.layout != ConvLayout::Nhwc {
             return None;
         }
-        let plan = TensorCorePlan::forward_16_bit(&transposed, operand, ConvLayout::Nhwc, &self.limits());
+        let limits = self.limits();
+        let forward = |p: &ConvProblem| TensorCorePlan::forward_16_bit(p, operand, ConvLayout::Nhwc, &limits);
+        let tf32 = kernel::algorithm(
+            problem,
+            ConvPass::InputGrad,
+            ConvPrecision::Tf32,
+            ConvLayout::Nhwc,
+            &limits,
+        );
+        let plan = match tf32 {
+            ConvAlgorithm::Phases(phases) => (0..phases.phases())
+                .all(|q| {
+                    phases
+                        .phase(problem, q)
+                        .is_none_or(|phase| forward(&phase).is_some())
+                })
+                .then_some(SixteenBitInputGrad::Phases(phases, operand)),
+            ConvAlgorithm::TensorCore(_) => problem
+                .input_grad_as_forward()
+                .and_then(|transposed| forward(&transposed))
+                .map(SixteenBitInputGrad::AsForward),
+            _ => None,
+        };
         log::debug!("conv2d InputGrad {operand:?} Nhwc {problem:?}: {plan:?}");
-        Some((transposed, plan?))
+        plan
     }
 
     /// The plan of the weight gradient of NHWC tensors of `operand`.
@@ -97,9 +143,7 @@ impl Gpu {
         let (problem, _) = conv2d_problem(x_shape, w_shape, params)?;
         Ok(SixteenBitPlans {
             forward: self.own_forward_plan(&problem, params, operand, false),
-            input_grad: self
-                .own_input_grad_plan(&problem, params, operand)
-                .map(|(_, plan)| plan),
+            input_grad: self.own_input_grad_plan(&problem, params, operand),
             weight_grad: self.own_weight_grad_plan(&problem, params, operand),
         })
     }
@@ -206,9 +250,8 @@ impl Gpu {
         Ok((input, weight, None))
     }
 
-    /// The input gradient (dx not empty) as the forward pass of dy by the flipped
-    /// weights on the kernels of 16-bit operands, where their plan takes it;
-    /// `Ok(false)` elsewhere.
+    /// The input gradient (dx not empty) on the forward kernels of 16-bit operands,
+    /// where their plan takes it; `Ok(false)` elsewhere.
     fn input_grad_16_bit<T: ConvElement>(
         &self,
         problem: &ConvProblem,
@@ -218,7 +261,29 @@ impl Gpu {
         grad_y: &DeviceArray<T>,
         dx: &mut DeviceArray<T>,
     ) -> Result<bool> {
-        let Some((transposed, plan)) = self.own_input_grad_plan(problem, params, operand) else {
+        match self.own_input_grad_plan(problem, params, operand) {
+            Some(SixteenBitInputGrad::AsForward(plan)) => {
+                self.input_grad_as_forward_16_bit(problem, plan, w, grad_y, dx)
+            }
+            Some(SixteenBitInputGrad::Phases(plan, operand)) => {
+                self.input_grad_by_phases_16_bit(problem, &plan, operand, w, grad_y, dx)
+            }
+            None => Ok(false),
+        }
+    }
+
+    /// The input gradient as the forward pass by `plan` of dy (upsampled where
+    /// strided) by the flipped weights; `Ok(false)` where the flip or the tensor maps
+    /// cannot take it.
+    fn input_grad_as_forward_16_bit<T: ConvElement>(
+        &self,
+        problem: &ConvProblem,
+        plan: TensorCorePlan,
+        w: &DeviceArray<T>,
+        grad_y: &DeviceArray<T>,
+        dx: &mut DeviceArray<T>,
+    ) -> Result<bool> {
+        let Some(transposed) = problem.input_grad_as_forward() else {
             return Ok(false);
         };
         let mut flipped = self.temporary::<T>(w.shape())?;
@@ -227,7 +292,24 @@ impl Gpu {
             return Ok(false);
         };
         self.launch(&flip)?;
-        let operands = [grad_y.ptr().cast(), flipped.ptr().cast()];
+        let mut up = None;
+        let dy = if transposed::upsampled(problem) {
+            let [n, c, h, w] = transposed.input_shape().map(|d| d as usize);
+            let up = up.insert(self.temporary::<T>(&[n, h, w, c])?);
+            let dy = grad_y.ptr().cast::<u16>();
+            let layout = ConvLayout::Nhwc;
+            self.launch(&transposed::upsample(
+                problem,
+                &transposed,
+                layout,
+                dy,
+                up.ptr_mut().cast(),
+            ))?;
+            up.ptr()
+        } else {
+            grad_y.ptr()
+        };
+        let operands = [dy.cast(), flipped.ptr().cast()];
         self.bulk_16_bit(
             &transposed,
             plan,
@@ -235,6 +317,43 @@ impl Gpu {
             ConvEpilogue::NONE,
             dx.ptr_mut().cast(),
         )
+    }
+
+    /// The input gradient by `plan`'s phases: each phase with taps a forward pass of
+    /// dy by its gathered weights into its slot, dx interleaved from them; `Ok(false)`
+    /// where a phase's tensor maps cannot take it.
+    fn input_grad_by_phases_16_bit<T: ConvElement>(
+        &self,
+        problem: &ConvProblem,
+        plan: &PhasePlan,
+        operand: TensorCoreOperand,
+        w: &DeviceArray<T>,
+        grad_y: &DeviceArray<T>,
+        dx: &mut DeviceArray<T>,
+    ) -> Result<bool> {
+        let (layout, limits) = (ConvLayout::Nhwc, self.limits());
+        let mut outputs = self.temporary::<T>(&[plan.outputs_len() as usize])?;
+        for q in 0..plan.phases() {
+            let Some(phase) = plan.phase(problem, q) else {
+                continue;
+            };
+            let Some(forward) = TensorCorePlan::forward_16_bit(&phase, operand, layout, &limits) else {
+                return Ok(false);
+            };
+            let mut filters = self.temporary::<T>(&[phase.weight_count() as usize])?;
+            let (w, gathered) = (w.ptr().cast::<u16>(), filters.ptr_mut().cast::<u16>());
+            self.launch(&phases::phase_filters(
+                problem, plan, q, &phase, layout, w, gathered,
+            ))?;
+            let slot = outputs.ptr_mut().offset(q as u64 * plan.slot_len);
+            let operands = [grad_y.ptr().cast(), filters.ptr().cast()];
+            if !self.bulk_16_bit(&phase, forward, operands, ConvEpilogue::NONE, slot.cast())? {
+                return Ok(false);
+            }
+        }
+        let interleave = phases::interleave::<u16>(problem, plan, outputs.ptr().cast(), dx.ptr_mut().cast());
+        self.launch(&interleave)?;
+        Ok(true)
     }
 
     /// The weight gradient by its 16-bit `plan`, summed in f32 and rounded once into

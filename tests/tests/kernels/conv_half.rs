@@ -175,9 +175,10 @@ fn conv2d_f16_matches_the_rounded_reference() {
 /// tiles leave multiprocessors idle (f32 partials rounded once by the split
 /// epilogue); the weight gradient on `wgmma` (partial tiles of output channels and
 /// pixels, 40 input channels in a chunk of 64, two column tiles of 128 channels); two
-/// groups, with and without a bias and ReLU, and cases where some passes run over f32
-/// copies (channels not multiples of 64, 1x1 weight gradients, strided input
-/// gradients). In NCHW the forward pass reads copies of x and w in NHWC and writes y
+/// groups, with and without a bias and ReLU; strided input gradients over dy upsampled
+/// or, where the window leaves phases without taps (1x1 at strides 2 and 3), by
+/// phases; and cases where some passes run over f32 copies (channels not multiples of
+/// 64, 1x1 weight gradients). In NCHW the forward pass reads copies of x and w in NHWC and writes y
 /// channels first; the gradients but the bias's run over f32 copies.
 #[test]
 fn conv2d_16_bit_kernels_match_the_rounded_reference() {
@@ -204,11 +205,17 @@ fn conv2d_16_bit_kernels_match_the_rounded_reference() {
         (2, 64, 64, [3, 3], [4, 256], [1, 1], [1, 1], 1, Activation::Relu, true, Nchw, [true, false, false]),
         (1, 128, 96, [5, 5], [18, 500], [2, 2], [1, 1], 2, Activation::Identity, false, Nchw, [true, false, false]),
     ];
-    // Strided: the forward pass on im2col boxes, the input gradient over f32 copies.
+    // Strided: the forward pass on im2col boxes, the input gradient over dy upsampled
+    // (3x3) or by phases (1x1).
     #[rustfmt::skip]
     let strided = [
-        (4, 64, 128, [3, 3], [28, 28], [1, 1], [2, 2], [true, false, true]),
-        (4, 128, 64, [1, 1], [28, 28], [0, 0], [2, 2], [true, false, false]),
+        (4, 64, 128, [3, 3], [28, 28], [1, 1], [2, 2], [true, true, true]),
+        (4, 128, 64, [1, 1], [28, 28], [0, 0], [2, 2], [true, true, false]),
+        (2, 64, 64, [1, 1], [27, 27], [0, 0], [3, 3], [true, true, false]),
+        (2, 64, 64, [3, 3], [15, 15], [0, 0], [2, 2], [true, true, true]),
+        // A stem: every pass over f32 copies (3 input channels; the TF32 input gradient
+        // on its direct kernel).
+        (2, 3, 64, [7, 7], [32, 32], [3, 3], [2, 2], [false, false, false]),
     ];
     let strided = strided.map(|(batch, input, output, kernel, size, padding, stride, native)| {
         let case = (
@@ -231,6 +238,8 @@ fn conv2d_16_bit_kernels_match_the_rounded_reference() {
     // The forward kernels' paths the cases reach: row strips, im2col boxes, K split,
     // y written channels first.
     let mut paths = [false; 4];
+    // And the strided input gradients': over dy upsampled, by phases.
+    let mut strided_paths = [false; 2];
     for (i, (case, stride)) in all.enumerate() {
         let (
             batch,
@@ -279,7 +288,7 @@ fn conv2d_16_bit_kernels_match_the_rounded_reference() {
                 .unwrap();
             let taken = [
                 plans.forward.map(|p| p.operand),
-                plans.input_grad.map(|p| p.operand),
+                plans.input_grad.map(|p| p.operand()),
                 plans.weight_grad.map(|p| p.operand),
             ];
             assert_eq!(
@@ -288,8 +297,18 @@ fn conv2d_16_bit_kernels_match_the_rounded_reference() {
                 "{c:?} {operand:?}: {plans:?}"
             );
             if let Some(p) = plans.forward {
-                let taken = [p.row_strips == 1, p.row_strips == 0, p.splits > 1, p.y_channels_last == 0];
+                let taken = [
+                    p.row_strips == 1,
+                    p.row_strips == 0,
+                    p.splits > 1,
+                    p.y_channels_last == 0,
+                ];
                 paths.iter_mut().zip(taken).for_each(|(path, t)| *path |= t);
+            }
+            if stride != [1, 1] {
+                use host::plans::SixteenBitInputGrad::{AsForward, Phases};
+                strided_paths[0] |= matches!(plans.input_grad, Some(AsForward(_)));
+                strided_paths[1] |= matches!(plans.input_grad, Some(Phases(..)));
             }
             let checked = match operand {
                 TensorCoreOperand::Bf16 => check::<bf16>(&gpu, c.clone(), activation, false),
@@ -299,6 +318,7 @@ fn conv2d_16_bit_kernels_match_the_rounded_reference() {
         }
     }
     assert_eq!(paths, [true; 4], "strips, im2col, split, NCHW y");
+    assert_eq!(strided_paths, [true; 2], "upsampled, phases");
 }
 
 /// Layout changes of 2-byte elements move every element's bits: in pairs where the
