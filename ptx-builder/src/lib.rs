@@ -2,7 +2,9 @@
 //! each with `ptxas` to check it, to read its resource usage and to get a cubin.
 //!
 //! One code path for `cargo xtask build-ptx` and for `host`'s build script, so the PTX
-//! that is embedded is the PTX that was checked.
+//! that is embedded is the PTX that was checked. ptxas takes minutes on the `wgmma`
+//! kernels, so each architecture keeps its last assembly (PTX, cubin, report) beside
+//! its nested build: the same PTX again, from either caller, reuses it.
 
 use std::collections::BTreeMap;
 use std::env;
@@ -164,14 +166,7 @@ fn build_arch(cfg: &PtxBuild, tools: &Path, arch: &str) -> Result<Artifact, Buil
     })?;
     fs::write(&ptx, text).map_err(|error| io(&ptx, error))?;
 
-    let mut ptxas = Command::new(tools.join("ptxas"));
-    ptxas
-        .arg(format!("-arch={arch}"))
-        .arg("-v")
-        .arg(&ptx)
-        .arg("-o")
-        .arg(&cubin);
-    let report = run(&mut ptxas, &format!("ptxas on {}", ptx.display()))?;
+    let report = assemble(tools, arch, &ptx, &cubin, &target_dir.join("ptxas-last"))?;
     let kernels = parse_ptxas_report(&report);
     let listed: Vec<&str> = built().map(|e| e.name).collect();
     if let Some(kernel) = listed.iter().find(|k| !kernels.contains_key(**k)) {
@@ -192,6 +187,42 @@ fn build_arch(cfg: &PtxBuild, tools: &Path, arch: &str) -> Result<Artifact, Buil
         cubin,
         kernels,
     })
+}
+
+/// `ptxas -v` of `ptx` into `cubin`, its report back; reused from `last` (a folder
+/// holding the previous assembly for this architecture) where that was of the same
+/// PTX, and saved there otherwise. The PTX is written last, so that a folder whose
+/// PTX matches holds that PTX's cubin and report.
+fn assemble(tools: &Path, arch: &str, ptx: &Path, cubin: &Path, last: &Path) -> Result<String, BuildError> {
+    let text = fs::read(ptx).map_err(|error| io(ptx, error))?;
+    let [last_ptx, last_cubin, last_report] = ["ptx", "cubin", "report"].map(|name| last.join(name));
+    if fs::read(&last_ptx).is_ok_and(|last| last == text)
+        && let Ok(report) = fs::read_to_string(&last_report)
+        && fs::copy(&last_cubin, cubin).is_ok()
+    {
+        return Ok(report);
+    }
+    let mut ptxas = Command::new(tools.join("ptxas"));
+    ptxas
+        .arg(format!("-arch={arch}"))
+        .arg("-v")
+        .arg(ptx)
+        .arg("-o")
+        .arg(cubin);
+    let report = run(&mut ptxas, &format!("ptxas on {}", ptx.display()))?;
+    // A cache only: failing to save it costs the next build an assembly. The old PTX
+    // goes first, so that no step between leaves it beside another cubin.
+    let save = || -> std::io::Result<()> {
+        fs::create_dir_all(last)?;
+        if last_ptx.exists() {
+            fs::remove_file(&last_ptx)?;
+        }
+        fs::copy(cubin, &last_cubin)?;
+        fs::write(&last_report, &report)?;
+        fs::write(&last_ptx, &text)
+    };
+    let _ = save();
+    Ok(report)
 }
 
 /// Runs clippy on `gpu-kernels` for the nvptx64 target (the code that only the GPU
