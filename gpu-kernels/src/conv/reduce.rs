@@ -153,22 +153,10 @@ pub const fn split_sum(args: SplitSumArgs) -> Launch<SplitSumArgs> {
     )
 }
 
-/// The launch finishing a forward pass whose K was split into `split` parts: the
-/// partials (each a copy of y of `problem` in `layout`) added in order, then the
-/// epilogue, one thread per output.
+/// The launch finishing a forward pass whose K was split into `split` parts by
+/// `kernel`, one of the split epilogues (y of its type): the partials (each a copy of y
+/// of `problem` in `layout`) added in order, then the epilogue, one thread per output.
 pub fn split_epilogue(
-    problem: &ConvProblem,
-    layout: ConvLayout,
-    split: u32,
-    partials: DevicePtr<f32>,
-    epilogue: ConvEpilogue,
-    y: DevicePtrMut<f32>,
-) -> Launch<SplitEpilogueArgs> {
-    split_epilogue_into(CONV_SPLIT_EPILOGUE, problem, layout, split, partials, epilogue, y)
-}
-
-/// [`split_epilogue`] by `kernel`, one of the split epilogues (y of its type).
-pub fn split_epilogue_into(
     kernel: crate::launch::Kernel<SplitEpilogueArgs>,
     problem: &ConvProblem,
     layout: ConvLayout,

@@ -517,7 +517,7 @@ impl TensorCorePlan {
             TensorCoreOperand::Bf16 => reduce::CONV_SPLIT_EPILOGUE_BF16,
             TensorCoreOperand::F16 => reduce::CONV_SPLIT_EPILOGUE_F16,
         };
-        let finish = reduce::split_epilogue_into(
+        let finish = reduce::split_epilogue(
             kernel,
             problem,
             layout,
