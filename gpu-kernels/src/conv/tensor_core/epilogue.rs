@@ -339,41 +339,39 @@ pub unsafe fn store_plain<T: Output, const I: usize, const J: usize>(
         let Some(sums) = warp.sums.get(i).and_then(|row_tiles| row_tiles.get(j)) else {
             return;
         };
-        {
-            let column = tile.n0 + warp.origin.1 + 8 * j as u32 + 2 * t;
-            // The two output channels of this lane's column pair.
-            let channels = [column, column + 1].map(|c| (c < out_group, tile.group * out_group + c));
-            for half in 0..2 {
-                let row = warp.origin.0 + warp.row_step * i as u32 + g + 8 * half;
-                if row >= live {
+        let column = tile.n0 + warp.origin.1 + 8 * j as u32 + 2 * t;
+        // The two output channels of this lane's column pair.
+        let channels = [column, column + 1].map(|c| (c < out_group, tile.group * out_group + c));
+        for half in 0..2 {
+            let row = warp.origin.0 + warp.row_step * i as u32 + g + 8 * half;
+            if row >= live {
+                continue;
+            }
+            let m = first + row;
+            let values = [0, 1].map(|e| args.epilogue.rectify(sums[2 * half as usize + e]));
+            if channels_last {
+                let at = m as usize * p.out_channels as usize + channels[0].1 as usize;
+                if pairs && channels[1].0 {
+                    // SAFETY: both channels are outputs of pixel m, aligned to two
+                    // elements.
+                    unsafe { T::store_pair(y.add(at), values) };
                     continue;
                 }
-                let m = first + row;
-                let values = [0, 1].map(|e| args.epilogue.rectify(sums[2 * half as usize + e]));
-                if channels_last {
-                    let at = m as usize * p.out_channels as usize + channels[0].1 as usize;
-                    if pairs && channels[1].0 {
-                        // SAFETY: both channels are outputs of pixel m, aligned to two
-                        // elements.
-                        unsafe { T::store_pair(y.add(at), values) };
-                        continue;
+                for (e, &(valid, _)) in channels.iter().enumerate() {
+                    if valid {
+                        // SAFETY: (m, channel) is an output of the problem, inside y.
+                        unsafe { *y.add(at + e) = T::from_f32(values[e]) };
                     }
-                    for (e, &(valid, _)) in channels.iter().enumerate() {
-                        if valid {
-                            // SAFETY: (m, channel) is an output of the problem, inside y.
-                            unsafe { *y.add(at + e) = T::from_f32(values[e]) };
-                        }
-                    }
-                } else {
-                    let (image, pixel) = p.div_out_pixels.divmod(m);
-                    for (e, &(valid, channel)) in channels.iter().enumerate() {
-                        if valid {
-                            let at = (image as usize * p.out_channels as usize + channel as usize)
-                                * p.out_pixels() as usize
-                                + pixel as usize;
-                            // SAFETY: (m, channel) is an output of the problem, inside y.
-                            unsafe { *y.add(at) = T::from_f32(values[e]) };
-                        }
+                }
+            } else {
+                let (image, pixel) = p.div_out_pixels.divmod(m);
+                for (e, &(valid, channel)) in channels.iter().enumerate() {
+                    if valid {
+                        let at = (image as usize * p.out_channels as usize + channel as usize)
+                            * p.out_pixels() as usize
+                            + pixel as usize;
+                        // SAFETY: (m, channel) is an output of the problem, inside y.
+                        unsafe { *y.add(at) = T::from_f32(values[e]) };
                     }
                 }
             }
