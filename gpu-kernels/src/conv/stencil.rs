@@ -352,18 +352,19 @@ impl StencilPlan {
     }
 
     /// `output = epilogue(stencil(input, w))`: the forward pass (x into y) or, with no
-    /// epilogue, the input gradient (dy into dx). Call with at least one image.
-    pub const fn launch(
+    /// epilogue, the input gradient (dy into dx), input and output of `T` (a residual
+    /// with f32 only), w and the bias f32. Call with at least one image.
+    pub const fn launch<T: StencilKernels>(
         &self,
-        input: DevicePtr<f32>,
+        input: DevicePtr<T>,
         w: DevicePtr<f32>,
         epilogue: ConvEpilogue,
-        output: DevicePtrMut<f32>,
-    ) -> Launch<StencilArgs> {
+        output: DevicePtrMut<T>,
+    ) -> Launch<StencilArgs<T>> {
         let kernels = if self.channels_last == 1 {
-            CONV_STENCIL_NHWC
+            [T::NHWC_3, T::NHWC_5, T::NHWC]
         } else {
-            CONV_STENCIL_NCHW
+            [T::NCHW_3, T::NCHW_5, T::NCHW]
         };
         let kernel = kernels[self.kernel_index()];
         let geometry = self.geometry();
@@ -383,29 +384,70 @@ const fn min(a: u32, b: u32) -> u32 {
 }
 
 kernel_args! {
-    /// The stencil's arguments: `output = epilogue(stencil(input, w))`.
-    pub struct StencilArgs {
-        pub input: DevicePtr<f32>,
+    /// The stencil's arguments: `output = epilogue(stencil(input, w))`, input and
+    /// output of `T`, w f32.
+    pub struct StencilArgs<T> {
+        pub input: DevicePtr<T>,
         pub w: DevicePtr<f32>,
         pub epilogue: ConvEpilogue,
-        pub output: DevicePtrMut<f32>,
+        pub output: DevicePtrMut<T>,
         pub plan: StencilPlan,
     }
-    /// The depthwise stencil over NCHW tensors: 3 x 3, 5 x 5, any window.
-    pub const STENCIL_NCHW_3 = "conv_depthwise_stencil_nchw_3x3_f32" =>
-        kernel::stencil::<false, 3>, bounds(STENCIL_THREADS, 4);
-    pub const STENCIL_NCHW_5 = "conv_depthwise_stencil_nchw_5x5_f32" =>
-        kernel::stencil::<false, 5>, bounds(STENCIL_THREADS, 4);
-    pub const STENCIL_NCHW = "conv_depthwise_stencil_nchw_f32" =>
-        kernel::stencil::<false, 0>, bounds(STENCIL_THREADS, 4);
-    /// The same over NHWC tensors.
-    pub const STENCIL_NHWC_3 = "conv_depthwise_stencil_nhwc_3x3_f32" =>
-        kernel::stencil::<true, 3>, bounds(STENCIL_THREADS, 4);
-    pub const STENCIL_NHWC_5 = "conv_depthwise_stencil_nhwc_5x5_f32" =>
-        kernel::stencil::<true, 5>, bounds(STENCIL_THREADS, 4);
-    pub const STENCIL_NHWC = "conv_depthwise_stencil_nhwc_f32" =>
-        kernel::stencil::<true, 0>, bounds(STENCIL_THREADS, 4);
+    impl StencilKernels for f32 {
+        const NCHW_3 = "conv_depthwise_stencil_nchw_3x3_f32" =>
+            kernel::stencil::<f32, false, 3>, bounds(STENCIL_THREADS, 4);
+        const NCHW_5 = "conv_depthwise_stencil_nchw_5x5_f32" =>
+            kernel::stencil::<f32, false, 5>, bounds(STENCIL_THREADS, 4);
+        const NCHW = "conv_depthwise_stencil_nchw_f32" =>
+            kernel::stencil::<f32, false, 0>, bounds(STENCIL_THREADS, 4);
+        const NHWC_3 = "conv_depthwise_stencil_nhwc_3x3_f32" =>
+            kernel::stencil::<f32, true, 3>, bounds(STENCIL_THREADS, 4);
+        const NHWC_5 = "conv_depthwise_stencil_nhwc_5x5_f32" =>
+            kernel::stencil::<f32, true, 5>, bounds(STENCIL_THREADS, 4);
+        const NHWC = "conv_depthwise_stencil_nhwc_f32" =>
+            kernel::stencil::<f32, true, 0>, bounds(STENCIL_THREADS, 4);
+    }
+    impl StencilKernels for half::bf16 {
+        const NCHW_3 = "conv_depthwise_stencil_nchw_3x3_bf16" =>
+            kernel::stencil::<half::bf16, false, 3>, bounds(STENCIL_THREADS, 4);
+        const NCHW_5 = "conv_depthwise_stencil_nchw_5x5_bf16" =>
+            kernel::stencil::<half::bf16, false, 5>, bounds(STENCIL_THREADS, 4);
+        const NCHW = "conv_depthwise_stencil_nchw_bf16" =>
+            kernel::stencil::<half::bf16, false, 0>, bounds(STENCIL_THREADS, 4);
+        const NHWC_3 = "conv_depthwise_stencil_nhwc_3x3_bf16" =>
+            kernel::stencil::<half::bf16, true, 3>, bounds(STENCIL_THREADS, 4);
+        const NHWC_5 = "conv_depthwise_stencil_nhwc_5x5_bf16" =>
+            kernel::stencil::<half::bf16, true, 5>, bounds(STENCIL_THREADS, 4);
+        const NHWC = "conv_depthwise_stencil_nhwc_bf16" =>
+            kernel::stencil::<half::bf16, true, 0>, bounds(STENCIL_THREADS, 4);
+    }
+    impl StencilKernels for half::f16 {
+        const NCHW_3 = "conv_depthwise_stencil_nchw_3x3_f16" =>
+            kernel::stencil::<half::f16, false, 3>, bounds(STENCIL_THREADS, 4);
+        const NCHW_5 = "conv_depthwise_stencil_nchw_5x5_f16" =>
+            kernel::stencil::<half::f16, false, 5>, bounds(STENCIL_THREADS, 4);
+        const NCHW = "conv_depthwise_stencil_nchw_f16" =>
+            kernel::stencil::<half::f16, false, 0>, bounds(STENCIL_THREADS, 4);
+        const NHWC_3 = "conv_depthwise_stencil_nhwc_3x3_f16" =>
+            kernel::stencil::<half::f16, true, 3>, bounds(STENCIL_THREADS, 4);
+        const NHWC_5 = "conv_depthwise_stencil_nhwc_5x5_f16" =>
+            kernel::stencil::<half::f16, true, 5>, bounds(STENCIL_THREADS, 4);
+        const NHWC = "conv_depthwise_stencil_nhwc_f16" =>
+            kernel::stencil::<half::f16, true, 0>, bounds(STENCIL_THREADS, 4);
+    }
     entry points in ENTRY_POINTS;
+}
+
+/// The stencil kernels of an element (f32, bf16, f16): over NCHW and NHWC tensors, for
+/// 3 x 3 and 5 x 5 windows (unrolled) and any window, summing in f32 and rounding each
+/// output once.
+pub trait StencilKernels: Sized {
+    const NCHW_3: Kernel<StencilArgs<Self>>;
+    const NCHW_5: Kernel<StencilArgs<Self>>;
+    const NCHW: Kernel<StencilArgs<Self>>;
+    const NHWC_3: Kernel<StencilArgs<Self>>;
+    const NHWC_5: Kernel<StencilArgs<Self>>;
+    const NHWC: Kernel<StencilArgs<Self>>;
 }
 
 kernel_args! {
@@ -436,15 +478,12 @@ const CONV_STENCIL_WEIGHT_GRAD_NCHW: [Kernel<StencilWeightGradArgs>; 2] =
 const CONV_STENCIL_WEIGHT_GRAD_NHWC: [Kernel<StencilWeightGradArgs>; 2] =
     [WEIGHT_GRAD_NHWC_3, WEIGHT_GRAD_NHWC_5];
 
-/// The stencil kernels of each layout, by `UNROLLED_SIZES`, then for any window.
-const CONV_STENCIL_NCHW: [Kernel<StencilArgs>; 3] = [STENCIL_NCHW_3, STENCIL_NCHW_5, STENCIL_NCHW];
-const CONV_STENCIL_NHWC: [Kernel<StencilArgs>; 3] = [STENCIL_NHWC_3, STENCIL_NHWC_5, STENCIL_NHWC];
-
 #[cfg(target_arch = "nvptx64")]
 mod kernel {
     use super::*;
+    use crate::conv::tensor_core::Output;
     use crate::device::{
-        Shuffle, block_idx_x, block_idx_y, block_idx_z, fma_f32, load_shared_f32, store_shared_f32,
+        Shuffle, Widen, block_idx_x, block_idx_y, block_idx_z, fma_f32, load_shared_f32, store_shared_f32,
         sync_threads, thread_idx_x,
     };
 
@@ -508,16 +547,16 @@ mod kernel {
         }
 
         /// Stages the window of plane `source` of this tile's image of `input` at the
-        /// shared-window address `base`, zero outside the plane.
+        /// shared-window address `base`, widened to f32, zero outside the plane.
         ///
         /// # Safety
         /// `input` holds the plan's input tensor; the block calls it together, `base`
         /// holds the window, which no thread reads until a barrier after it.
         #[inline(always)]
-        unsafe fn stage_window<const CHANNELS_LAST: bool>(
+        unsafe fn stage_window<T: Widen<Sum = f32>, const CHANNELS_LAST: bool>(
             &self,
             plan: &StencilPlan,
-            input: *const f32,
+            input: *const T,
             source: usize,
             base: u32,
         ) {
@@ -536,7 +575,7 @@ mod kernel {
                         source * in_plane + pixel
                     };
                     // SAFETY: (source, ih, iw) lies inside the image.
-                    unsafe { *input.add(image_start + at) }
+                    unsafe { *input.add(image_start + at) }.widen()
                 } else {
                     0.0
                 };
@@ -571,15 +610,18 @@ mod kernel {
     /// Sums this block's tile: stages the window of each plane it reads (one per term)
     /// in shared memory, zero outside the planes, then each thread adds the window of
     /// its outputs times the filter, keeping the sums of all terms but the last in
-    /// shared memory; the epilogue, and the stores. `SIZE` is the window's, square,
-    /// when the kernel unrolls its taps (its filter in registers), else 0.
+    /// shared memory; the epilogue, and the stores, each output rounded once to `T`.
+    /// `SIZE` is the window's, square, when the kernel unrolls its taps (its filter in
+    /// registers), else 0.
     ///
     /// # Safety
     /// `input`, `w` and `output` (and the epilogue's bias and residual) hold the plan's
-    /// tensors in its layout; the launch is [`StencilPlan::launch`]'s, with its shared
-    /// memory.
+    /// tensors in its layout, the residual (f32 `T` only) as y; the launch is
+    /// [`StencilPlan::launch`]'s, with its shared memory.
     #[inline(always)]
-    pub unsafe fn stencil<const CHANNELS_LAST: bool, const SIZE: u32>(args: StencilArgs) {
+    pub unsafe fn stencil<T: Widen<Sum = f32> + Output, const CHANNELS_LAST: bool, const SIZE: u32>(
+        args: StencilArgs<T>,
+    ) {
         let plan = args.plan;
         let tile = Tile::of::<CHANNELS_LAST>(&plan);
         let taps = plan.kernel_h * plan.kernel_w;
@@ -601,7 +643,7 @@ mod kernel {
                 if term > 0 {
                     sync_threads();
                 }
-                tile.stage_window::<CHANNELS_LAST>(&plan, args.input.as_ptr(), source, window_base);
+                tile.stage_window::<T, CHANNELS_LAST>(&plan, args.input.as_ptr(), source, window_base);
             }
             // SAFETY: filter < out_planes * terms, the filters, of `taps` weights each.
             let w = unsafe { args.w.as_ptr().add(filter as usize * taps as usize) };
@@ -671,7 +713,9 @@ mod kernel {
                     unsafe { store_shared_f32(sums_base + tile.slot(i), total) };
                 } else if let Some(at) = at {
                     // SAFETY: `at` is an element of the output (and of the residual).
-                    unsafe { *args.output.as_mut_ptr().add(at) = args.epilogue.apply(total + bias, at) };
+                    unsafe {
+                        *args.output.as_mut_ptr().add(at) = T::from_f32(args.epilogue.apply(total + bias, at))
+                    };
                 }
                 i += tile.step;
             }
@@ -699,7 +743,7 @@ mod kernel {
         let source = plan.div_source.divmod(tile.plane).0 as usize;
         // SAFETY: the whole block; the window is read after the barrier.
         unsafe {
-            tile.stage_window::<CHANNELS_LAST>(&plan, args.x.as_ptr(), source, window_base);
+            tile.stage_window::<f32, CHANNELS_LAST>(&plan, args.x.as_ptr(), source, window_base);
             sync_threads();
         }
         let mut sums = [0.0f32; TAPS];

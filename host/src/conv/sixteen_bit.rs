@@ -6,12 +6,16 @@
 //! stride leaves phases without taps, by phases (as the TF32 path chooses), and the
 //! weight gradient on `wgmma`; the bias gradient in any layout. Each reads the 16-bit
 //! tensors as they are and rounds its output once (a phase's outputs are dx's).
+//! Depthwise convolutions run on the stencil where the TF32 path does (the forward pass
+//! without a residual, the stride-1 input gradient), reading and writing 16-bit tensors
+//! in either layout.
 
 use gpu_kernels::conv::reduce::{BiasGradKernels, BiasGradPlan};
+use gpu_kernels::conv::stencil::StencilKernels;
 use gpu_kernels::conv::tensor_core::{ForwardScratch, TensorCoreOperand};
 use gpu_kernels::conv::{
     self as kernel, Activation, ConvAlgorithm, ConvEpilogue, ConvLayout, ConvPass, ConvPrecision,
-    ConvProblem, PhasePlan, TensorCorePlan, WarpgroupWeightGradPlan, phases, transposed,
+    ConvProblem, PhasePlan, StencilPlan, TensorCorePlan, WarpgroupWeightGradPlan, phases, transposed,
 };
 use gpu_kernels::launch::{DevicePtr, DevicePtrMut, ScratchLayout};
 use gpu_kernels::tensor_map::TensorMapPair;
@@ -26,13 +30,32 @@ use crate::gpu::Gpu;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SixteenBitPlans {
     /// The forward pass (without a residual).
-    pub forward: Option<TensorCorePlan>,
+    pub forward: Option<SixteenBitForward>,
     pub input_grad: Option<SixteenBitInputGrad>,
     pub weight_grad: Option<WarpgroupWeightGradPlan>,
 }
 
-/// How the input gradient of NHWC tensors of a 16-bit operand runs on the forward
-/// kernels of its operands.
+/// How the forward pass of tensors of a 16-bit operand runs on kernels of its operands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SixteenBitForward {
+    /// On the tensor cores ([`TensorCorePlan::forward_16_bit`]).
+    TensorCore(TensorCorePlan),
+    /// On the depthwise stencil, tensors of this operand.
+    Stencil(StencilPlan, TensorCoreOperand),
+}
+
+impl SixteenBitForward {
+    /// The tensors' type.
+    pub const fn operand(&self) -> TensorCoreOperand {
+        match self {
+            Self::TensorCore(plan) => plan.operand,
+            Self::Stencil(_, operand) => *operand,
+        }
+    }
+}
+
+/// How the input gradient of tensors of a 16-bit operand runs on kernels of its
+/// operands (NHWC on the tensor cores, either layout on the stencil).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SixteenBitInputGrad {
     /// The forward pass of [`ConvProblem::input_grad_as_forward`] (over dy upsampled
@@ -41,6 +64,8 @@ pub enum SixteenBitInputGrad {
     /// By phases, each phase with taps a forward pass of the operand (their plans
     /// [`TensorCorePlan::forward_16_bit`] of the phase's problem).
     Phases(PhasePlan, TensorCoreOperand),
+    /// On the depthwise stencil (stride 1), tensors of this operand.
+    Stencil(StencilPlan, TensorCoreOperand),
 }
 
 impl SixteenBitInputGrad {
@@ -48,23 +73,44 @@ impl SixteenBitInputGrad {
     pub const fn operand(&self) -> TensorCoreOperand {
         match self {
             Self::AsForward(plan) => plan.operand,
-            Self::Phases(_, operand) => *operand,
+            Self::Phases(_, operand) | Self::Stencil(_, operand) => *operand,
         }
     }
 }
 
 impl Gpu {
-    /// The plan of the forward pass of tensors of the 16-bit `operand` on the kernel of
-    /// its own operands, where it takes the problem (with a residual or not) and the
-    /// epilogue is a bias, ReLU or neither.
+    /// The depthwise stencil's plan of `pass` over tensors in `layout`, where the TF32
+    /// path takes it.
+    fn own_stencil_plan(
+        &self,
+        problem: &ConvProblem,
+        pass: ConvPass,
+        layout: ConvLayout,
+    ) -> Option<StencilPlan> {
+        match kernel::algorithm(problem, pass, ConvPrecision::Tf32, layout, &self.limits()) {
+            ConvAlgorithm::Stencil(plan) => Some(plan),
+            _ => None,
+        }
+    }
+
+    /// The plan of the forward pass of tensors of the 16-bit `operand` on a kernel of
+    /// its own operands, where one takes the problem (with a residual or not): the
+    /// depthwise stencil (any activation, no residual), or the tensor cores (a bias,
+    /// ReLU or neither).
     fn own_forward_plan(
         &self,
         problem: &ConvProblem,
         params: &Conv2dParams,
         operand: TensorCoreOperand,
         residual: bool,
-    ) -> Option<TensorCorePlan> {
-        let registers = !residual && matches!(params.activation, Activation::Identity | Activation::Relu);
+    ) -> Option<SixteenBitForward> {
+        if residual {
+            return None;
+        }
+        if let Some(plan) = self.own_stencil_plan(problem, ConvPass::Forward, params.layout) {
+            return Some(SixteenBitForward::Stencil(plan, operand));
+        }
+        let registers = matches!(params.activation, Activation::Identity | Activation::Relu);
         if !registers {
             return None;
         }
@@ -73,7 +119,7 @@ impl Gpu {
             "conv2d Forward {operand:?} {:?} {problem:?}: {plan:?}",
             params.layout
         );
-        plan
+        plan.map(SixteenBitForward::TensorCore)
     }
 
     /// The plan of the input gradient of NHWC tensors of `operand`, where the TF32 path
@@ -86,6 +132,9 @@ impl Gpu {
         params: &Conv2dParams,
         operand: TensorCoreOperand,
     ) -> Option<SixteenBitInputGrad> {
+        if let Some(plan) = self.own_stencil_plan(problem, ConvPass::InputGrad, params.layout) {
+            return Some(SixteenBitInputGrad::Stencil(plan, operand));
+        }
         if params.layout != ConvLayout::Nhwc {
             return None;
         }
@@ -152,7 +201,7 @@ impl Gpu {
     /// `operand`, on the kernel of its own operands where its plan takes the problem
     /// and the epilogue is a bias, ReLU or neither; `Ok(false)` elsewhere. NCHW x and w
     /// go to NHWC copies first.
-    pub(super) fn forward_16_bit<T: ConvElement>(
+    pub(super) fn forward_16_bit<T: ConvElement + StencilKernels>(
         &self,
         problem: &ConvProblem,
         params: &Conv2dParams,
@@ -168,6 +217,15 @@ impl Gpu {
         let bias = bias.map(|b| T::as_f32(self, b)).transpose()?;
         let bias = bias.as_deref().map_or(DevicePtr::NULL, DeviceArray::ptr);
         let epilogue = ConvEpilogue::new(bias, params.activation, DevicePtr::NULL);
+        let plan = match plan {
+            SixteenBitForward::TensorCore(plan) => plan,
+            SixteenBitForward::Stencil(stencil, _) => {
+                // The filter as the stencil reads it: f32.
+                let w = T::as_f32(self, w)?;
+                self.launch(&stencil.launch(x.ptr(), w.ptr(), epilogue, y.ptr_mut()))?;
+                return Ok(true);
+            }
+        };
         let (mut x_copy, mut w_copy) = (None, None);
         let x = self.as_layout(x, params.layout, ConvLayout::Nhwc, &mut x_copy)?;
         let w = self.as_layout(w, params.layout, ConvLayout::Nhwc, &mut w_copy)?;
@@ -214,7 +272,7 @@ impl Gpu {
 
     /// The gradients of a validated problem over tensors of the 16-bit `operand` (`[x,
     /// w, grad_y]`) that kernels of their own operands take; the others back.
-    pub(super) fn backward_16_bit<'a, T: ConvElement + BiasGradKernels>(
+    pub(super) fn backward_16_bit<'a, T: ConvElement + BiasGradKernels + StencilKernels>(
         &self,
         problem: &ConvProblem,
         params: &Conv2dParams,
@@ -252,7 +310,7 @@ impl Gpu {
 
     /// The input gradient (dx not empty) on the forward kernels of 16-bit operands,
     /// where their plan takes it; `Ok(false)` elsewhere.
-    fn input_grad_16_bit<T: ConvElement>(
+    fn input_grad_16_bit<T: ConvElement + StencilKernels>(
         &self,
         problem: &ConvProblem,
         params: &Conv2dParams,
@@ -267,6 +325,12 @@ impl Gpu {
             }
             Some(SixteenBitInputGrad::Phases(plan, operand)) => {
                 self.input_grad_by_phases_16_bit(problem, &plan, operand, w, grad_y, dx)
+            }
+            Some(SixteenBitInputGrad::Stencil(stencil, _)) => {
+                // The stencil flips the filter, which it reads as f32.
+                let w = T::as_f32(self, w)?;
+                self.launch(&stencil.launch(grad_y.ptr(), w.ptr(), ConvEpilogue::NONE, dx.ptr_mut()))?;
+                Ok(true)
             }
             None => Ok(false),
         }

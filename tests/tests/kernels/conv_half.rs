@@ -182,7 +182,7 @@ fn conv2d_f16_matches_the_rounded_reference() {
 /// channels first; the gradients but the bias's run over f32 copies.
 #[test]
 fn conv2d_16_bit_kernels_match_the_rounded_reference() {
-    use host::plans::TensorCoreOperand;
+    use host::plans::{SixteenBitForward, SixteenBitInputGrad, TensorCoreOperand};
     let Some(gpu) = gpu_or_skip("conv2d_16_bit_kernels_match_the_rounded_reference") else {
         return;
     };
@@ -200,6 +200,11 @@ fn conv2d_16_bit_kernels_match_the_rounded_reference() {
         (2, 64, 96, [3, 3], [5, 250], [1, 1], [1, 1], 1, Activation::Identity, true, Nhwc, [true, false, true]),
         (1, 128, 64, [3, 3], [3, 256], [1, 1], [1, 1], 1, Activation::Relu, false, Nhwc, [true, true, true]),
         (2, 40, 64, [3, 3], [6, 100], [1, 1], [1, 1], 1, Activation::Identity, true, Nhwc, [false, true, true]),
+        // Depthwise, on the stencil (the weight gradient over f32 copies): 3 x 3 and 5 x 5
+        // unrolled, 7 x 7 not, SiLU in the per-output epilogue.
+        (2, 64, 64, [3, 3], [14, 14], [1, 1], [1, 1], 64, Activation::Relu, true, Nhwc, [true, true, false]),
+        (2, 32, 32, [5, 5], [9, 20], [2, 2], [1, 1], 32, Activation::Identity, false, Nchw, [true, true, false]),
+        (1, 48, 48, [7, 7], [12, 12], [3, 3], [1, 1], 48, Activation::Silu, true, Nhwc, [true, true, false]),
         (8, 64, 64, [3, 3], [14, 14], [1, 1], [1, 1], 1, Activation::Relu, true, Nhwc, [true, true, true]),
         (4, 128, 128, [3, 3], [28, 28], [1, 1], [1, 1], 1, Activation::Identity, false, Nhwc, [true, true, true]),
         (2, 64, 64, [3, 3], [4, 256], [1, 1], [1, 1], 1, Activation::Relu, true, Nchw, [true, false, false]),
@@ -240,6 +245,8 @@ fn conv2d_16_bit_kernels_match_the_rounded_reference() {
     let mut paths = [false; 4];
     // And the strided input gradients': over dy upsampled, by phases.
     let mut strided_paths = [false; 2];
+    // And the depthwise stencil's, forward and input gradient.
+    let mut stencil_paths = [false; 2];
     for (i, (case, stride)) in all.enumerate() {
         let (
             batch,
@@ -287,7 +294,7 @@ fn conv2d_16_bit_kernels_match_the_rounded_reference() {
                 .conv2d_16_bit_plans(&x_shape, &w_shape, &c.params, operand)
                 .unwrap();
             let taken = [
-                plans.forward.map(|p| p.operand),
+                plans.forward.map(|p| p.operand()),
                 plans.input_grad.map(|p| p.operand()),
                 plans.weight_grad.map(|p| p.operand),
             ];
@@ -296,7 +303,7 @@ fn conv2d_16_bit_kernels_match_the_rounded_reference() {
                 native.map(|n| n.then_some(operand)),
                 "{c:?} {operand:?}: {plans:?}"
             );
-            if let Some(p) = plans.forward {
+            if let Some(SixteenBitForward::TensorCore(p)) = plans.forward {
                 let taken = [
                     p.row_strips == 1,
                     p.row_strips == 0,
@@ -305,6 +312,8 @@ fn conv2d_16_bit_kernels_match_the_rounded_reference() {
                 ];
                 paths.iter_mut().zip(taken).for_each(|(path, t)| *path |= t);
             }
+            stencil_paths[0] |= matches!(plans.forward, Some(SixteenBitForward::Stencil(..)));
+            stencil_paths[1] |= matches!(plans.input_grad, Some(SixteenBitInputGrad::Stencil(..)));
             if stride != [1, 1] {
                 use host::plans::SixteenBitInputGrad::{AsForward, Phases};
                 strided_paths[0] |= matches!(plans.input_grad, Some(AsForward(_)));
@@ -319,6 +328,7 @@ fn conv2d_16_bit_kernels_match_the_rounded_reference() {
     }
     assert_eq!(paths, [true; 4], "strips, im2col, split, NCHW y");
     assert_eq!(strided_paths, [true; 2], "upsampled, phases");
+    assert_eq!(stencil_paths, [true; 2], "stencil forward, input gradient");
 }
 
 /// Layout changes of 2-byte elements move every element's bits: in pairs where the
