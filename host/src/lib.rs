@@ -52,7 +52,7 @@ pub use scan::{ScanElement, ScanKind, scan_problem};
 
 /// The plans the operations choose, which their `*_plan` methods report.
 pub mod plans {
-    pub use crate::conv::{SixteenBitForward, SixteenBitInputGrad, SixteenBitPlans};
+    pub use crate::conv::{SixteenBitForward, SixteenBitInputGrad, SixteenBitPlans, SixteenBitWeightGrad};
     pub use gpu_kernels::conv::tensor_core::{TensorCoreOperand, TensorCorePlan};
     pub use gpu_kernels::conv::{
         ConvAlgorithm, ConvPass, GemmPlan, WarpgroupWeightGradPlan, WinogradProblem,

@@ -190,21 +190,21 @@ impl StencilPlan {
         self.out_planes as u64 * (self.kernel_h * self.kernel_w) as u64
     }
 
-    /// The weight-gradient launches: a gradient per part into `partials`
-    /// ([`Self::weight_grad_scratch`]), or `dw` itself for one part, then their sum
-    /// into `dw` in order. Call with at least one image.
-    pub fn weight_grad_launches(
+    /// The weight-gradient launches over x and dy of `T`: a gradient per part into
+    /// `partials` ([`Self::weight_grad_scratch`]), or `dw` itself for one part, then
+    /// their sum into `dw` (f32) in order. Call with at least one image.
+    pub fn weight_grad_launches<T: StencilWeightGradKernels>(
         &self,
-        x: DevicePtr<f32>,
-        dy: DevicePtr<f32>,
+        x: DevicePtr<T>,
+        dy: DevicePtr<T>,
         partials: DevicePtrMut<u8>,
         dw: DevicePtrMut<f32>,
-    ) -> (Launch<StencilWeightGradArgs>, Option<Launch<SplitSumArgs>>) {
+    ) -> (Launch<StencilWeightGradArgs<T>>, Option<Launch<SplitSumArgs>>) {
         let (out, sum) = reduce::split_outputs(self.parts(), self.weights(), partials, dw);
         let (kernels, lanes) = if self.channels_last == 1 {
-            (CONV_STENCIL_WEIGHT_GRAD_NHWC, STENCIL_PLANES)
+            ([T::NHWC_3, T::NHWC_5], STENCIL_PLANES)
         } else {
-            (CONV_STENCIL_WEIGHT_GRAD_NCHW, WARPS)
+            ([T::NCHW_3, T::NCHW_5], WARPS)
         };
         let mut geometry = self.geometry();
         // After the window, a sum per tap and lane (NHWC) or warp (NCHW).
@@ -452,31 +452,54 @@ pub trait StencilKernels: Sized {
 
 kernel_args! {
     /// The stencil weight gradient's arguments: a gradient per part (image, tile) into
-    /// `out`, from x and dy.
-    pub struct StencilWeightGradArgs {
-        pub x: DevicePtr<f32>,
-        pub dy: DevicePtr<f32>,
+    /// `out` (f32), from x and dy of `T`.
+    pub struct StencilWeightGradArgs<T> {
+        pub x: DevicePtr<T>,
+        pub dy: DevicePtr<T>,
         pub out: DevicePtrMut<f32>,
         pub plan: StencilPlan,
     }
-    /// The depthwise weight gradient over NCHW tensors: 3 x 3, 5 x 5.
-    pub const WEIGHT_GRAD_NCHW_3 = "conv_depthwise_stencil_weight_grad_nchw_3x3_f32" =>
-        kernel::weight_grad::<false, 3>, bounds(STENCIL_THREADS, 4);
-    pub const WEIGHT_GRAD_NCHW_5 = "conv_depthwise_stencil_weight_grad_nchw_5x5_f32" =>
-        kernel::weight_grad::<false, 5>, bounds(STENCIL_THREADS, 4);
-    /// The same over NHWC tensors.
-    pub const WEIGHT_GRAD_NHWC_3 = "conv_depthwise_stencil_weight_grad_nhwc_3x3_f32" =>
-        kernel::weight_grad::<true, 3>, bounds(STENCIL_THREADS, 4);
-    pub const WEIGHT_GRAD_NHWC_5 = "conv_depthwise_stencil_weight_grad_nhwc_5x5_f32" =>
-        kernel::weight_grad::<true, 5>, bounds(STENCIL_THREADS, 4);
+    impl StencilWeightGradKernels for f32 {
+        const NCHW_3 = "conv_depthwise_stencil_weight_grad_nchw_3x3_f32" =>
+            kernel::weight_grad::<f32, false, 3>, bounds(STENCIL_THREADS, 4);
+        const NCHW_5 = "conv_depthwise_stencil_weight_grad_nchw_5x5_f32" =>
+            kernel::weight_grad::<f32, false, 5>, bounds(STENCIL_THREADS, 4);
+        const NHWC_3 = "conv_depthwise_stencil_weight_grad_nhwc_3x3_f32" =>
+            kernel::weight_grad::<f32, true, 3>, bounds(STENCIL_THREADS, 4);
+        const NHWC_5 = "conv_depthwise_stencil_weight_grad_nhwc_5x5_f32" =>
+            kernel::weight_grad::<f32, true, 5>, bounds(STENCIL_THREADS, 4);
+    }
+    impl StencilWeightGradKernels for half::bf16 {
+        const NCHW_3 = "conv_depthwise_stencil_weight_grad_nchw_3x3_bf16" =>
+            kernel::weight_grad::<half::bf16, false, 3>, bounds(STENCIL_THREADS, 4);
+        const NCHW_5 = "conv_depthwise_stencil_weight_grad_nchw_5x5_bf16" =>
+            kernel::weight_grad::<half::bf16, false, 5>, bounds(STENCIL_THREADS, 4);
+        const NHWC_3 = "conv_depthwise_stencil_weight_grad_nhwc_3x3_bf16" =>
+            kernel::weight_grad::<half::bf16, true, 3>, bounds(STENCIL_THREADS, 4);
+        const NHWC_5 = "conv_depthwise_stencil_weight_grad_nhwc_5x5_bf16" =>
+            kernel::weight_grad::<half::bf16, true, 5>, bounds(STENCIL_THREADS, 4);
+    }
+    impl StencilWeightGradKernels for half::f16 {
+        const NCHW_3 = "conv_depthwise_stencil_weight_grad_nchw_3x3_f16" =>
+            kernel::weight_grad::<half::f16, false, 3>, bounds(STENCIL_THREADS, 4);
+        const NCHW_5 = "conv_depthwise_stencil_weight_grad_nchw_5x5_f16" =>
+            kernel::weight_grad::<half::f16, false, 5>, bounds(STENCIL_THREADS, 4);
+        const NHWC_3 = "conv_depthwise_stencil_weight_grad_nhwc_3x3_f16" =>
+            kernel::weight_grad::<half::f16, true, 3>, bounds(STENCIL_THREADS, 4);
+        const NHWC_5 = "conv_depthwise_stencil_weight_grad_nhwc_5x5_f16" =>
+            kernel::weight_grad::<half::f16, true, 5>, bounds(STENCIL_THREADS, 4);
+    }
     entry points in WEIGHT_GRAD_ENTRY_POINTS;
 }
 
-/// The weight-gradient kernels of each layout, by `UNROLLED_SIZES`.
-const CONV_STENCIL_WEIGHT_GRAD_NCHW: [Kernel<StencilWeightGradArgs>; 2] =
-    [WEIGHT_GRAD_NCHW_3, WEIGHT_GRAD_NCHW_5];
-const CONV_STENCIL_WEIGHT_GRAD_NHWC: [Kernel<StencilWeightGradArgs>; 2] =
-    [WEIGHT_GRAD_NHWC_3, WEIGHT_GRAD_NHWC_5];
+/// The stencil's weight-gradient kernels of an element (f32, bf16, f16), over NCHW and
+/// NHWC tensors, for 3 x 3 and 5 x 5 windows: products exact, sums in f32.
+pub trait StencilWeightGradKernels: Sized {
+    const NCHW_3: Kernel<StencilWeightGradArgs<Self>>;
+    const NCHW_5: Kernel<StencilWeightGradArgs<Self>>;
+    const NHWC_3: Kernel<StencilWeightGradArgs<Self>>;
+    const NHWC_5: Kernel<StencilWeightGradArgs<Self>>;
+}
 
 #[cfg(target_arch = "nvptx64")]
 mod kernel {
@@ -733,7 +756,9 @@ mod kernel {
     /// `out` holds a gradient per part (image, tile); the launch is
     /// [`StencilPlan::weight_grad`]'s, with its shared memory.
     #[inline(always)]
-    pub unsafe fn weight_grad<const CHANNELS_LAST: bool, const SIZE: u32>(args: StencilWeightGradArgs) {
+    pub unsafe fn weight_grad<T: Widen<Sum = f32>, const CHANNELS_LAST: bool, const SIZE: u32>(
+        args: StencilWeightGradArgs<T>,
+    ) {
         const TAPS: usize = MAX_UNROLLED_TAPS;
         let plan = args.plan;
         let tile = Tile::of::<CHANNELS_LAST>(&plan);
@@ -743,7 +768,7 @@ mod kernel {
         let source = plan.div_source.divmod(tile.plane).0 as usize;
         // SAFETY: the whole block; the window is read after the barrier.
         unsafe {
-            tile.stage_window::<f32, CHANNELS_LAST>(&plan, args.x.as_ptr(), source, window_base);
+            tile.stage_window::<T, CHANNELS_LAST>(&plan, args.x.as_ptr(), source, window_base);
             sync_threads();
         }
         let mut sums = [0.0f32; TAPS];
@@ -752,7 +777,7 @@ mod kernel {
             let (corner, at) = tile.output::<CHANNELS_LAST>(&plan, i);
             if let Some(at) = at {
                 // SAFETY: `at` is an element of dy.
-                let gradient = unsafe { *args.dy.as_ptr().add(at) };
+                let gradient = unsafe { *args.dy.as_ptr().add(at) }.widen();
                 for r in 0..SIZE {
                     let window_row = corner + r * plan.dilation_h * window_w;
                     for s in 0..SIZE {

@@ -31,7 +31,7 @@ use crate::error::{Error, Result};
 use crate::gpu::Gpu;
 pub use element::ConvElement;
 use element::F32Output;
-pub use sixteen_bit::{SixteenBitForward, SixteenBitInputGrad, SixteenBitPlans};
+pub use sixteen_bit::{SixteenBitForward, SixteenBitInputGrad, SixteenBitPlans, SixteenBitWeightGrad};
 
 /// Stride, padding, dilation (each `[along height, along width]`), groups, the
 /// tensors' layout, the arithmetic, and the activation the forward pass applies after

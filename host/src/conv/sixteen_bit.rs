@@ -7,11 +7,11 @@
 //! weight gradient on `wgmma`; the bias gradient in any layout. Each reads the 16-bit
 //! tensors as they are and rounds its output once (a phase's outputs are dx's).
 //! Depthwise convolutions run on the stencil where the TF32 path does (the forward pass
-//! without a residual, the stride-1 input gradient), reading and writing 16-bit tensors
-//! in either layout.
+//! without a residual, the stride-1 input gradient, the weight gradient of 3 x 3 and 5 x
+//! 5 windows), reading 16-bit tensors in either layout.
 
 use gpu_kernels::conv::reduce::{BiasGradKernels, BiasGradPlan};
-use gpu_kernels::conv::stencil::StencilKernels;
+use gpu_kernels::conv::stencil::{StencilKernels, StencilWeightGradKernels};
 use gpu_kernels::conv::tensor_core::{ForwardScratch, TensorCoreOperand};
 use gpu_kernels::conv::{
     self as kernel, Activation, ConvAlgorithm, ConvEpilogue, ConvLayout, ConvPass, ConvPrecision,
@@ -32,7 +32,27 @@ pub struct SixteenBitPlans {
     /// The forward pass (without a residual).
     pub forward: Option<SixteenBitForward>,
     pub input_grad: Option<SixteenBitInputGrad>,
-    pub weight_grad: Option<WarpgroupWeightGradPlan>,
+    pub weight_grad: Option<SixteenBitWeightGrad>,
+}
+
+/// How the weight gradient of tensors of a 16-bit operand runs on kernels of its
+/// operands, summed in f32 and rounded once.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SixteenBitWeightGrad {
+    /// On `wgmma` over NHWC tensors.
+    Warpgroup(WarpgroupWeightGradPlan),
+    /// On the depthwise stencil (3 x 3 and 5 x 5 windows), tensors of this operand.
+    Stencil(StencilPlan, TensorCoreOperand),
+}
+
+impl SixteenBitWeightGrad {
+    /// The tensors' type.
+    pub const fn operand(&self) -> TensorCoreOperand {
+        match self {
+            Self::Warpgroup(plan) => plan.operand,
+            Self::Stencil(_, operand) => *operand,
+        }
+    }
 }
 
 /// How the forward pass of tensors of a 16-bit operand runs on kernels of its operands.
@@ -165,19 +185,24 @@ impl Gpu {
         plan
     }
 
-    /// The plan of the weight gradient of NHWC tensors of `operand`.
+    /// The plan of the weight gradient of tensors of `operand`: the depthwise stencil
+    /// where the TF32 path takes it (either layout), else `wgmma` over NHWC tensors.
     fn own_weight_grad_plan(
         &self,
         problem: &ConvProblem,
         params: &Conv2dParams,
         operand: TensorCoreOperand,
-    ) -> Option<WarpgroupWeightGradPlan> {
+    ) -> Option<SixteenBitWeightGrad> {
+        let stencil = self.own_stencil_plan(problem, ConvPass::WeightGrad, params.layout);
+        if let Some(plan) = stencil.filter(|_| problem.batch > 0) {
+            return Some(SixteenBitWeightGrad::Stencil(plan, operand));
+        }
         if params.layout != ConvLayout::Nhwc {
             return None;
         }
         let plan = WarpgroupWeightGradPlan::of_16_bit(problem, operand, &self.limits());
         log::debug!("conv2d WeightGrad {operand:?} Nhwc {problem:?}: {plan:?}");
-        plan
+        plan.map(SixteenBitWeightGrad::Warpgroup)
     }
 
     /// The plans [`Gpu::conv2d`] (without a residual) and [`Gpu::conv2d_backward`]
@@ -272,14 +297,17 @@ impl Gpu {
 
     /// The gradients of a validated problem over tensors of the 16-bit `operand` (`[x,
     /// w, grad_y]`) that kernels of their own operands take; the others back.
-    pub(super) fn backward_16_bit<'a, T: ConvElement + BiasGradKernels + StencilKernels>(
+    pub(super) fn backward_16_bit<'a, T>(
         &self,
         problem: &ConvProblem,
         params: &Conv2dParams,
         operand: TensorCoreOperand,
         [x, w, grad_y]: [&DeviceArray<T>; 3],
         (input, weight, bias): ConvGradientArrays<&'a mut DeviceArray<T>>,
-    ) -> Result<ConvGradientArrays<&'a mut DeviceArray<T>>> {
+    ) -> Result<ConvGradientArrays<&'a mut DeviceArray<T>>>
+    where
+        T: ConvElement + BiasGradKernels + StencilKernels + StencilWeightGradKernels,
+    {
         let input = match input {
             Some(dx) if !dx.is_empty() => {
                 let done = self.input_grad_16_bit(problem, params, operand, w, grad_y, dx)?;
@@ -421,23 +449,33 @@ impl Gpu {
     }
 
     /// The weight gradient by its 16-bit `plan`, summed in f32 and rounded once into
-    /// `dw`.
-    fn weight_grad_16_bit<T: ConvElement>(
+    /// `dw` (the problem has at least one image).
+    fn weight_grad_16_bit<T: ConvElement + StencilWeightGradKernels>(
         &self,
         problem: &ConvProblem,
-        plan: &WarpgroupWeightGradPlan,
+        plan: &SixteenBitWeightGrad,
         x: &DeviceArray<T>,
         grad_y: &DeviceArray<T>,
         dw: &mut DeviceArray<T>,
     ) -> Result<()> {
         let mut sums = T::f32_output(self, dw)?;
-        {
-            let (_scratch, scratch) = self.scratch(plan.scratch(problem))?;
-            let specs = plan.tensor_maps(problem, x.ptr().cast(), grad_y.ptr().cast());
-            let maps = self.write_tensor_maps(&specs, plan.maps_at(problem, scratch))?;
-            let (products, sum) = plan.launches(problem, maps, scratch, sums.array().ptr_mut());
-            self.launch(&products)?;
-            sum.map_or(Ok(()), |sum| self.launch(&sum))?;
+        // Each scratch lives until its sum is launched.
+        match plan {
+            SixteenBitWeightGrad::Warpgroup(plan) => {
+                let (_scratch, scratch) = self.scratch(plan.scratch(problem))?;
+                let specs = plan.tensor_maps(problem, x.ptr().cast(), grad_y.ptr().cast());
+                let maps = self.write_tensor_maps(&specs, plan.maps_at(problem, scratch))?;
+                let (products, sum) = plan.launches(problem, maps, scratch, sums.array().ptr_mut());
+                self.launch(&products)?;
+                sum.map_or(Ok(()), |sum| self.launch(&sum))?;
+            }
+            SixteenBitWeightGrad::Stencil(plan, _) => {
+                let (_scratch, partials) = self.scratch(plan.weight_grad_scratch())?;
+                let dw = sums.array().ptr_mut();
+                let (products, sum) = plan.weight_grad_launches(x.ptr(), grad_y.ptr(), partials, dw);
+                self.launch(&products)?;
+                sum.map_or(Ok(()), |sum| self.launch(&sum))?;
+            }
         }
         sums.finish(self)
     }

@@ -182,7 +182,7 @@ fn conv2d_f16_matches_the_rounded_reference() {
 /// channels first; the gradients but the bias's run over f32 copies.
 #[test]
 fn conv2d_16_bit_kernels_match_the_rounded_reference() {
-    use host::plans::{SixteenBitForward, SixteenBitInputGrad, TensorCoreOperand};
+    use host::plans::{SixteenBitForward, SixteenBitInputGrad, SixteenBitWeightGrad, TensorCoreOperand};
     let Some(gpu) = gpu_or_skip("conv2d_16_bit_kernels_match_the_rounded_reference") else {
         return;
     };
@@ -200,10 +200,10 @@ fn conv2d_16_bit_kernels_match_the_rounded_reference() {
         (2, 64, 96, [3, 3], [5, 250], [1, 1], [1, 1], 1, Activation::Identity, true, Nhwc, [true, false, true]),
         (1, 128, 64, [3, 3], [3, 256], [1, 1], [1, 1], 1, Activation::Relu, false, Nhwc, [true, true, true]),
         (2, 40, 64, [3, 3], [6, 100], [1, 1], [1, 1], 1, Activation::Identity, true, Nhwc, [false, true, true]),
-        // Depthwise, on the stencil (the weight gradient over f32 copies): 3 x 3 and 5 x 5
-        // unrolled, 7 x 7 not, SiLU in the per-output epilogue.
-        (2, 64, 64, [3, 3], [14, 14], [1, 1], [1, 1], 64, Activation::Relu, true, Nhwc, [true, true, false]),
-        (2, 32, 32, [5, 5], [9, 20], [2, 2], [1, 1], 32, Activation::Identity, false, Nchw, [true, true, false]),
+        // Depthwise, on the stencil: 3 x 3 and 5 x 5 unrolled, 7 x 7 not (its weight
+        // gradient over f32 copies), SiLU in the per-output epilogue.
+        (2, 64, 64, [3, 3], [14, 14], [1, 1], [1, 1], 64, Activation::Relu, true, Nhwc, [true, true, true]),
+        (2, 32, 32, [5, 5], [9, 20], [2, 2], [1, 1], 32, Activation::Identity, false, Nchw, [true, true, true]),
         (1, 48, 48, [7, 7], [12, 12], [3, 3], [1, 1], 48, Activation::Silu, true, Nhwc, [true, true, false]),
         (8, 64, 64, [3, 3], [14, 14], [1, 1], [1, 1], 1, Activation::Relu, true, Nhwc, [true, true, true]),
         (4, 128, 128, [3, 3], [28, 28], [1, 1], [1, 1], 1, Activation::Identity, false, Nhwc, [true, true, true]),
@@ -245,8 +245,8 @@ fn conv2d_16_bit_kernels_match_the_rounded_reference() {
     let mut paths = [false; 4];
     // And the strided input gradients': over dy upsampled, by phases.
     let mut strided_paths = [false; 2];
-    // And the depthwise stencil's, forward and input gradient.
-    let mut stencil_paths = [false; 2];
+    // And the depthwise stencil's: forward, input and weight gradients.
+    let mut stencil_paths = [false; 3];
     for (i, (case, stride)) in all.enumerate() {
         let (
             batch,
@@ -296,7 +296,7 @@ fn conv2d_16_bit_kernels_match_the_rounded_reference() {
             let taken = [
                 plans.forward.map(|p| p.operand()),
                 plans.input_grad.map(|p| p.operand()),
-                plans.weight_grad.map(|p| p.operand),
+                plans.weight_grad.map(|p| p.operand()),
             ];
             assert_eq!(
                 taken,
@@ -314,6 +314,7 @@ fn conv2d_16_bit_kernels_match_the_rounded_reference() {
             }
             stencil_paths[0] |= matches!(plans.forward, Some(SixteenBitForward::Stencil(..)));
             stencil_paths[1] |= matches!(plans.input_grad, Some(SixteenBitInputGrad::Stencil(..)));
+            stencil_paths[2] |= matches!(plans.weight_grad, Some(SixteenBitWeightGrad::Stencil(..)));
             if stride != [1, 1] {
                 use host::plans::SixteenBitInputGrad::{AsForward, Phases};
                 strided_paths[0] |= matches!(plans.input_grad, Some(AsForward(_)));
@@ -328,7 +329,10 @@ fn conv2d_16_bit_kernels_match_the_rounded_reference() {
     }
     assert_eq!(paths, [true; 4], "strips, im2col, split, NCHW y");
     assert_eq!(strided_paths, [true; 2], "upsampled, phases");
-    assert_eq!(stencil_paths, [true; 2], "stencil forward, input gradient");
+    assert_eq!(
+        stencil_paths, [true; 3],
+        "stencil forward, input and weight gradients"
+    );
 }
 
 /// Layout changes of 2-byte elements move every element's bits: in pairs where the
