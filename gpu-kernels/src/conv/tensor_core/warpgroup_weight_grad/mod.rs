@@ -127,7 +127,8 @@ impl WarpgroupWeightGradPlan {
     }
 
     /// The plan of `problem`'s weight gradient over NHWC tensors of the 16-bit
-    /// `operand`, as [`Self::of`] says for NHWC, on the kernel of their own.
+    /// `operand`, as [`Self::of`] says for NHWC but with any number of column blocks,
+    /// on the kernel of their own.
     pub const fn of_16_bit(
         problem: &ConvProblem,
         operand: TensorCoreOperand,
@@ -186,7 +187,11 @@ impl WarpgroupWeightGradPlan {
         } else {
             p.batch as u64 * p.out_h as u64 * row_tiles as u64
         };
-        if !suits || column_blocks < WGMMA_WGRAD_BLOCKS || total > u32::MAX as u64 {
+        // TF32 tiles mostly full, or the direct kernels; 16-bit ones even with one
+        // column block of three (a 1 x 1 window over 64 channels): its other two repeat
+        // it, unstored, and cost less than a pass over f32 copies of x and dy.
+        let least_blocks = if sixteen_bit { 1 } else { WGMMA_WGRAD_BLOCKS };
+        if !suits || column_blocks < least_blocks || total > u32::MAX as u64 {
             return None;
         }
         let m_tiles = p.out_channels.div_ceil(WGMMA_WGRAD_ROWS);
