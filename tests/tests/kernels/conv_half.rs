@@ -209,6 +209,9 @@ fn conv2d_16_bit_kernels_match_the_rounded_reference() {
         (4, 128, 128, [3, 3], [28, 28], [1, 1], [1, 1], 1, Activation::Identity, false, Nhwc, [true, true, true]),
         (2, 64, 64, [3, 3], [4, 256], [1, 1], [1, 1], 1, Activation::Relu, true, Nchw, [true, false, false]),
         (1, 128, 96, [5, 5], [18, 500], [2, 2], [1, 1], 2, Activation::Identity, false, Nchw, [true, false, false]),
+        // NCHW rows of 490 pixels on row strips: channel rows starting 0 to 3 words
+        // past 16-byte boundaries, a row's second tile 234 pixels long.
+        (1, 64, 64, [3, 3], [5, 490], [1, 1], [1, 1], 1, Activation::Relu, true, Nchw, [true, false, false]),
     ];
     // Strided: the forward pass on im2col boxes, the input gradient over dy upsampled
     // (3x3) or by phases (1x1).
@@ -241,8 +244,8 @@ fn conv2d_16_bit_kernels_match_the_rounded_reference() {
     });
     let all = cases.into_iter().map(|case| (case, [1, 1])).chain(strided);
     // The forward kernels' paths the cases reach: row strips, im2col boxes, K split,
-    // y written channels first.
-    let mut paths = [false; 4];
+    // y written channels first, by the row strips' kernel of its own (rows of 490).
+    let mut paths = [false; 5];
     // And the strided input gradients': over dy upsampled, by phases.
     let mut strided_paths = [false; 2];
     // And the depthwise stencil's: forward, input and weight gradients.
@@ -309,6 +312,7 @@ fn conv2d_16_bit_kernels_match_the_rounded_reference() {
                     p.row_strips == 0,
                     p.splits > 1,
                     p.y_channels_last == 0,
+                    p.y_channels_last == 0 && p.row_strips == 1 && c.size[1] == 490,
                 ];
                 paths.iter_mut().zip(taken).for_each(|(path, t)| *path |= t);
             }
@@ -327,7 +331,7 @@ fn conv2d_16_bit_kernels_match_the_rounded_reference() {
             checked.unwrap_or_else(|e| panic!("{operand:?}: {e}"));
         }
     }
-    assert_eq!(paths, [true; 4], "strips, im2col, split, NCHW y");
+    assert_eq!(paths, [true; 5], "strips, im2col, split, NCHW y, its strips");
     assert_eq!(strided_paths, [true; 2], "upsampled, phases");
     assert_eq!(
         stencil_paths, [true; 3],

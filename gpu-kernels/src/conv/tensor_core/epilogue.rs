@@ -3,7 +3,7 @@
 //! the plan's layout.
 
 use super::*;
-use crate::device::{lane_id, store_global_v2_f32, thread_idx_x};
+use crate::device::{Float16, Shuffle, lane_id, store_global_v2_f32, store_global_v4, thread_idx_x};
 
 /// Where a tile of the GEMM lies: its first output pixel, its group, and its first
 /// output channel of the group.
@@ -139,59 +139,39 @@ macro_rules! output_of_half {
 output_of_half!(half::bf16, half::f16);
 
 /// Writes a warpgroup's transposed sums through the epilogue to y (of `T`s), in the
-/// plan's layout: the tile's pixels lie in one output row, so that pixel `i` of a
-/// channel is `i` strides on from the channel's first (NHWC: `out_channels` elements,
-/// NCHW: one).
+/// plan's layout.
 ///
 /// # Safety
 /// As [`store`]; y holds `T`s, and without `T::PER_OUTPUT` the epilogue fits register
 /// stores.
 #[inline(always)]
 pub unsafe fn store_channel_rows<T: Output>(args: &TensorCoreArgs, tile: TileOrigin, sums: &ChannelRowSums) {
-    let p = &args.problem;
-    let (first, live) = args.plan.tile_pixels(p, tile.m0);
-    let out_group = p.out_per_group();
-    let lane = lane_id();
-    let channel = lane_channel(tile);
-    let valid = [channel < out_group, channel + 8 < out_group];
-    let channel = (tile.group * out_group + channel) as usize;
-    let (index, stride, second) = if args.plan.y_channels_last == 1 {
-        let index = first as usize * p.out_channels as usize + channel;
-        (index, p.out_channels as usize, 8)
-    } else {
-        let (image, pixel) = p.div_out_pixels.divmod(first);
-        let plane = p.out_pixels() as usize;
-        (
-            (image as usize * p.out_channels as usize + channel) * plane + pixel as usize,
-            1,
-            8 * plane,
-        )
-    };
-    // The lane's first pixel, 2t of the tile.
-    let pixel = 2 * (lane % 4);
-    let index = index + pixel as usize * stride;
-    let rows = ChannelRows {
-        // SAFETY: an element of y where the lane has outputs (else never written).
-        first: args.y.as_mut_ptr().cast::<T>().wrapping_add(index),
-        index,
-        stride,
-        second,
-        valid,
-        remaining: live.saturating_sub(pixel),
-        // NCHW: the lane's two pixels of a tile are adjacent, one access where the
-        // first is at an even element (`second`, 8 planes, keeps the parity).
-        paired: stride == 1 && index.is_multiple_of(2),
-    };
-    // SAFETY: forwarded. Both epilogues as code of their own: a test per output would
-    // stay in the plain one; NHWC's second channel 8 elements on, an offset the stores
-    // carry.
+    // SAFETY: forwarded.
+    unsafe { ChannelRows::<T>::of(args, tile).store_through(args, sums) }
+}
+
+/// [`store_channel_rows`] of 16-bit outputs into NCHW y: where every channel row
+/// starts at a 4-byte boundary (even output rows), in 16-byte runs aligned in y
+/// ([`ChannelRows::store_runs`]).
+///
+/// # Safety
+/// As [`store_channel_rows`].
+#[inline(always)]
+pub unsafe fn store_channel_rows_first<T: Output + Float16>(
+    args: &TensorCoreArgs,
+    tile: TileOrigin,
+    sums: &ChannelRowSums,
+) {
+    let rows = ChannelRows::<T>::of(args, tile);
+    // Channel rows at 4-byte boundaries: y's, and even planes and row starts. The
+    // launch's alone, so that the warp stays converged for the shuffles.
+    let words = (args.y.as_mut_ptr() as usize).is_multiple_of(4) && args.problem.out_w.is_multiple_of(2);
+    // SAFETY: forwarded; 16-bit outputs take no per-output epilogue.
     unsafe {
-        if T::PER_OUTPUT && !args.epilogue.fits_register_stores() {
-            rows.store::<false>(sums, |value, at| args.epilogue.apply(value, at));
-        } else if args.plan.y_channels_last == 1 {
-            rows.store::<true>(sums, |value, _| args.epilogue.rectify(value));
+        if args.plan.y_channels_last == 0 && words {
+            rows.store_runs(sums, |value| args.epilogue.rectify(value));
         } else {
-            rows.store::<false>(sums, |value, _| args.epilogue.rectify(value));
+            rows.store_through(args, sums);
         }
     }
 }
@@ -199,8 +179,8 @@ pub unsafe fn store_channel_rows<T: Output>(args: &TensorCoreArgs, tile: TileOri
 /// Where a lane's outputs of a transposed tile lie in y: its first channel at its first
 /// pixel (`first`, the element `index`), the elements from pixel to pixel (`stride`) and
 /// to its second channel (`second`), which channels are outputs, how many pixels from
-/// its first are (`remaining`), and whether both pixels of a tile are stored with one
-/// access (`paired`: adjacent and aligned).
+/// its first are (`remaining`; from the tile's first, `live`), and whether both pixels
+/// of a tile are stored with one access (`paired`: adjacent and aligned).
 struct ChannelRows<T> {
     first: *mut T,
     index: usize,
@@ -208,10 +188,73 @@ struct ChannelRows<T> {
     second: usize,
     valid: [bool; 2],
     remaining: u32,
+    live: u32,
     paired: bool,
 }
 
 impl<T: Output> ChannelRows<T> {
+    /// The lane's outputs of the warpgroup's transposed `tile`: its pixels lie in one
+    /// output row, so that pixel `i` of a channel is `i` strides on from the channel's
+    /// first (NHWC: `out_channels` elements, NCHW: one).
+    #[inline(always)]
+    fn of(args: &TensorCoreArgs, tile: TileOrigin) -> Self {
+        let p = &args.problem;
+        let (first, live) = args.plan.tile_pixels(p, tile.m0);
+        let out_group = p.out_per_group();
+        let lane = lane_id();
+        let channel = lane_channel(tile);
+        let valid = [channel < out_group, channel + 8 < out_group];
+        let channel = (tile.group * out_group + channel) as usize;
+        let (index, stride, second) = if args.plan.y_channels_last == 1 {
+            let index = first as usize * p.out_channels as usize + channel;
+            (index, p.out_channels as usize, 8)
+        } else {
+            let (image, pixel) = p.div_out_pixels.divmod(first);
+            let plane = p.out_pixels() as usize;
+            (
+                (image as usize * p.out_channels as usize + channel) * plane + pixel as usize,
+                1,
+                8 * plane,
+            )
+        };
+        // The lane's first pixel, 2t of the tile.
+        let pixel = 2 * (lane % 4);
+        let index = index + pixel as usize * stride;
+        Self {
+            // SAFETY: an element of y where the lane has outputs (else never written).
+            first: args.y.as_mut_ptr().cast::<T>().wrapping_add(index),
+            index,
+            stride,
+            second,
+            valid,
+            remaining: live.saturating_sub(pixel),
+            live,
+            // NCHW: the lane's two pixels of a tile are adjacent, one access where the
+            // first is at an even element (`second`, 8 planes, keeps the parity).
+            paired: stride == 1 && index.is_multiple_of(2),
+        }
+    }
+
+    /// Writes the sums through the launch's epilogue.
+    ///
+    /// # Safety
+    /// As [`store_channel_rows`]; `self` is of its tile.
+    #[inline(always)]
+    unsafe fn store_through(&self, args: &TensorCoreArgs, sums: &ChannelRowSums) {
+        // SAFETY: forwarded. Both epilogues as code of their own: a test per output
+        // would stay in the plain one; NHWC's second channel 8 elements on, an offset
+        // the stores carry.
+        unsafe {
+            if T::PER_OUTPUT && !args.epilogue.fits_register_stores() {
+                self.store::<false>(sums, |value, at| args.epilogue.apply(value, at));
+            } else if args.plan.y_channels_last == 1 {
+                self.store::<true>(sums, |value, _| args.epilogue.rectify(value));
+            } else {
+                self.store::<false>(sums, |value, _| args.epilogue.rectify(value));
+            }
+        }
+    }
+
     /// Writes `output(sum, index)` of each of the lane's outputs to y at its index, in
     /// parts of two tiles written out one after another: a loop over the parts may
     /// stay rolled where `output` is long (the fused epilogue), and one that indexes
@@ -287,6 +330,146 @@ impl<T: Output> ChannelRows<T> {
             row = row.wrapping_add(step);
         }
     }
+}
+
+impl<T: Output + Float16> ChannelRows<T> {
+    /// Writes `output(sum)` of each of the lane's outputs into NCHW rows that start at
+    /// 4-byte boundaries, in runs of 8 outputs that start at 16-byte boundaries: the
+    /// lanes of each quad (one channel, pixels `2t` and `2t + 1` of each
+    /// tile of 8) exchange their pairs so that lane `t` holds tile `4 q + t` of quad
+    /// `q` of tiles, then the words of the tile before, so that it stores the aligned
+    /// run that ends inside its tile. A warp then writes whole 32-byte sectors but at
+    /// the tile's two ends, where pairs wrote halves of sectors of 8 planes at a time
+    /// (which L2 merged, reading some back from memory).
+    ///
+    /// # Safety
+    /// The fields describe outputs of the problem inside NCHW y whose channel rows start
+    /// at 4-byte boundaries; the warp calls it converged (shuffles).
+    #[inline(always)]
+    unsafe fn store_runs(&self, sums: &ChannelRowSums, output: impl Fn(f32) -> f32) {
+        let t = lane_id() % 4;
+        // The tile's first pixel of the lane's first channel, and the words (pairs) it
+        // lies past a 16-byte boundary: its runs start that many words earlier.
+        let tile_start = self.first.wrapping_sub(2 * t as usize);
+        let shift = tile_start as usize % 16 / 4;
+        let (quads, _) = sums.as_chunks::<4>();
+        // Per channel, the last 3 words of the tile before the quad's first (lane 0's).
+        let mut carried = [[0u32; 3]; 2];
+        macro_rules! store_quads {
+            ($($quad:literal)*) => {
+                // SAFETY: forwarded.
+                $( unsafe {
+                    self.store_quad(&quads[$quad], 4 * $quad, tile_start, shift, &mut carried, &output)
+                }; )*
+            };
+        }
+        store_quads!(0 1 2 3 4 5 6 7);
+    }
+
+    /// [`Self::store_runs`] of the tiles `first..first + 4`.
+    ///
+    /// # Safety
+    /// As [`Self::store_runs`]; `tile_start` is the tile's first output of the lane's
+    /// first channel, `shift` the words it lies past a 16-byte boundary.
+    #[inline(always)]
+    unsafe fn store_quad(
+        &self,
+        tiles: &[[f32; 4]; 4],
+        first: u32,
+        tile_start: *mut T,
+        shift: usize,
+        carried: &mut [[u32; 3]; 2],
+        output: &impl Fn(f32) -> f32,
+    ) {
+        let t = lane_id() % 4;
+        let before = (lane_id() & !3) | ((t + 3) % 4);
+        let tile = first + t;
+        // Tile pixel of the run's first output: `2 shift` before the tile's.
+        let run_start = 8 * tile as usize;
+        for (h, valid) in self.valid.into_iter().enumerate() {
+            let pairs = tiles.map(|sums| T::narrow_pair(output(sums[2 * h]), output(sums[2 * h + 1])));
+            let own = transpose_quad(pairs, t);
+            let last = [own[1], own[2], own[3]].map(|word| word.shfl_idx(before));
+            let previous = if t == 0 { carried[h] } else { last };
+            carried[h] = last;
+            // The run: words `3 - shift..` of the tile before's last three and the
+            // tile's four, moved by one word and by two as `shift`'s bits say, by
+            // selects of single words (selects of an array's elements become an index
+            // into it, which puts the array in local memory).
+            let ([p0, p1, p2], [o0, o1, o2, o3]) = (previous, own);
+            let pick = |take_first: bool, first: u32, second: u32| if take_first { first } else { second };
+            let by_one = shift & 1 == 1;
+            let (b0, b1, b2) = (pick(by_one, p0, p1), pick(by_one, p1, p2), pick(by_one, p2, o0));
+            let (b3, b4, b5) = (pick(by_one, o0, o1), pick(by_one, o1, o2), pick(by_one, o2, o3));
+            let by_two = shift & 2 == 2;
+            let run = [
+                pick(by_two, b0, b2),
+                pick(by_two, b1, b3),
+                pick(by_two, b2, b4),
+                pick(by_two, b3, b5),
+            ];
+            let row = tile_start.wrapping_add(h * self.second);
+            // Pixel `p` of the tile is stored where `p` lies in 0..live, the run's
+            // (`p` from `run_start - 2 shift`) and, past the quads' last run, the words
+            // of the last tile it leaves.
+            let live = |p: usize| p < self.live as usize;
+            if !valid {
+                continue;
+            }
+            // SAFETY: the caller's contract: these pixels of a valid channel lie in
+            // its row of the tile (`live`), words at 4-byte boundaries, runs at 16-byte
+            // ones (`shift`; `second`, 8 planes, keeps both).
+            unsafe {
+                if run_start >= 2 * shift && live(run_start - 2 * shift + 7) {
+                    store_global_v4(row.wrapping_add(run_start - 2 * shift).cast(), run);
+                } else {
+                    for (i, word) in run.into_iter().enumerate() {
+                        let p = (run_start + 2 * i).wrapping_sub(2 * shift);
+                        if run_start + 2 * i >= 2 * shift && live(p) {
+                            *row.wrapping_add(p).cast::<u32>() = word;
+                        }
+                    }
+                }
+                if tile == NHWC_STRIP_TILE_ROWS / 8 - 1 {
+                    for (i, word) in own.into_iter().enumerate() {
+                        let p = run_start + 2 * i;
+                        if i + shift >= 4 && live(p) {
+                            *row.wrapping_add(p).cast::<u32>() = word;
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Transposes a quad's 4 x 4 values: lane `t` of the quad holds element `(j, t)` in
+/// `values[j]` and gets element `(t, j)` there. Two exchanges, each swapping one bit
+/// of the lane with that bit of the index (lanes 1 apart, then 2 apart), each of two
+/// shuffles: a lane sends the values whose bit differs from its own.
+///
+/// The warp calls it converged.
+#[inline(always)]
+fn transpose_quad(mut values: [u32; 4], t: u32) -> [u32; 4] {
+    for bit in [1, 2] {
+        let high = t & bit != 0;
+        for low in [0, 1] {
+            // The pair of indices that differ in `bit` only.
+            let (i0, i1) = if bit == 1 {
+                (2 * low, 2 * low + 1)
+            } else {
+                (low, low + 2)
+            };
+            let sent = if high { values[i0] } else { values[i1] };
+            let got = sent.shfl_xor(bit);
+            if high {
+                values[i0] = got;
+            } else {
+                values[i1] = got;
+            }
+        }
+    }
+    values
 }
 
 /// Writes the warp's sums through the epilogue to y.

@@ -565,7 +565,14 @@ impl TensorCorePlan {
         };
         let narrow = self.tile_n == WGMMA_NARROW_BN;
         let (strips, bulk) = (self.row_strips == 1, self.bulk_copies == 1);
+        let y_first = self.y_channels_last == 0;
         let kernel = match (self.channels_last == 1, self.warpgroup_mma == 1) {
+            _ if matches!(self.operand, TensorCoreOperand::Bf16) && strips && y_first => {
+                CONV_FORWARD_NHWC_STRIPS_BF16_WGMMA_NCHW_Y
+            }
+            _ if matches!(self.operand, TensorCoreOperand::F16) && strips && y_first => {
+                CONV_FORWARD_NHWC_STRIPS_F16_WGMMA_NCHW_Y
+            }
             _ if matches!(self.operand, TensorCoreOperand::Bf16) && strips => {
                 CONV_FORWARD_NHWC_STRIPS_BF16_WGMMA
             }
@@ -782,6 +789,14 @@ kernel_args! {
     /// The same over f16 tensors.
     pub const CONV_FORWARD_NHWC_STRIPS_F16_WGMMA = "conv_forward_nhwc_strips_f16_wgmma" =>
         warpgroup_mma::forward::<half::f16, true, true, true, 8>,
+        bounds(WGMMA_THREADS, 1), requires("sm_90a");
+    /// The bf16 kernel on row strips writing NCHW y, in aligned 16-byte runs.
+    pub const CONV_FORWARD_NHWC_STRIPS_BF16_WGMMA_NCHW_Y = "conv_forward_nhwc_strips_bf16_wgmma_nchw_y" =>
+        warpgroup_mma::forward_nchw_y::<half::bf16>,
+        bounds(WGMMA_THREADS, 1), requires("sm_90a");
+    /// The same over f16 tensors.
+    pub const CONV_FORWARD_NHWC_STRIPS_F16_WGMMA_NCHW_Y = "conv_forward_nhwc_strips_f16_wgmma_nchw_y" =>
+        warpgroup_mma::forward_nchw_y::<half::f16>,
         bounds(WGMMA_THREADS, 1), requires("sm_90a");
     /// The im2col forward pass over bf16 tensors ([`TensorCorePlan::forward_16_bit`]),
     /// y rounded once in its register epilogue.

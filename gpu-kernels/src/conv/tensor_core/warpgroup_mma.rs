@@ -19,7 +19,7 @@
 
 use super::epilogue::{
     ChannelRowSums, Output, TileOrigin, WarpTiles, bias_sums, channel_row_sums, store_channel_rows,
-    store_plain,
+    store_channel_rows_first, store_plain,
 };
 use super::operands::{
     Filters, KTiles, NchwPatches, Operand, Patches, ScalarFilters, ScalarPatches, SharedOrigins, Stagers,
@@ -215,6 +215,13 @@ pub trait StripOperand: Output {
     /// # Safety
     /// As [`WarpgroupAccumulators::multiply_tf32_shared`].
     unsafe fn multiply<S: WarpgroupAccumulators>(sums: &mut S, a: u64, b: u64);
+
+    /// Writes a warpgroup's transposed sums to y of this type, by the kernel that
+    /// writes NCHW y.
+    ///
+    /// # Safety
+    /// As [`store_channel_rows`].
+    unsafe fn store_rows_first(args: &TensorCoreArgs, tile: TileOrigin, sums: &ChannelRowSums);
 }
 
 impl StripOperand for f32 {
@@ -222,6 +229,12 @@ impl StripOperand for f32 {
     unsafe fn multiply<S: WarpgroupAccumulators>(sums: &mut S, a: u64, b: u64) {
         // SAFETY: forwarded.
         unsafe { sums.multiply_tf32_shared(a, b) }
+    }
+
+    #[inline(always)]
+    unsafe fn store_rows_first(args: &TensorCoreArgs, tile: TileOrigin, sums: &ChannelRowSums) {
+        // SAFETY: forwarded. A quad's pairs of f32 fill a 32-byte sector already.
+        unsafe { store_channel_rows::<f32>(args, tile, sums) }
     }
 }
 
@@ -231,6 +244,12 @@ impl StripOperand for half::bf16 {
         // SAFETY: forwarded.
         unsafe { sums.multiply_bf16_shared(a, b) }
     }
+
+    #[inline(always)]
+    unsafe fn store_rows_first(args: &TensorCoreArgs, tile: TileOrigin, sums: &ChannelRowSums) {
+        // SAFETY: forwarded.
+        unsafe { store_channel_rows_first::<Self>(args, tile, sums) }
+    }
 }
 
 impl StripOperand for half::f16 {
@@ -238,6 +257,12 @@ impl StripOperand for half::f16 {
     unsafe fn multiply<S: WarpgroupAccumulators>(sums: &mut S, a: u64, b: u64) {
         // SAFETY: forwarded.
         unsafe { sums.multiply_f16_shared(a, b) }
+    }
+
+    #[inline(always)]
+    unsafe fn store_rows_first(args: &TensorCoreArgs, tile: TileOrigin, sums: &ChannelRowSums) {
+        // SAFETY: forwarded.
+        unsafe { store_channel_rows_first::<Self>(args, tile, sums) }
     }
 }
 
@@ -259,6 +284,40 @@ pub unsafe fn forward<
     const BULK: bool,
     const ROW_STRIPS: bool,
     const J: usize,
+>(
+    args: TensorCoreArgs,
+) where
+    [[f32; 4]; J]: WarpgroupAccumulators,
+{
+    // SAFETY: forwarded.
+    unsafe { forward_with::<E, CHANNELS_LAST, BULK, ROW_STRIPS, J, false>(args) }
+}
+
+/// [`forward`] on NHWC row strips into NCHW y of `E`, by a kernel of its own: its
+/// stores ([`StripOperand::store_rows_first`]) leave the code of the NHWC kernel as
+/// it is (more code there slowed its multiplies).
+///
+/// # Safety
+/// As [`forward`], with y in NCHW.
+#[inline(always)]
+pub unsafe fn forward_nchw_y<E: StripOperand>(args: TensorCoreArgs) {
+    // SAFETY: forwarded.
+    unsafe { forward_with::<E, true, true, true, 8, true>(args) }
+}
+
+/// [`forward`], its NHWC row strips storing y by [`StripOperand::store_rows_first`]
+/// where `Y_FIRST`.
+///
+/// # Safety
+/// As [`forward`].
+#[inline(always)]
+unsafe fn forward_with<
+    E: StripOperand,
+    const CHANNELS_LAST: bool,
+    const BULK: bool,
+    const ROW_STRIPS: bool,
+    const J: usize,
+    const Y_FIRST: bool,
 >(
     args: TensorCoreArgs,
 ) where
@@ -309,7 +368,7 @@ pub unsafe fn forward<
             // the tensor cores read it from shared memory like B.
             let consumer = warpgroup - 1;
             if CHANNELS_LAST && ROW_STRIPS {
-                consume_in_turns::<E>(&args, units, &rings, consumer);
+                consume_in_turns::<E, Y_FIRST>(&args, units, &rings, consumer);
             } else if CHANNELS_LAST && BULK {
                 consume::<E, CHANNELS_LAST, ROW_STRIPS, true, J>(&args, units, &rings, consumer);
             } else {
@@ -824,7 +883,12 @@ unsafe fn multiply_in_turns<E: StripOperand>(
 /// # Safety
 /// As [`forward`]; consumer warpgroup `consumer` (0 or 1) calls it.
 #[inline(always)]
-unsafe fn consume_in_turns<E: StripOperand>(args: &TensorCoreArgs, units: u32, rings: &Rings, consumer: u32) {
+unsafe fn consume_in_turns<E: StripOperand, const Y_FIRST: bool>(
+    args: &TensorCoreArgs,
+    units: u32,
+    rings: &Rings,
+    consumer: u32,
+) {
     let p = &args.problem;
     let outputs = p.output_count();
     let handoff = 2 * WARPGROUP;
@@ -906,7 +970,11 @@ unsafe fn consume_in_turns<E: StripOperand>(args: &TensorCoreArgs, units: u32, r
             if args.plan.splits > 1 {
                 store_channel_rows::<f32>(args, unit.tile, &sums);
             } else {
-                store_channel_rows::<E>(args, unit.tile, &sums);
+                if Y_FIRST {
+                    E::store_rows_first(args, unit.tile, &sums);
+                } else {
+                    store_channel_rows::<E>(args, unit.tile, &sums);
+                }
             }
         }
     }
