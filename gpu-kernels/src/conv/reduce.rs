@@ -26,9 +26,31 @@ kernel_args! {
         pub split: u32,
         pub by_output: u32,
     }
-    /// The sum of `split` partial weight gradients.
-    pub const CONV_SPLIT_SUM = "conv_split_sum_f32" => kernel::split_sum;
+    /// The sum of `split` partials.
+    pub const CONV_SPLIT_SUM = "conv_split_sum_f32" => kernel::split_sum::<f32>;
+    /// The same into bf16 outputs (`out` holds bf16), each rounded from the f32 sum.
+    pub const CONV_SPLIT_SUM_BF16 = "conv_split_sum_bf16" => kernel::split_sum::<half::bf16>;
+    /// The same into f16 outputs.
+    pub const CONV_SPLIT_SUM_F16 = "conv_split_sum_f16" => kernel::split_sum::<half::f16>;
     entry points in SPLIT_SUM_ENTRY_POINTS;
+}
+
+/// The split sum writing outputs of an element type (f32, bf16, f16; the 16-bit ones
+/// rounded from the f32 sum, as a narrowing after an f32 sum would).
+pub trait SplitSumKernel: Sized {
+    const SPLIT_SUM: crate::launch::Kernel<SplitSumArgs>;
+}
+
+impl SplitSumKernel for f32 {
+    const SPLIT_SUM: crate::launch::Kernel<SplitSumArgs> = CONV_SPLIT_SUM;
+}
+
+impl SplitSumKernel for half::bf16 {
+    const SPLIT_SUM: crate::launch::Kernel<SplitSumArgs> = CONV_SPLIT_SUM_BF16;
+}
+
+impl SplitSumKernel for half::f16 {
+    const SPLIT_SUM: crate::launch::Kernel<SplitSumArgs> = CONV_SPLIT_SUM_F16;
 }
 
 kernel_args! {
@@ -141,21 +163,59 @@ const fn split_sum_rows(count: u64, split: u32) -> u32 {
     rows
 }
 
-/// The launch adding `args.split` partials of `args.count` values: a block takes
-/// `REDUCE_THREADS / rows` outputs, a lane each, by `rows` rows of threads.
-pub const fn split_sum(args: SplitSumArgs) -> Launch<SplitSumArgs> {
-    let lanes = REDUCE_THREADS / split_sum_rows(args.count, args.split);
-    let blocks = args.count.div_ceil(lanes as u64);
+/// Outputs a thread takes in the vector paths of the split sum and split epilogue.
+const VECTOR: u32 = 4;
+
+/// Whether `count` outputs of partials at `partials` into `out` take the vector path:
+/// `VECTOR` consecutive outputs a thread, each partial's four in one 16-byte load.
+fn in_vectors(count: u64, partials: u64, out: u64) -> bool {
+    count.is_multiple_of(VECTOR as u64) && (partials | out).is_multiple_of(16)
+}
+
+/// Outputs per thread of a split sum: `VECTOR` where a partial's outputs lie together
+/// and come in vectors, else one.
+fn split_sum_outputs_per_thread(args: &SplitSumArgs) -> u32 {
+    let (partials, out) = (args.partials.address(), args.out.address());
+    if args.by_output == 0 && in_vectors(args.count, partials, out) {
+        VECTOR
+    } else {
+        1
+    }
+}
+
+/// The launch adding `args.split` partials of `args.count` f32 values: a block takes
+/// `REDUCE_THREADS / rows` lanes by `rows` rows of threads, each lane one output or
+/// `VECTOR` of them ([`split_sum_outputs_per_thread`]).
+pub fn split_sum(args: SplitSumArgs) -> Launch<SplitSumArgs> {
+    split_sum_into::<f32>(args)
+}
+
+/// [`split_sum`] writing its outputs as `T`s: `args.out` holds `count` of them.
+pub fn split_sum_into<T: SplitSumKernel>(args: SplitSumArgs) -> Launch<SplitSumArgs> {
+    let per_thread = split_sum_outputs_per_thread(&args);
+    let lanes = REDUCE_THREADS / split_sum_rows(args.count / per_thread as u64, args.split);
+    let blocks = args.count.div_ceil(lanes as u64 * per_thread as u64);
     Launch::new(
-        CONV_SPLIT_SUM,
-        LaunchGeometry::linear(blocks, REDUCE_THREADS).with_shared(REDUCE_THREADS * 8),
+        T::SPLIT_SUM,
+        LaunchGeometry::linear(blocks, REDUCE_THREADS).with_shared(REDUCE_THREADS * 8 * per_thread),
         args,
     )
 }
 
+/// Outputs per thread of a split epilogue: `VECTOR` where they come in vectors, else
+/// one.
+fn split_epilogue_outputs_per_thread(args: &SplitEpilogueArgs) -> u32 {
+    if in_vectors(args.count as u64, args.partials.address(), args.y.address()) {
+        VECTOR
+    } else {
+        1
+    }
+}
+
 /// The launch finishing a forward pass whose K was split into `split` parts by
 /// `kernel`, one of the split epilogues (y of its type): the partials (each a copy of y
-/// of `problem` in `layout`) added in order, then the epilogue, one thread per output.
+/// of `problem` in `layout`) added in order, then the epilogue, one thread per output
+/// (or per `VECTOR` outputs).
 pub fn split_epilogue(
     kernel: crate::launch::Kernel<SplitEpilogueArgs>,
     problem: &ConvProblem,
@@ -179,7 +239,8 @@ pub fn split_epilogue(
         run: FastDiv::new(run),
         channels: FastDiv::new(problem.out_channels),
     };
-    Launch::new(kernel, LaunchGeometry::per_item(count, REDUCE_THREADS), args)
+    let threads = count.div_ceil(split_epilogue_outputs_per_thread(&args) as u64);
+    Launch::new(kernel, LaunchGeometry::per_item(threads, REDUCE_THREADS), args)
 }
 
 /// The scratch of a pass split into `split` partial results of `count` floats each:
@@ -368,8 +429,8 @@ mod kernel {
     use super::*;
     use crate::conv::tensor_core::Output;
     use crate::device::{
-        SharedCarver, Widen, block_idx_x, block_idx_y, block_idx_z, grid_dim_x, grid_dim_z, sync_threads,
-        thread_idx_x,
+        SharedCarver, Widen, block_idx_x, block_idx_y, block_idx_z, grid_dim_x, grid_dim_z,
+        load_global_nc_v4, sync_threads, thread_idx_x,
     };
     use crate::warp;
 
@@ -377,81 +438,161 @@ mod kernel {
     /// order, four loads in flight.
     #[inline(always)]
     fn strided_sum(first: u64, end: u64, step: u64, load: impl Fn(u64) -> f64) -> f64 {
-        let (mut sum, mut at) = (0.0, first);
+        strided_sums(first, end, step, |at| [load(at)])[0]
+    }
+
+    /// [`strided_sum`] of `N` values at a time, each summed apart.
+    #[inline(always)]
+    fn strided_sums<const N: usize>(
+        first: u64,
+        end: u64,
+        step: u64,
+        load: impl Fn(u64) -> [f64; N],
+    ) -> [f64; N] {
+        let (mut sums, mut at) = ([0.0; N], first);
+        // Indexed loops over N unroll; iterators over arrays of arrays can go to local
+        // memory.
+        let mut add = |values: [f64; N]| {
+            for k in 0..N {
+                sums[k] += values[k];
+            }
+        };
         while at + 3 * step < end {
-            let loaded = [
+            let (a, b, c, d) = (
                 load(at),
                 load(at + step),
                 load(at + 2 * step),
                 load(at + 3 * step),
-            ];
-            for value in loaded {
-                sum += value;
-            }
+            );
+            add(a);
+            add(b);
+            add(c);
+            add(d);
             at += 4 * step;
         }
         while at < end {
-            sum += load(at);
+            add(load(at));
             at += step;
         }
-        sum
+        sums
+    }
+
+    /// The `VECTOR` f32 values at `at` (16-byte aligned) in FP64.
+    ///
+    /// # Safety
+    /// `at` points to `VECTOR` readable floats that no thread writes during the launch.
+    #[inline(always)]
+    unsafe fn load_vector(at: *const f32) -> [f64; VECTOR as usize] {
+        // SAFETY: the caller's contract.
+        let words = unsafe { load_global_nc_v4(at.cast()) };
+        words.map(|word| f32::from_bits(word) as f64)
+    }
+
+    /// Writes `values` to the `VECTOR` outputs at `at` (aligned to two of them), each
+    /// rounded to `T`.
+    ///
+    /// # Safety
+    /// `at` points to `VECTOR` writable `T`s.
+    #[inline(always)]
+    unsafe fn store_vector<T: Output>(at: *mut T, values: [f32; VECTOR as usize]) {
+        // SAFETY: the caller's contract: two aligned pairs.
+        unsafe {
+            T::store_pair(at, [values[0], values[1]]);
+            T::store_pair(at.add(2), [values[2], values[3]]);
+        }
     }
 
     /// `out[i] = sum over s of partials[s * count + i]` in FP64 in a fixed order: row
     /// `r` of the block's [`split_sum_rows`] adds partials `r`, `r + rows`, ... in
-    /// order (four loads in flight), then the first row adds the rows' sums in order.
+    /// order (four loads in flight), then the first row adds the rows' sums in order;
+    /// each thread of a row one output, or `VECTOR` of them.
     ///
     /// # Safety
-    /// `partials` holds `split * count` values, `out` `count`; the launch is
-    /// [`split_sum`](super::split_sum)'s.
+    /// `partials` holds `split * count` values, `out` `count` `T`s; the launch is
+    /// [`split_sum_into`](super::split_sum_into)'s.
     #[inline(always)]
-    pub unsafe fn split_sum(args: SplitSumArgs) {
+    pub unsafe fn split_sum<T: Output>(args: SplitSumArgs) {
+        // SAFETY: forwarded, with the launch's outputs per thread.
+        unsafe {
+            if split_sum_outputs_per_thread(&args) == VECTOR {
+                split_sum_by::<T, { VECTOR as usize }>(args)
+            } else {
+                split_sum_by::<T, 1>(args)
+            }
+        }
+    }
+
+    /// [`split_sum`] with `N` outputs a thread (1, or `VECTOR` in 16-byte loads and
+    /// aligned pairs of stores).
+    ///
+    /// # Safety
+    /// As [`split_sum`]; with `N` of `VECTOR`, [`split_sum_outputs_per_thread`] is
+    /// `VECTOR`.
+    #[inline(always)]
+    unsafe fn split_sum_by<T: Output, const N: usize>(args: SplitSumArgs) {
         let SplitSumArgs {
             count,
             split,
             by_output,
             ..
         } = args;
-        let (partials, out) = (args.partials.as_ptr(), args.out.as_mut_ptr());
-        let rows = split_sum_rows(count, split);
+        let (partials, out) = (args.partials.as_ptr(), args.out.as_mut_ptr().cast::<T>());
+        let rows = split_sum_rows(count / N as u64, split);
         let lanes = REDUCE_THREADS / rows;
         let t = thread_idx_x();
         let (lane, row) = (t % lanes, t / lanes);
-        let i = block_idx_x() as u64 * lanes as u64 + lane as u64;
-        let at = |s: u64| {
-            if by_output == 1 {
-                i * split as u64 + s
+        let i = (block_idx_x() as u64 * lanes as u64 + lane as u64) * N as u64;
+        let load = |s: u64| -> [f64; N] {
+            if N == VECTOR as usize {
+                // SAFETY: s < split and i + VECTOR <= count (count a multiple of
+                // VECTOR): inside the partials, 16-byte aligned.
+                let values = unsafe { load_vector(partials.add((s * count + i) as usize)) };
+                core::array::from_fn(|k| values[k])
             } else {
-                s * count + i
+                let at = if by_output == 1 {
+                    i * split as u64 + s
+                } else {
+                    s * count + i
+                };
+                // SAFETY: s < split and i < count: either place is below split * count.
+                core::array::from_fn(|_| unsafe { *partials.add(at as usize) } as f64)
             }
         };
-        // SAFETY: s < split and i < count: either place is below split * count.
-        let load = |s: u64| unsafe { *partials.add(at(s) as usize) } as f64;
-        let mut sum = 0.0f64;
+        let mut sums = [0.0f64; N];
         if i < count {
-            sum = strided_sum(row as u64, split as u64, rows as u64, load);
+            sums = strided_sums(row as u64, split as u64, rows as u64, load);
         }
         if rows > 1 {
-            // SAFETY: the launch provides REDUCE_THREADS f64.
-            let sums: *mut f64 = unsafe { SharedCarver::new().take(REDUCE_THREADS as usize) };
+            // SAFETY: the launch provides `N` f64 per thread.
+            let shared: *mut [f64; N] = unsafe { SharedCarver::new().take(REDUCE_THREADS as usize) };
             // SAFETY: each thread its own slot, read after the barrier (`rows` is the
             // same for the whole block).
             unsafe {
-                *sums.add(t as usize) = sum;
+                *shared.add(t as usize) = sums;
                 sync_threads();
             }
             if row > 0 {
                 return;
             }
-            sum = 0.0;
+            sums = [0.0; N];
             for r in 0..rows {
                 // SAFETY: written before the barrier.
-                sum += unsafe { *sums.add((r * lanes + lane) as usize) };
+                let row_sums = unsafe { *shared.add((r * lanes + lane) as usize) };
+                for k in 0..N {
+                    sums[k] += row_sums[k];
+                }
             }
         }
-        if i < count {
+        if i >= count {
+            return;
+        }
+        let values = sums.map(|sum| sum as f32);
+        if N == VECTOR as usize {
+            // SAFETY: outputs i .. i + VECTOR of `out`, 16-byte aligned.
+            unsafe { store_vector(out.add(i as usize), core::array::from_fn(|k| values[k])) };
+        } else {
             // SAFETY: i < count.
-            unsafe { *out.add(i as usize) = sum as f32 };
+            unsafe { *out.add(i as usize) = T::from_f32(values[0]) };
         }
     }
 
@@ -466,23 +607,37 @@ mod kernel {
     pub unsafe fn split_epilogue<T: Output>(args: SplitEpilogueArgs) {
         let SplitEpilogueArgs { count, split, .. } = args;
         let (partials, y) = (args.partials.as_ptr(), args.y.as_mut_ptr().cast::<T>());
-        let i = block_idx_x() * REDUCE_THREADS + thread_idx_x();
-        if i >= count {
-            return;
-        }
-        let mut sum = 0.0f64;
-        for s in 0..split as u64 {
-            // SAFETY: s * count + i < split * count.
-            sum += unsafe { *partials.add((s * count as u64 + i as u64) as usize) } as f64;
-        }
+        let (count, split) = (count as u64, split as u64);
         let bias = args.epilogue.bias.as_ptr();
-        if !bias.is_null() {
-            let (_, channel) = args.channels.divmod(args.run.divmod(i).0);
-            // SAFETY: a channel of the bias.
-            sum += unsafe { *bias.add(channel as usize) } as f64;
+        // The output at `i` of its partials' sum.
+        let finish = |i: u64, mut sum: f64| {
+            if !bias.is_null() {
+                let (_, channel) = args.channels.divmod(args.run.divmod(i as u32).0);
+                // SAFETY: a channel of the bias.
+                sum += unsafe { *bias.add(channel as usize) } as f64;
+            }
+            // SAFETY: i < count, an element of y and of the residual.
+            unsafe { args.epilogue.apply(sum as f32, i as usize) }
+        };
+        let thread = block_idx_x() as u64 * REDUCE_THREADS as u64 + thread_idx_x() as u64;
+        if split_epilogue_outputs_per_thread(&args) == VECTOR {
+            let i = thread * VECTOR as u64;
+            if i < count {
+                // SAFETY: i + VECTOR <= count (count a multiple of VECTOR), s < split:
+                // inside the partials, 16-byte aligned.
+                let load = |s: u64| unsafe { load_vector(partials.add((s * count + i) as usize)) };
+                let sums = strided_sums(0, split, 1, load);
+                let values = core::array::from_fn(|k| finish(i + k as u64, sums[k]));
+                // SAFETY: outputs i .. i + VECTOR of y, 16-byte aligned.
+                unsafe { store_vector(y.add(i as usize), values) };
+            }
+        } else if thread < count {
+            // SAFETY: s * count + thread < split * count.
+            let load = |s: u64| unsafe { *partials.add((s * count + thread) as usize) } as f64;
+            let sum = strided_sum(0, split, 1, load);
+            // SAFETY: an element of y.
+            unsafe { *y.add(thread as usize) = T::from_f32(finish(thread, sum)) };
         }
-        // SAFETY: i < count, an element of y and of the residual.
-        unsafe { *y.add(i as usize) = T::from_f32(args.epilogue.apply(sum as f32, i as usize)) };
     }
 
     /// Moves block `(t, c, image)`'s tile of dy (pixels `TILE t ..`, channels `TILE c

@@ -10,14 +10,14 @@
 //! without a residual, the stride-1 input gradient, the weight gradient of 3 x 3 and 5 x
 //! 5 windows), reading 16-bit tensors in either layout.
 
-use gpu_kernels::conv::reduce::{BiasGradKernels, BiasGradPlan};
+use gpu_kernels::conv::reduce::{self, BiasGradKernels, BiasGradPlan, SplitSumArgs, SplitSumKernel};
 use gpu_kernels::conv::stencil::{StencilKernels, StencilWeightGradKernels};
 use gpu_kernels::conv::tensor_core::{ForwardScratch, TensorCoreOperand};
 use gpu_kernels::conv::{
     self as kernel, Activation, ConvAlgorithm, ConvEpilogue, ConvLayout, ConvPass, ConvPrecision,
     ConvProblem, PhasePlan, StencilPlan, TensorCorePlan, WarpgroupWeightGradPlan, phases, transposed,
 };
-use gpu_kernels::launch::{DevicePtr, DevicePtrMut, ScratchLayout};
+use gpu_kernels::launch::{DevicePtr, DevicePtrMut, KernelArgs, Launch, ScratchLayout};
 use gpu_kernels::tensor_map::TensorMapPair;
 
 use super::{Conv2dParams, ConvElement, ConvGradientArrays, conv2d_problem};
@@ -306,7 +306,7 @@ impl Gpu {
         (input, weight, bias): ConvGradientArrays<&'a mut DeviceArray<T>>,
     ) -> Result<ConvGradientArrays<&'a mut DeviceArray<T>>>
     where
-        T: ConvElement + BiasGradKernels + StencilKernels + StencilWeightGradKernels,
+        T: ConvElement + BiasGradKernels + SplitSumKernel + StencilKernels + StencilWeightGradKernels,
     {
         let input = match input {
             Some(dx) if !dx.is_empty() => {
@@ -324,16 +324,32 @@ impl Gpu {
         };
         if let Some(db) = bias {
             let plan = BiasGradPlan::new(problem, params.layout, self.info().multiprocessors);
-            let mut sums = T::f32_output(self, db)?;
-            {
-                let (_scratch, scratch) = self.scratch(plan.scratch(problem))?;
-                let (partials, sum) = plan.launches(problem, grad_y.ptr(), scratch, sums.array().ptr_mut());
-                self.launch(&partials)?;
-                sum.map_or(Ok(()), |sum| self.launch(&sum))?;
-            }
-            sums.finish(self)?;
+            let (_scratch, scratch) = self.scratch(plan.scratch(problem))?;
+            self.reduce_into(db, |db| plan.launches(problem, grad_y.ptr(), scratch, db))?;
         }
         Ok((input, weight, None))
+    }
+
+    /// Runs a reduction whose `launches` write f32 sums into `out` of `T`: split, the
+    /// sum of the partials writes `T`s itself; else the sums go to an f32 array that is
+    /// rounded into `out` after.
+    fn reduce_into<T, A>(
+        &self,
+        out: &mut DeviceArray<T>,
+        launches: impl Fn(DevicePtrMut<f32>) -> (Launch<A>, Option<Launch<SplitSumArgs>>),
+    ) -> Result<()>
+    where
+        T: ConvElement + SplitSumKernel,
+        A: KernelArgs,
+    {
+        if let (products, Some(sum)) = launches(out.ptr_mut().cast()) {
+            self.launch(&products)?;
+            return self.launch(&reduce::split_sum_into::<T>(*sum.arguments()));
+        }
+        let mut sums = T::f32_output(self, out)?;
+        let (products, _) = launches(sums.array().ptr_mut());
+        self.launch(&products)?;
+        sums.finish(self)
     }
 
     /// The input gradient (dx not empty) on the forward kernels of 16-bit operands,
@@ -450,7 +466,7 @@ impl Gpu {
 
     /// The weight gradient by its 16-bit `plan`, summed in f32 and rounded once into
     /// `dw` (the problem has at least one image).
-    fn weight_grad_16_bit<T: ConvElement + StencilWeightGradKernels>(
+    fn weight_grad_16_bit<T: ConvElement + SplitSumKernel + StencilWeightGradKernels>(
         &self,
         problem: &ConvProblem,
         plan: &SixteenBitWeightGrad,
@@ -458,25 +474,20 @@ impl Gpu {
         grad_y: &DeviceArray<T>,
         dw: &mut DeviceArray<T>,
     ) -> Result<()> {
-        let mut sums = T::f32_output(self, dw)?;
         // Each scratch lives until its sum is launched.
         match plan {
             SixteenBitWeightGrad::Warpgroup(plan) => {
                 let (_scratch, scratch) = self.scratch(plan.scratch(problem))?;
                 let specs = plan.tensor_maps(problem, x.ptr().cast(), grad_y.ptr().cast());
                 let maps = self.write_tensor_maps(&specs, plan.maps_at(problem, scratch))?;
-                let (products, sum) = plan.launches(problem, maps, scratch, sums.array().ptr_mut());
-                self.launch(&products)?;
-                sum.map_or(Ok(()), |sum| self.launch(&sum))?;
+                self.reduce_into(dw, |dw| plan.launches(problem, maps, scratch, dw))
             }
             SixteenBitWeightGrad::Stencil(plan, _) => {
                 let (_scratch, partials) = self.scratch(plan.weight_grad_scratch())?;
-                let dw = sums.array().ptr_mut();
-                let (products, sum) = plan.weight_grad_launches(x.ptr(), grad_y.ptr(), partials, dw);
-                self.launch(&products)?;
-                sum.map_or(Ok(()), |sum| self.launch(&sum))?;
+                self.reduce_into(dw, |dw| {
+                    plan.weight_grad_launches(x.ptr(), grad_y.ptr(), partials, dw)
+                })
             }
         }
-        sums.finish(self)
     }
 }

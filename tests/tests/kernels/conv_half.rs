@@ -250,6 +250,8 @@ fn conv2d_16_bit_kernels_match_the_rounded_reference() {
     let mut strided_paths = [false; 2];
     // And the depthwise stencil's: forward, input and weight gradients.
     let mut stencil_paths = [false; 3];
+    // And a split `wgmma` weight gradient (its sum in vectors of four outputs).
+    let mut split_weight_grad = false;
     for (i, (case, stride)) in all.enumerate() {
         let (
             batch,
@@ -316,6 +318,8 @@ fn conv2d_16_bit_kernels_match_the_rounded_reference() {
                 ];
                 paths.iter_mut().zip(taken).for_each(|(path, t)| *path |= t);
             }
+            split_weight_grad |=
+                matches!(plans.weight_grad, Some(SixteenBitWeightGrad::Warpgroup(p)) if p.split > 1);
             stencil_paths[0] |= matches!(plans.forward, Some(SixteenBitForward::Stencil(..)));
             stencil_paths[1] |= matches!(plans.input_grad, Some(SixteenBitInputGrad::Stencil(..)));
             stencil_paths[2] |= matches!(plans.weight_grad, Some(SixteenBitWeightGrad::Stencil(..)));
@@ -333,6 +337,7 @@ fn conv2d_16_bit_kernels_match_the_rounded_reference() {
     }
     assert_eq!(paths, [true; 5], "strips, im2col, split, NCHW y, its strips");
     assert_eq!(strided_paths, [true; 2], "upsampled, phases");
+    assert!(split_weight_grad, "a split weight gradient");
     assert_eq!(
         stencil_paths, [true; 3],
         "stencil forward, input and weight gradients"
