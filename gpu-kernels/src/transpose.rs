@@ -166,61 +166,93 @@ pub(crate) unsafe fn transpose_tile<E: Copy>(
     }
 }
 
+/// Moves tile `[row tile, column tile]` (`PAIRS_TILE` square) of a `rows x cols`
+/// matrix of 2-byte elements through shared memory in 4-byte pairs: element `(row,
+/// col)` is read from `x` at `from(row, col)` and written to `y` at `to(row, col)`,
+/// where `from` runs along the columns and `to` along the rows (a transpose). Thread
+/// `(tx, ty)` (32 x 8) reads the pairs of columns `2 tx, 2 tx + 1` of rows `ty + 8 i`
+/// and writes the pairs of rows `2 tx, 2 tx + 1` of columns `ty + 8 i`.
+///
+/// # Safety
+/// Every thread of a block of `THREADS` with `PAIRS_SHARED_BYTES` of dynamic shared
+/// memory calls it; rows and columns are even, `from` of every even column and `to` of
+/// every even row even (with x and y 4-byte aligned: the pairs are), `from(row, col +
+/// 1) = from(row, col) + 1` and `to(row + 1, col) = to(row, col) + 1`, every element's
+/// places inside `x` and `y`, which do not overlap.
+#[cfg(target_arch = "nvptx64")]
+#[inline(always)]
+pub(crate) unsafe fn transpose_pairs_tile(
+    x: *const u16,
+    y: *mut u16,
+    [rows, cols]: [u64; 2],
+    [row_tile, col_tile]: [u64; 2],
+    from: impl Fn(u64, u64) -> u64,
+    to: impl Fn(u64, u64) -> u64,
+) {
+    use crate::device::{SharedCarver, sync_threads, thread_idx_x};
+    const PITCH: u32 = PAIRS_TILE + 2;
+    // SAFETY: the launch gives one tile.
+    let tile: *mut u16 = unsafe { SharedCarver::new().take((PAIRS_TILE * PITCH) as usize) };
+    let (row0, col0) = (row_tile * PAIRS_TILE as u64, col_tile * PAIRS_TILE as u64);
+    let (tx, ty) = (thread_idx_x() % 32, thread_idx_x() / 32);
+    let rows_per_pass = THREADS / 32;
+    for i in 0..PAIRS_TILE / rows_per_pass {
+        let (r, c) = (ty + i * rows_per_pass, 2 * tx);
+        let (row, col) = (row0 + r as u64, col0 + c as u64);
+        if row < rows && col < cols {
+            // SAFETY: the pair (row, col..col + 2) lies inside x (columns even), 4-byte
+            // aligned; the slots are this thread's.
+            unsafe {
+                let pair = *x.add(from(row, col) as usize).cast::<u32>();
+                *tile.add((r * PITCH + c) as usize) = pair as u16;
+                *tile.add((r * PITCH + c + 1) as usize) = (pair >> 16) as u16;
+            }
+        }
+    }
+    // SAFETY: every thread reaches it; the tile is read after it.
+    unsafe { sync_threads() };
+    for i in 0..PAIRS_TILE / rows_per_pass {
+        // Output row `c` (a column of x), output columns `r, r + 1` (rows of x).
+        let (c, r) = (ty + i * rows_per_pass, 2 * tx);
+        let (row, col) = (row0 + r as u64, col0 + c as u64);
+        if row < rows && col < cols {
+            // SAFETY: the pair (row..row + 2, col) lies inside y (rows even), 4-byte
+            // aligned; both slots were written before the barrier.
+            unsafe {
+                let low = *tile.add((r * PITCH + c) as usize) as u32;
+                let high = *tile.add(((r + 1) * PITCH + c) as usize) as u32;
+                *y.add(to(row, col) as usize).cast::<u32>() = low | high << 16;
+            }
+        }
+    }
+}
+
 #[cfg(target_arch = "nvptx64")]
 mod kernel {
     use super::*;
-    use crate::device::{SharedCarver, block_idx_x, block_idx_y, block_idx_z, sync_threads, thread_idx_x};
+    use crate::device::{block_idx_x, block_idx_y, block_idx_z};
 
-    /// Tile `(block y, block x)` of matrix `block z` through shared memory: thread
-    /// `(tx, ty)` (32 x 8) reads the pairs of columns `2 tx, 2 tx + 1` of rows `ty + 8 i`
-    /// and writes the pairs of rows `2 tx, 2 tx + 1` of columns `ty + 8 i`.
+    /// Tile `(block y, block x)` of matrix `block z`, through [`transpose_pairs_tile`].
     ///
     /// # Safety
     /// x and y hold `batch * rows * cols` 2-byte elements (rows and columns even, so
     /// every pair is 4-byte aligned), do not overlap; the grid is [`launch_pairs`]'.
     #[inline(always)]
     pub unsafe fn transpose_pairs(args: TransposePairsArgs) {
-        const PITCH: u32 = PAIRS_TILE + 2;
         let TransposePairsArgs { rows, cols, .. } = args;
-        let (x, y) = (args.x.as_ptr().cast::<u16>(), args.y.as_mut_ptr().cast::<u16>());
         let matrix = block_idx_z() as u64 * rows * cols;
-        // SAFETY: the launch gives one tile.
-        let tile: *mut u16 = unsafe { SharedCarver::new().take((PAIRS_TILE * PITCH) as usize) };
-        let (row0, col0) = (
-            block_idx_y() as u64 * PAIRS_TILE as u64,
-            block_idx_x() as u64 * PAIRS_TILE as u64,
-        );
-        let (tx, ty) = (thread_idx_x() % 32, thread_idx_x() / 32);
-        let rows_per_pass = THREADS / 32;
-        for i in 0..PAIRS_TILE / rows_per_pass {
-            let (r, c) = (ty + i * rows_per_pass, 2 * tx);
-            let (row, col) = (row0 + r as u64, col0 + c as u64);
-            if row < rows && col < cols {
-                // SAFETY: the pair (row, col..col + 2) lies inside the matrix (columns
-                // even), 4-byte aligned; the slots are this thread's.
-                unsafe {
-                    let pair = *x.add((matrix + row * cols + col) as usize).cast::<u32>();
-                    *tile.add((r * PITCH + c) as usize) = pair as u16;
-                    *tile.add((r * PITCH + c + 1) as usize) = (pair >> 16) as u16;
-                }
-            }
-        }
-        // SAFETY: every thread reaches it; the tile is read after it.
-        unsafe { sync_threads() };
-        for i in 0..PAIRS_TILE / rows_per_pass {
-            // Output row `c` (a column of x), output columns `r, r + 1` (rows of x).
-            let (c, r) = (ty + i * rows_per_pass, 2 * tx);
-            let (row, col) = (row0 + r as u64, col0 + c as u64);
-            if row < rows && col < cols {
-                // SAFETY: the pair (col, row..row + 2) of y lies inside it (rows even),
-                // 4-byte aligned; both slots were written before the barrier.
-                unsafe {
-                    let low = *tile.add((r * PITCH + c) as usize) as u32;
-                    let high = *tile.add(((r + 1) * PITCH + c) as usize) as u32;
-                    *y.add((matrix + col * rows + row) as usize).cast::<u32>() = low | high << 16;
-                }
-            }
-        }
+        // SAFETY: every element of matrix `block_idx_z` lies inside x and y; rows and
+        // columns even keep the pairs 4-byte aligned.
+        unsafe {
+            transpose_pairs_tile(
+                args.x.as_ptr().cast(),
+                args.y.as_mut_ptr().cast(),
+                [rows, cols],
+                [block_idx_y() as u64, block_idx_x() as u64],
+                |row, col| matrix + row * cols + col,
+                |row, col| matrix + col * rows + row,
+            )
+        };
     }
 
     /// # Safety

@@ -91,6 +91,8 @@ kernel_args! {
         pub w: DevicePtr<u16>,
         pub flipped: DevicePtrMut<u16>,
         pub problem: ConvProblem,
+        /// Whether the tiles move in 4-byte pairs ([`flips_in_pairs`]), as 1 or 0.
+        pub pairs: u32,
     }
     /// Flips NHWC weights of 2-byte elements, as [`CONV_FLIP_FILTERS_NHWC`] does.
     pub const CONV_FLIP_FILTERS_NHWC_16 = "conv_flip_filters_nhwc_b16" => kernel::flip_filters_nhwc_16;
@@ -188,7 +190,7 @@ pub const fn flip_filters(
 /// The launch writing `problem`'s NHWC weights `w` of a 16-bit float to `flipped` (as
 /// many elements) flipped and group-transposed, as [`flip_filters`] does without the
 /// rounding; `None` where the grid cannot hold a block per group and tap.
-pub const fn flip_filters_16_bit(
+pub fn flip_filters_16_bit(
     problem: &ConvProblem,
     w: DevicePtr<u16>,
     flipped: DevicePtrMut<u16>,
@@ -197,16 +199,29 @@ pub const fn flip_filters_16_bit(
     if matrices > MAX_GRID_Z {
         return None;
     }
+    let pairs = flips_in_pairs(problem, w.address() | flipped.address());
     let args = FlipFilters16Args {
         w,
         flipped,
         problem: *problem,
+        pairs: pairs as u32,
     };
-    Some(Launch::new(
-        CONV_FLIP_FILTERS_NHWC_16,
-        flip_geometry(problem),
-        args,
-    ))
+    let mut geometry = flip_geometry(problem);
+    if pairs {
+        let tile = transpose::PAIRS_TILE;
+        geometry.grid[0] = problem.in_per_group().div_ceil(tile) as u64;
+        geometry.grid[1] = problem.out_per_group().div_ceil(tile) as u64;
+        geometry.shared_bytes = transpose::PAIRS_SHARED_BYTES;
+    }
+    Some(Launch::new(CONV_FLIP_FILTERS_NHWC_16, geometry, args))
+}
+
+/// Whether the flip of 16-bit weights moves them in 4-byte pairs: where both sides of
+/// each group's matrix are even (each pair of a row of w and of flipped starts at an
+/// even element) and both buffers' `addresses` (or-ed) are 4-byte aligned.
+const fn flips_in_pairs(problem: &ConvProblem, addresses: u64) -> bool {
+    let even = problem.in_per_group().is_multiple_of(2) && problem.out_per_group().is_multiple_of(2);
+    even && addresses.is_multiple_of(4)
 }
 
 /// A block per tile of every group's and tap's `out / groups x in / groups` matrix.
@@ -399,20 +414,33 @@ mod kernel {
         };
     }
 
-    /// The NHWC flip of 2-byte weights, as [`flip_filters_nhwc`] without the rounding.
+    /// The NHWC flip of 2-byte weights, as [`flip_filters_nhwc`] without the rounding:
+    /// in 4-byte pairs where the launch says so.
     ///
     /// # Safety
     /// `w` and `flipped` hold the problem's NHWC weights, distinct; the grid is
     /// [`flip_filters_16_bit`]'s.
     #[inline(always)]
     pub unsafe fn flip_filters_nhwc_16(args: FlipFilters16Args) {
-        // SAFETY: forwarded.
+        let (p, w, flipped) = (&args.problem, args.w.as_ptr(), args.flipped.as_mut_ptr());
+        if args.pairs == 0 {
+            // SAFETY: forwarded.
+            unsafe { flip_tile(p, w, flipped, |value| value) };
+            return;
+        }
+        let (group, tap) = (block_idx_z() / p.taps(), block_idx_z() % p.taps());
+        let matrix = [group as u64, tap as u64];
+        // SAFETY: every (co, ci) of the matrix indexes a weight of both tensors; with
+        // both sides even and the buffers 4-byte aligned (`flips_in_pairs`), a row of w
+        // runs along ci and a row of flipped along co, from even elements.
         unsafe {
-            flip_tile(
-                &args.problem,
-                args.w.as_ptr(),
-                args.flipped.as_mut_ptr(),
-                |value| value,
+            crate::transpose::transpose_pairs_tile(
+                w,
+                flipped,
+                [p.out_per_group() as u64, p.in_per_group() as u64],
+                [block_idx_y() as u64, block_idx_x() as u64],
+                |co, ci| nhwc_flip_places(p, matrix, co, ci).0,
+                |co, ci| nhwc_flip_places(p, matrix, co, ci).1,
             )
         };
     }
