@@ -185,7 +185,7 @@ fn split_sum_outputs_per_thread(args: &SplitSumArgs) -> u32 {
 
 /// The launch adding `args.split` partials of `args.count` f32 values: a block takes
 /// `REDUCE_THREADS / rows` lanes by `rows` rows of threads, each lane one output or
-/// `VECTOR` of them ([`split_sum_outputs_per_thread`]).
+/// `VECTOR` of them (`split_sum_outputs_per_thread`).
 pub fn split_sum(args: SplitSumArgs) -> Launch<SplitSumArgs> {
     split_sum_into::<f32>(args)
 }

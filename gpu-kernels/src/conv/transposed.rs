@@ -91,7 +91,7 @@ kernel_args! {
         pub w: DevicePtr<u16>,
         pub flipped: DevicePtrMut<u16>,
         pub problem: ConvProblem,
-        /// Whether the tiles move in 4-byte pairs ([`flips_in_pairs`]), as 1 or 0.
+        /// Whether the tiles move in 4-byte pairs (`flips_in_pairs`), as 1 or 0.
         pub pairs: u32,
     }
     /// Flips NHWC weights of 2-byte elements, as [`CONV_FLIP_FILTERS_NHWC`] does.
