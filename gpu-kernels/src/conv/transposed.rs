@@ -184,7 +184,7 @@ pub const fn flip_filters(
         return prepare_filters(problem, layout, w, flipped, FILTERS_FLIPPED);
     }
     let args = prepare_args(problem, layout, w, flipped, FILTERS_FLIPPED);
-    Launch::new(CONV_FLIP_FILTERS_NHWC, flip_geometry(problem), args)
+    Launch::new(CONV_FLIP_FILTERS_NHWC, flip_geometry(problem, false), args)
 }
 
 /// The launch writing `problem`'s NHWC weights `w` of a 16-bit float to `flipped` (as
@@ -206,14 +206,11 @@ pub fn flip_filters_16_bit(
         problem: *problem,
         pairs: pairs as u32,
     };
-    let mut geometry = flip_geometry(problem);
-    if pairs {
-        let tile = transpose::PAIRS_TILE;
-        geometry.grid[0] = problem.in_per_group().div_ceil(tile) as u64;
-        geometry.grid[1] = problem.out_per_group().div_ceil(tile) as u64;
-        geometry.shared_bytes = transpose::PAIRS_SHARED_BYTES;
-    }
-    Some(Launch::new(CONV_FLIP_FILTERS_NHWC_16, geometry, args))
+    Some(Launch::new(
+        CONV_FLIP_FILTERS_NHWC_16,
+        flip_geometry(problem, pairs),
+        args,
+    ))
 }
 
 /// Whether the flip of 16-bit weights moves them in 4-byte pairs: where both sides of
@@ -224,16 +221,22 @@ const fn flips_in_pairs(problem: &ConvProblem, addresses: u64) -> bool {
     even && addresses.is_multiple_of(4)
 }
 
-/// A block per tile of every group's and tap's `out / groups x in / groups` matrix.
-const fn flip_geometry(problem: &ConvProblem) -> LaunchGeometry {
+/// A block per tile of every group's and tap's `out / groups x in / groups` matrix:
+/// tiles of 4-byte elements, or of 2-byte pairs.
+const fn flip_geometry(problem: &ConvProblem, pairs: bool) -> LaunchGeometry {
+    let (tile, shared_bytes) = if pairs {
+        (transpose::PAIRS_TILE, transpose::PAIRS_SHARED_BYTES)
+    } else {
+        (transpose::TILE, transpose::SHARED_BYTES)
+    };
     LaunchGeometry {
         grid: [
-            problem.in_per_group().div_ceil(transpose::TILE) as u64,
-            problem.out_per_group().div_ceil(transpose::TILE) as u64,
+            problem.in_per_group().div_ceil(tile) as u64,
+            problem.out_per_group().div_ceil(tile) as u64,
             problem.groups as u64 * problem.taps() as u64,
         ],
         threads: transpose::THREADS,
-        shared_bytes: transpose::SHARED_BYTES,
+        shared_bytes,
     }
 }
 

@@ -347,8 +347,9 @@ impl Gpu {
             return self.launch(&reduce::split_sum_into::<T>(*sum.arguments()));
         }
         let mut sums = T::f32_output(self, out)?;
-        let (products, _) = launches(sums.array().ptr_mut());
+        let (products, sum) = launches(sums.array().ptr_mut());
         self.launch(&products)?;
+        sum.map_or(Ok(()), |sum| self.launch(&sum))?;
         sums.finish(self)
     }
 

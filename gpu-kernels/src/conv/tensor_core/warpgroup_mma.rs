@@ -969,12 +969,10 @@ unsafe fn consume_in_turns<E: StripOperand, const Y_FIRST: bool>(
             // Split, the parts' sums are f32 whatever y's type.
             if args.plan.splits > 1 {
                 store_channel_rows::<f32>(args, unit.tile, &sums);
+            } else if Y_FIRST {
+                E::store_rows_first(args, unit.tile, &sums);
             } else {
-                if Y_FIRST {
-                    E::store_rows_first(args, unit.tile, &sums);
-                } else {
-                    store_channel_rows::<E>(args, unit.tile, &sums);
-                }
+                store_channel_rows::<E>(args, unit.tile, &sums);
             }
         }
     }
