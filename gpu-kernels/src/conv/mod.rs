@@ -43,6 +43,7 @@ mod problem;
 pub mod reduce;
 pub mod staged_input_grad;
 pub mod stencil;
+pub mod stencil_columns;
 pub mod tensor_core;
 pub mod transposed;
 pub mod winograd;

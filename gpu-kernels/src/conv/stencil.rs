@@ -10,10 +10,18 @@
 //! sums dy times the window per tap over its outputs, the block adds its threads' sums
 //! in a fixed order into a gradient per image and tile, and those are added in order.
 //!
+//! Where the tensors are NHWC, one plane is read per plane written, the stride is 1 and
+//! the window 3 x 3 or 5 x 5, undilated, the forward pass and the input gradient run on
+//! the column kernels instead (`stencil_columns.rs`): no staged window, each thread
+//! four channels of a column of outputs, the same sums.
+//!
 //! The direct kernels (`direct.rs`) take what this one does not: strided input
 //! gradients, the weight gradient of other windows, and windows too large to stage.
 
 use super::reduce::{self, SplitSumArgs};
+use super::stencil_columns::ColumnRuns;
+#[cfg(target_arch = "nvptx64")]
+use super::stencil_columns::kernel::columns;
 use super::{ConvEpilogue, ConvLayout, ConvProblem, FastDiv};
 use crate::launch::{DevicePtr, DevicePtrMut, Kernel, Launch, LaunchGeometry, ScratchLayout, kernel_args};
 
@@ -80,6 +88,8 @@ pub struct StencilPlan {
     pub tiles: u32,
     /// Whether the tensors are channels last (NHWC), as 1 or 0 (NCHW).
     pub channels_last: u32,
+    /// The runs of output rows of the column kernels, where they take the plan.
+    pub runs: ColumnRuns,
 }
 
 /// The extents of a stencil pass, before its tiles.
@@ -293,6 +303,7 @@ impl StencilPlan {
             div_column_tiles: FastDiv::new(column_tiles),
             tiles: e.output[0].div_ceil(tile_h) * column_tiles,
             channels_last: channels_last as u32,
+            runs: ColumnRuns::new(e.output[0], e.output[1]),
         })
     }
 
@@ -353,21 +364,15 @@ impl StencilPlan {
 
     /// `output = epilogue(stencil(input, w))`: the forward pass (x into y) or, with no
     /// epilogue, the input gradient (dy into dx), input and output of `T` (a residual
-    /// with f32 only), w and the bias f32. Call with at least one image.
-    pub const fn launch<T: StencilKernels>(
+    /// with f32 only), w and the bias f32; on the column kernels where they take it.
+    /// Call with at least one image.
+    pub fn launch<T: StencilKernels>(
         &self,
         input: DevicePtr<T>,
         w: DevicePtr<f32>,
         epilogue: ConvEpilogue,
         output: DevicePtrMut<T>,
     ) -> Launch<StencilArgs<T>> {
-        let kernels = if self.channels_last == 1 {
-            [T::NHWC_3, T::NHWC_5, T::NHWC]
-        } else {
-            [T::NCHW_3, T::NCHW_5, T::NCHW]
-        };
-        let kernel = kernels[self.kernel_index()];
-        let geometry = self.geometry();
         let args = StencilArgs {
             input,
             w,
@@ -375,7 +380,17 @@ impl StencilPlan {
             output,
             plan: *self,
         };
-        Launch::new(kernel, geometry, args)
+        let addresses = input.address() | output.address();
+        if self.takes_columns(addresses, size_of::<T>() as u32) {
+            let kernel = [T::NHWC_COLUMNS_3, T::NHWC_COLUMNS_5][self.kernel_index()];
+            return Launch::new(kernel, self.columns_geometry(), args);
+        }
+        let kernels = if self.channels_last == 1 {
+            [T::NHWC_3, T::NHWC_5, T::NHWC]
+        } else {
+            [T::NCHW_3, T::NCHW_5, T::NCHW]
+        };
+        Launch::new(kernels[self.kernel_index()], self.geometry(), args)
     }
 }
 
@@ -406,6 +421,10 @@ kernel_args! {
             kernel::stencil::<f32, true, 5>, bounds(STENCIL_THREADS, 4);
         const NHWC = "conv_depthwise_stencil_nhwc_f32" =>
             kernel::stencil::<f32, true, 0>, bounds(STENCIL_THREADS, 4);
+        const NHWC_COLUMNS_3 = "conv_depthwise_columns_nhwc_3x3_f32" =>
+            columns::<f32, 3>, bounds(STENCIL_THREADS, 3);
+        const NHWC_COLUMNS_5 = "conv_depthwise_columns_nhwc_5x5_f32" =>
+            columns::<f32, 5>, bounds(STENCIL_THREADS, 1);
     }
     impl StencilKernels for half::bf16 {
         const NCHW_3 = "conv_depthwise_stencil_nchw_3x3_bf16" =>
@@ -420,6 +439,10 @@ kernel_args! {
             kernel::stencil::<half::bf16, true, 5>, bounds(STENCIL_THREADS, 4);
         const NHWC = "conv_depthwise_stencil_nhwc_bf16" =>
             kernel::stencil::<half::bf16, true, 0>, bounds(STENCIL_THREADS, 4);
+        const NHWC_COLUMNS_3 = "conv_depthwise_columns_nhwc_3x3_bf16" =>
+            columns::<half::bf16, 3>, bounds(STENCIL_THREADS, 3);
+        const NHWC_COLUMNS_5 = "conv_depthwise_columns_nhwc_5x5_bf16" =>
+            columns::<half::bf16, 5>, bounds(STENCIL_THREADS, 1);
     }
     impl StencilKernels for half::f16 {
         const NCHW_3 = "conv_depthwise_stencil_nchw_3x3_f16" =>
@@ -434,6 +457,10 @@ kernel_args! {
             kernel::stencil::<half::f16, true, 5>, bounds(STENCIL_THREADS, 4);
         const NHWC = "conv_depthwise_stencil_nhwc_f16" =>
             kernel::stencil::<half::f16, true, 0>, bounds(STENCIL_THREADS, 4);
+        const NHWC_COLUMNS_3 = "conv_depthwise_columns_nhwc_3x3_f16" =>
+            columns::<half::f16, 3>, bounds(STENCIL_THREADS, 3);
+        const NHWC_COLUMNS_5 = "conv_depthwise_columns_nhwc_5x5_f16" =>
+            columns::<half::f16, 5>, bounds(STENCIL_THREADS, 1);
     }
     entry points in ENTRY_POINTS;
 }
@@ -448,6 +475,9 @@ pub trait StencilKernels: Sized {
     const NHWC_3: Kernel<StencilArgs<Self>>;
     const NHWC_5: Kernel<StencilArgs<Self>>;
     const NHWC: Kernel<StencilArgs<Self>>;
+    /// The column kernels ([`super::stencil_columns`]) of 3 x 3 and 5 x 5 windows.
+    const NHWC_COLUMNS_3: Kernel<StencilArgs<Self>>;
+    const NHWC_COLUMNS_5: Kernel<StencilArgs<Self>>;
 }
 
 kernel_args! {

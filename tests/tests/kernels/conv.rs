@@ -379,6 +379,8 @@ fn every_conv_kernel_matches_the_reference_on_fixed_cases() {
         DirectStaged,
         /// The depthwise stencil (forward, and the input gradient at stride 1).
         Stencil,
+        /// The depthwise stencil's column kernels (NHWC, stride 1, 3 x 3 and 5 x 5).
+        StencilColumns,
         /// The tensor cores' weight gradient, x and dy copied 16 bytes at a time, in
         /// one split or several; or either operand 4 bytes at a time.
         TensorCoreGrad,
@@ -392,9 +394,9 @@ fn every_conv_kernel_matches_the_reference_on_fixed_cases() {
     use Path::{
         Direct, DirectStaged, Gemm, Phases, SplitGemm, SplitTensorCoreBoxesNarrow, SplitTensorCoreBulkNarrow,
         SplitTensorCoreGrad, SplitTensorCoreScalar, SplitTensorCoreStrips, SplitWarpgroupGrad, Stencil,
-        TensorCore, TensorCoreBoxes, TensorCoreBoxesNarrow, TensorCoreBulk, TensorCoreBulkFromNchw,
-        TensorCoreBulkFromNchwNarrow, TensorCoreBulkNarrow, TensorCoreGrad, TensorCoreGradScalar,
-        TensorCoreScalar, TensorCoreStrips, WarpgroupGrad, Winograd,
+        StencilColumns, TensorCore, TensorCoreBoxes, TensorCoreBoxesNarrow, TensorCoreBulk,
+        TensorCoreBulkFromNchw, TensorCoreBulkFromNchwNarrow, TensorCoreBulkNarrow, TensorCoreGrad,
+        TensorCoreGradScalar, TensorCoreScalar, TensorCoreStrips, WarpgroupGrad, Winograd,
     };
     let tf32 = |layout| Conv2dParams {
         layout,
@@ -993,6 +995,42 @@ fn every_conv_kernel_matches_the_reference_on_fixed_cases() {
             ),
             [Stencil, Stencil, Stencil],
         ),
+        // Depthwise 3 x 3 and 5 x 5 at stride 1, channels last, eight channels (two
+        // vectors of four), with a bias: the column kernels forward and for the input
+        // gradient, runs of 6 and 5 output rows (3 x 3) and of 8 (5 x 5: 16 x 9
+        // outputs, a group of 8 columns and one of 1).
+        (
+            case(
+                2,
+                [8, 8],
+                [3, 3],
+                [11, 13],
+                Conv2dParams {
+                    padding: [1, 1],
+                    groups: 8,
+                    layout: ConvLayout::Nhwc,
+                    ..p
+                },
+                true,
+            ),
+            [StencilColumns, StencilColumns, Stencil],
+        ),
+        (
+            case(
+                1,
+                [8, 8],
+                [5, 5],
+                [16, 11],
+                Conv2dParams {
+                    padding: [2, 1],
+                    groups: 8,
+                    layout: ConvLayout::Nhwc,
+                    ..p
+                },
+                true,
+            ),
+            [StencilColumns, StencilColumns, Stencil],
+        ),
         // Depthwise 7 x 7 over NHWC and 2 x 5 over NCHW (their taps in a loop), 5 x 5
         // strided over NCHW (its taps unrolled; the input gradient on the direct
         // kernel).
@@ -1091,7 +1129,12 @@ fn every_conv_kernel_matches_the_reference_on_fixed_cases() {
                     }
                     ConvAlgorithm::Stencil(plan) => {
                         assert_eq!(plan.layout(), c.params.layout, "{c:?} {pass:?}");
-                        Stencil
+                        // The arrays are aligned: the columns take what they can.
+                        if pass != ConvPass::WeightGrad && plan.takes_columns(0, 4) {
+                            StencilColumns
+                        } else {
+                            Stencil
+                        }
                     }
                     ConvAlgorithm::Phases(plan) => {
                         // FP32 phases run on the CUDA cores' kernels, over NCHW.

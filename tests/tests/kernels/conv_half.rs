@@ -205,6 +205,8 @@ fn conv2d_16_bit_kernels_match_the_rounded_reference() {
         (2, 64, 64, [3, 3], [14, 14], [1, 1], [1, 1], 64, Activation::Relu, true, Nhwc, [true, true, true]),
         (2, 32, 32, [5, 5], [9, 20], [2, 2], [1, 1], 32, Activation::Identity, false, Nchw, [true, true, true]),
         (1, 48, 48, [7, 7], [12, 12], [3, 3], [1, 1], 48, Activation::Silu, true, Nhwc, [true, true, false]),
+        // Depthwise NHWC 5 x 5, on the column kernels, rows of 11 outputs in two runs.
+        (2, 40, 40, [5, 5], [11, 13], [2, 2], [1, 1], 40, Activation::Relu, true, Nhwc, [true, true, true]),
         (8, 64, 64, [3, 3], [14, 14], [1, 1], [1, 1], 1, Activation::Relu, true, Nhwc, [true, true, true]),
         (4, 128, 128, [3, 3], [28, 28], [1, 1], [1, 1], 1, Activation::Identity, false, Nhwc, [true, true, true]),
         (2, 64, 64, [3, 3], [4, 256], [1, 1], [1, 1], 1, Activation::Relu, true, Nchw, [true, false, false]),
@@ -248,8 +250,10 @@ fn conv2d_16_bit_kernels_match_the_rounded_reference() {
     let mut paths = [false; 5];
     // And the strided input gradients': over dy upsampled, by phases.
     let mut strided_paths = [false; 2];
-    // And the depthwise stencil's: forward, input and weight gradients.
+    // And the depthwise stencil's: forward, input and weight gradients; and the column
+    // kernels' 3 x 3 and 5 x 5 windows (aligned tensors).
     let mut stencil_paths = [false; 3];
+    let mut column_paths = [false; 2];
     // And a split `wgmma` weight gradient (its sum in vectors of four outputs).
     let mut split_weight_grad = false;
     for (i, (case, stride)) in all.enumerate() {
@@ -320,6 +324,11 @@ fn conv2d_16_bit_kernels_match_the_rounded_reference() {
             }
             split_weight_grad |=
                 matches!(plans.weight_grad, Some(SixteenBitWeightGrad::Warpgroup(p)) if p.split > 1);
+            if let Some(SixteenBitForward::Stencil(plan, _)) = plans.forward
+                && plan.takes_columns(0, 2)
+            {
+                column_paths[(plan.kernel_h == 5) as usize] = true;
+            }
             stencil_paths[0] |= matches!(plans.forward, Some(SixteenBitForward::Stencil(..)));
             stencil_paths[1] |= matches!(plans.input_grad, Some(SixteenBitInputGrad::Stencil(..)));
             stencil_paths[2] |= matches!(plans.weight_grad, Some(SixteenBitWeightGrad::Stencil(..)));
@@ -342,6 +351,7 @@ fn conv2d_16_bit_kernels_match_the_rounded_reference() {
         stencil_paths, [true; 3],
         "stencil forward, input and weight gradients"
     );
+    assert_eq!(column_paths, [true; 2], "column kernels, 3 x 3 and 5 x 5");
 }
 
 /// Layout changes of 2-byte elements move every element's bits: in pairs where the
