@@ -21,7 +21,7 @@
 use super::reduce::{self, SplitSumArgs};
 use super::stencil_columns::ColumnRuns;
 #[cfg(target_arch = "nvptx64")]
-use super::stencil_columns::kernel::columns;
+use super::stencil_columns::kernel::{columns, weight_grad_columns};
 use super::{ConvEpilogue, ConvLayout, ConvProblem, FastDiv};
 use crate::launch::{DevicePtr, DevicePtrMut, Kernel, Launch, LaunchGeometry, ScratchLayout, kernel_args};
 
@@ -190,9 +190,15 @@ impl StencilPlan {
         self.batch * self.tiles
     }
 
-    /// The weight gradient's scratch: a gradient per part.
+    /// The weight gradient's scratch: a gradient per part, of the tiles or of the
+    /// column kernel, whichever has more.
     pub const fn weight_grad_scratch(&self) -> ScratchLayout {
-        reduce::partials_scratch(self.parts(), self.weights())
+        let parts = if self.parts() > self.column_parts() {
+            self.parts()
+        } else {
+            self.column_parts()
+        };
+        reduce::partials_scratch(parts, self.weights())
     }
 
     /// Elements of the weights (one input channel per group).
@@ -202,7 +208,8 @@ impl StencilPlan {
 
     /// The weight-gradient launches over x and dy of `T`: a gradient per part into
     /// `partials` ([`Self::weight_grad_scratch`]), or `dw` itself for one part, then
-    /// their sum into `dw` (f32) in order. Call with at least one image.
+    /// their sum into `dw` (f32) in order; on the column kernel where it takes the
+    /// tensors. Call with at least one image.
     pub fn weight_grad_launches<T: StencilWeightGradKernels>(
         &self,
         x: DevicePtr<T>,
@@ -210,6 +217,20 @@ impl StencilPlan {
         partials: DevicePtrMut<u8>,
         dw: DevicePtrMut<f32>,
     ) -> (Launch<StencilWeightGradArgs<T>>, Option<Launch<SplitSumArgs>>) {
+        if self.takes_columns(x.address() | dy.address(), size_of::<T>() as u32) {
+            let (out, sum) = reduce::split_outputs(self.column_parts(), self.weights(), partials, dw);
+            let args = StencilWeightGradArgs {
+                x,
+                dy,
+                out,
+                plan: *self,
+            };
+            let kernel = [T::NHWC_COLUMNS_3, T::NHWC_COLUMNS_5][self.kernel_index()];
+            return (
+                Launch::new(kernel, self.weight_grad_columns_geometry(), args),
+                sum,
+            );
+        }
         let (out, sum) = reduce::split_outputs(self.parts(), self.weights(), partials, dw);
         let (kernels, lanes) = if self.channels_last == 1 {
             ([T::NHWC_3, T::NHWC_5], STENCIL_PLANES)
@@ -498,6 +519,10 @@ kernel_args! {
             kernel::weight_grad::<f32, true, 3>, bounds(STENCIL_THREADS, 4);
         const NHWC_5 = "conv_depthwise_stencil_weight_grad_nhwc_5x5_f32" =>
             kernel::weight_grad::<f32, true, 5>, bounds(STENCIL_THREADS, 4);
+        const NHWC_COLUMNS_3 = "conv_depthwise_columns_weight_grad_nhwc_3x3_f32" =>
+            weight_grad_columns::<f32, 3>, bounds(STENCIL_THREADS, 2);
+        const NHWC_COLUMNS_5 = "conv_depthwise_columns_weight_grad_nhwc_5x5_f32" =>
+            weight_grad_columns::<f32, 5>, bounds(STENCIL_THREADS, 1);
     }
     impl StencilWeightGradKernels for half::bf16 {
         const NCHW_3 = "conv_depthwise_stencil_weight_grad_nchw_3x3_bf16" =>
@@ -508,6 +533,10 @@ kernel_args! {
             kernel::weight_grad::<half::bf16, true, 3>, bounds(STENCIL_THREADS, 4);
         const NHWC_5 = "conv_depthwise_stencil_weight_grad_nhwc_5x5_bf16" =>
             kernel::weight_grad::<half::bf16, true, 5>, bounds(STENCIL_THREADS, 4);
+        const NHWC_COLUMNS_3 = "conv_depthwise_columns_weight_grad_nhwc_3x3_bf16" =>
+            weight_grad_columns::<half::bf16, 3>, bounds(STENCIL_THREADS, 2);
+        const NHWC_COLUMNS_5 = "conv_depthwise_columns_weight_grad_nhwc_5x5_bf16" =>
+            weight_grad_columns::<half::bf16, 5>, bounds(STENCIL_THREADS, 1);
     }
     impl StencilWeightGradKernels for half::f16 {
         const NCHW_3 = "conv_depthwise_stencil_weight_grad_nchw_3x3_f16" =>
@@ -518,6 +547,10 @@ kernel_args! {
             kernel::weight_grad::<half::f16, true, 3>, bounds(STENCIL_THREADS, 4);
         const NHWC_5 = "conv_depthwise_stencil_weight_grad_nhwc_5x5_f16" =>
             kernel::weight_grad::<half::f16, true, 5>, bounds(STENCIL_THREADS, 4);
+        const NHWC_COLUMNS_3 = "conv_depthwise_columns_weight_grad_nhwc_3x3_f16" =>
+            weight_grad_columns::<half::f16, 3>, bounds(STENCIL_THREADS, 2);
+        const NHWC_COLUMNS_5 = "conv_depthwise_columns_weight_grad_nhwc_5x5_f16" =>
+            weight_grad_columns::<half::f16, 5>, bounds(STENCIL_THREADS, 1);
     }
     entry points in WEIGHT_GRAD_ENTRY_POINTS;
 }
@@ -529,6 +562,9 @@ pub trait StencilWeightGradKernels: Sized {
     const NCHW_5: Kernel<StencilWeightGradArgs<Self>>;
     const NHWC_3: Kernel<StencilWeightGradArgs<Self>>;
     const NHWC_5: Kernel<StencilWeightGradArgs<Self>>;
+    /// The column kernels ([`super::stencil_columns`]) of 3 x 3 and 5 x 5 windows.
+    const NHWC_COLUMNS_3: Kernel<StencilWeightGradArgs<Self>>;
+    const NHWC_COLUMNS_5: Kernel<StencilWeightGradArgs<Self>>;
 }
 
 #[cfg(target_arch = "nvptx64")]

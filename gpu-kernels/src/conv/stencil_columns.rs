@@ -74,14 +74,18 @@ impl StencilPlan {
             && self.out_planes.div_ceil(COLUMN_BLOCK_CHANNELS) <= 65535
     }
 
-    /// The column kernels' grid: a block per image, run of rows and group of columns
-    /// (x) and per `COLUMN_BLOCK_CHANNELS` channels (y); the block's filters in shared
-    /// memory.
+    /// Blocks of the column kernels along x: one per image, run of rows and group of
+    /// columns. The weight gradient's parts: a gradient of each.
+    pub const fn column_parts(&self) -> u32 {
+        self.batch * self.runs.div_runs.divisor * self.runs.div_groups.divisor
+    }
+
+    /// The column kernels' grid: [`Self::column_parts`] (x) by `COLUMN_BLOCK_CHANNELS`
+    /// channels (y); the block's filters in shared memory.
     pub const fn columns_geometry(&self) -> LaunchGeometry {
-        let runs = self.runs;
         LaunchGeometry {
             grid: [
-                self.batch as u64 * runs.div_runs.divisor as u64 * runs.div_groups.divisor as u64,
+                self.column_parts() as u64,
                 self.out_planes.div_ceil(COLUMN_BLOCK_CHANNELS) as u64,
                 1,
             ],
@@ -89,16 +93,24 @@ impl StencilPlan {
             shared_bytes: self.kernel_h * self.kernel_w * COLUMN_BLOCK_CHANNELS * 4,
         }
     }
+
+    /// The weight-gradient column kernel's grid: that of the forward pass, with each
+    /// warp's sums of every tap and channel of the block in shared memory.
+    pub const fn weight_grad_columns_geometry(&self) -> LaunchGeometry {
+        let mut geometry = self.columns_geometry();
+        geometry.shared_bytes *= COLUMN_WARPS;
+        geometry
+    }
 }
 
 #[cfg(target_arch = "nvptx64")]
 pub(super) mod kernel {
     use super::*;
-    use crate::conv::stencil::StencilArgs;
+    use crate::conv::stencil::{StencilArgs, StencilWeightGradArgs};
     use crate::conv::tensor_core::Output;
     use crate::device::{
-        Widen, block_idx_x, block_idx_y, fma_f32, load_global_nc_v2, load_global_nc_v4, load_shared_v4_f32,
-        shared_base, store_shared_f32, sync_threads, thread_idx_x,
+        Widen, block_idx_x, block_idx_y, fma_f32, load_global_nc_v2, load_global_nc_v4, load_shared_f32,
+        load_shared_v4_f32, shared_base, store_shared_f32, sync_threads, thread_idx_x,
     };
 
     /// The element types of the column kernels: `COLUMN_CHANNELS` adjacent elements
@@ -245,6 +257,100 @@ pub(super) mod kernel {
                 sums[j] = sums[j + 1];
             }
             sums[SIZE as usize - 1] = [0.0; COLUMN_CHANNELS as usize];
+        }
+    }
+
+    /// This block's part of the weight gradient: each thread walks down its run as the
+    /// forward kernel does, keeping the last `SIZE` rows of its window of x in
+    /// registers, and adds per tap dy times the window under it over its outputs
+    /// (rows in order); the warps' sums meet in shared memory and are added in warp
+    /// order into the part's gradient of the block's channels.
+    ///
+    /// # Safety
+    /// `x` and `dy` hold the forward plan's input and output tensors, NHWC, and the
+    /// plan takes the column kernels for them ([`StencilPlan::takes_columns`]); `out`
+    /// holds a gradient per part ([`StencilPlan::column_parts`]); the launch is
+    /// [`StencilPlan::weight_grad_launches`]', with
+    /// [`StencilPlan::weight_grad_columns_geometry`].
+    #[inline(always)]
+    pub unsafe fn weight_grad_columns<T: ColumnElement, const SIZE: u32>(args: StencilWeightGradArgs<T>) {
+        let plan = args.plan;
+        let taps = SIZE * SIZE;
+        let t = thread_idx_x();
+        let (lane, warp) = (t % 32, t / 32);
+        let block_channel = block_idx_y() * COLUMN_BLOCK_CHANNELS;
+        let channel = block_channel + lane * COLUMN_CHANNELS;
+        let (rest, group) = plan.runs.div_groups.divmod(block_idx_x());
+        let (image, run) = plan.runs.div_runs.divmod(rest);
+        let ow = group * COLUMN_WARPS + warp;
+        let first_row = run * plan.runs.rows;
+        let mut sums = [[0.0f32; COLUMN_CHANNELS as usize]; MOST_TAPS];
+        if channel < plan.out_planes && ow < plan.out_w && first_row < plan.out_h {
+            let rows = plan.runs.rows.min(plan.out_h - first_row);
+            let planes = plan.out_planes as usize;
+            let (x, dy) = (args.x.as_ptr(), args.dy.as_ptr());
+            let in_image = image as usize * plan.in_h as usize * plan.in_w as usize * planes;
+            let out_image = image as usize * plan.out_h as usize * plan.out_w as usize * planes;
+            // window[r]: the row of x that tap row r reads for output row `i - (SIZE -
+            // 1)`, once input row i is in.
+            let mut window = [[[0.0f32; COLUMN_CHANNELS as usize]; 5]; 5];
+            for i in 0..rows + SIZE - 1 {
+                for r in 0..SIZE as usize - 1 {
+                    window[r] = window[r + 1];
+                }
+                let ih = (first_row + i).wrapping_sub(plan.pad_h);
+                let newest = &mut window[SIZE as usize - 1];
+                *newest = [[0.0; COLUMN_CHANNELS as usize]; 5];
+                if ih < plan.in_h {
+                    for (kw, values) in newest.iter_mut().enumerate().take(SIZE as usize) {
+                        let iw = (ow + kw as u32).wrapping_sub(plan.pad_w);
+                        if iw < plan.in_w {
+                            let at = in_image + (ih as usize * plan.in_w as usize + iw as usize) * planes;
+                            // SAFETY: the pixel lies inside the image, its four
+                            // channels inside the planes (a multiple of four), aligned.
+                            *values = unsafe { T::load_vector(x.add(at + channel as usize)) };
+                        }
+                    }
+                }
+                if i >= SIZE - 1 {
+                    let oh = first_row + i - (SIZE - 1);
+                    let at = out_image + (oh as usize * plan.out_w as usize + ow as usize) * planes;
+                    // SAFETY: an output pixel of dy; four channels inside the planes.
+                    let gradient = unsafe { T::load_vector(dy.add(at + channel as usize)) };
+                    for (tap, sum) in sums.iter_mut().enumerate().take(taps as usize) {
+                        let values = window[tap / SIZE as usize][tap % SIZE as usize];
+                        for k in 0..COLUMN_CHANNELS as usize {
+                            sum[k] = fma_f32(gradient[k], values[k], sum[k]);
+                        }
+                    }
+                }
+            }
+        }
+        // Each warp's sums in a region of its own, `[channel][tap]` over the block's
+        // channels, then every (channel, tap) of the block added in warp order.
+        let region = |w: u32| shared_base() + w * COLUMN_BLOCK_CHANNELS * taps * 4;
+        for (tap, sum) in sums.iter().enumerate().take(taps as usize) {
+            for (k, &value) in sum.iter().enumerate() {
+                let slot = (lane * COLUMN_CHANNELS + k as u32) * taps + tap as u32;
+                // SAFETY: this thread's slot of its warp's region.
+                unsafe { store_shared_f32(region(warp) + slot * 4, value) };
+            }
+        }
+        // SAFETY: the whole block; the regions are read after it.
+        unsafe { sync_threads() };
+        let block_weights = COLUMN_BLOCK_CHANNELS * taps;
+        let weights = plan.out_planes as usize * taps as usize;
+        let part = block_idx_x() as usize * weights + (block_channel * taps) as usize;
+        let mut e = t;
+        while e < block_weights && block_channel + e / taps < plan.out_planes {
+            let mut total = 0.0;
+            for w in 0..COLUMN_WARPS {
+                // SAFETY: slot e of warp w's region, written before the barrier.
+                total += unsafe { load_shared_f32(region(w) + e * 4) };
+            }
+            // SAFETY: weight e of the block's channels in the part's gradient.
+            unsafe { *args.out.as_mut_ptr().add(part + e as usize) = total };
+            e += STENCIL_THREADS;
         }
     }
 }

@@ -379,7 +379,8 @@ fn every_conv_kernel_matches_the_reference_on_fixed_cases() {
         DirectStaged,
         /// The depthwise stencil (forward, and the input gradient at stride 1).
         Stencil,
-        /// The depthwise stencil's column kernels (NHWC, stride 1, 3 x 3 and 5 x 5).
+        /// The depthwise stencil's column kernels (NHWC, stride 1, 3 x 3 and 5 x 5, every
+        /// pass).
         StencilColumns,
         /// The tensor cores' weight gradient, x and dy copied 16 bytes at a time, in
         /// one split or several; or either operand 4 bytes at a time.
@@ -996,8 +997,7 @@ fn every_conv_kernel_matches_the_reference_on_fixed_cases() {
             [Stencil, Stencil, Stencil],
         ),
         // Depthwise 3 x 3 and 5 x 5 at stride 1, channels last, eight channels (two
-        // vectors of four), with a bias: the column kernels forward and for the input
-        // gradient, runs of 6 and 5 output rows (3 x 3) and of 8 (5 x 5: 16 x 9
+        // vectors of four), with a bias: the column kernels in every pass, runs of 6 and 5 output rows (3 x 3) and of 8 (5 x 5: 16 x 9
         // outputs, a group of 8 columns and one of 1).
         (
             case(
@@ -1013,7 +1013,7 @@ fn every_conv_kernel_matches_the_reference_on_fixed_cases() {
                 },
                 true,
             ),
-            [StencilColumns, StencilColumns, Stencil],
+            [StencilColumns, StencilColumns, StencilColumns],
         ),
         (
             case(
@@ -1029,7 +1029,7 @@ fn every_conv_kernel_matches_the_reference_on_fixed_cases() {
                 },
                 true,
             ),
-            [StencilColumns, StencilColumns, Stencil],
+            [StencilColumns, StencilColumns, StencilColumns],
         ),
         // Depthwise 7 x 7 over NHWC and 2 x 5 over NCHW (their taps in a loop), 5 x 5
         // strided over NCHW (its taps unrolled; the input gradient on the direct
@@ -1130,7 +1130,7 @@ fn every_conv_kernel_matches_the_reference_on_fixed_cases() {
                     ConvAlgorithm::Stencil(plan) => {
                         assert_eq!(plan.layout(), c.params.layout, "{c:?} {pass:?}");
                         // The arrays are aligned: the columns take what they can.
-                        if pass != ConvPass::WeightGrad && plan.takes_columns(0, 4) {
+                        if plan.takes_columns(0, 4) {
                             StencilColumns
                         } else {
                             Stencil

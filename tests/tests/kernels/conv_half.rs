@@ -251,9 +251,9 @@ fn conv2d_16_bit_kernels_match_the_rounded_reference() {
     // And the strided input gradients': over dy upsampled, by phases.
     let mut strided_paths = [false; 2];
     // And the depthwise stencil's: forward, input and weight gradients; and the column
-    // kernels' 3 x 3 and 5 x 5 windows (aligned tensors).
+    // kernels' 3 x 3 and 5 x 5 windows and weight gradient (aligned tensors).
     let mut stencil_paths = [false; 3];
-    let mut column_paths = [false; 2];
+    let mut column_paths = [false; 3];
     // And a split `wgmma` weight gradient (its sum in vectors of four outputs).
     let mut split_weight_grad = false;
     for (i, (case, stride)) in all.enumerate() {
@@ -329,6 +329,7 @@ fn conv2d_16_bit_kernels_match_the_rounded_reference() {
             {
                 column_paths[(plan.kernel_h == 5) as usize] = true;
             }
+            column_paths[2] |= matches!(plans.weight_grad, Some(SixteenBitWeightGrad::Stencil(plan, _)) if plan.takes_columns(0, 2));
             stencil_paths[0] |= matches!(plans.forward, Some(SixteenBitForward::Stencil(..)));
             stencil_paths[1] |= matches!(plans.input_grad, Some(SixteenBitInputGrad::Stencil(..)));
             stencil_paths[2] |= matches!(plans.weight_grad, Some(SixteenBitWeightGrad::Stencil(..)));
@@ -351,7 +352,10 @@ fn conv2d_16_bit_kernels_match_the_rounded_reference() {
         stencil_paths, [true; 3],
         "stencil forward, input and weight gradients"
     );
-    assert_eq!(column_paths, [true; 2], "column kernels, 3 x 3 and 5 x 5");
+    assert_eq!(
+        column_paths, [true; 3],
+        "column kernels, 3 x 3 and 5 x 5, the weight gradient"
+    );
 }
 
 /// Layout changes of 2-byte elements move every element's bits: in pairs where the
