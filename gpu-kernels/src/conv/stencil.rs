@@ -11,9 +11,9 @@
 //! in a fixed order into a gradient per image and tile, and those are added in order.
 //!
 //! Where the tensors are NHWC, one plane is read per plane written, the stride is 1 and
-//! the window 3 x 3 or 5 x 5, undilated, the forward pass and the input gradient run on
-//! the column kernels instead (`stencil_columns.rs`): no staged window, each thread
-//! four channels of a column of outputs, the same sums.
+//! the window 3 x 3 or 5 x 5, undilated, the three passes run on the column kernels
+//! instead (`stencil_columns.rs`): no staged window, each thread four channels of a
+//! column of outputs, the same sums.
 //!
 //! The direct kernels (`direct.rs`) take what this one does not: strided input
 //! gradients, the weight gradient of other windows, and windows too large to stage.

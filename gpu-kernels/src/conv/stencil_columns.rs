@@ -1,6 +1,6 @@
 //! The depthwise stencil's column kernels, for NHWC tensors of one channel per group,
-//! stride 1 and undilated square windows of 3 or 5: the forward pass, and the input
-//! gradient through the flipped window. A thread takes `COLUMN_CHANNELS` adjacent
+//! stride 1 and undilated square windows of 3 or 5: the forward pass, the input
+//! gradient through the flipped window, and the weight gradient. A thread takes `COLUMN_CHANNELS` adjacent
 //! channels of one output column and walks down a run of its output rows, loading each
 //! input row's window columns once, as one 8-byte (16-bit) or 16-byte (f32) vector
 //! each, and adding that row into the `SIZE` outputs it serves (a rolling set of sums
@@ -10,7 +10,9 @@
 //! instructions), this one reads each input from L1 about `SIZE (rows + SIZE - 1) /
 //! rows` times, four channels an access. Each output sums its taps in the stencil's
 //! order (window rows, then columns, from zero), then the bias and the epilogue: the
-//! same bits as the shared-window kernels.
+//! same bits as the shared-window kernels. The weight gradient walks the same runs,
+//! holding the last `SIZE` rows of its window of x, and sums dy times the window per
+//! tap; the warps' sums meet in shared memory, a gradient per block.
 
 use super::FastDiv;
 use super::stencil::{STENCIL_THREADS, StencilPlan};

@@ -997,8 +997,9 @@ fn every_conv_kernel_matches_the_reference_on_fixed_cases() {
             [Stencil, Stencil, Stencil],
         ),
         // Depthwise 3 x 3 and 5 x 5 at stride 1, channels last, eight channels (two
-        // vectors of four), with a bias: the column kernels in every pass, runs of 6 and 5 output rows (3 x 3) and of 8 (5 x 5: 16 x 9
-        // outputs, a group of 8 columns and one of 1).
+        // vectors of four), with a bias: the column kernels in every pass, runs of 6
+        // and 5 output rows (3 x 3) and of 8 (5 x 5: 16 x 9 outputs, a group of 8
+        // columns and one of 1).
         (
             case(
                 2,
