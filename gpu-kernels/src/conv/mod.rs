@@ -33,6 +33,7 @@
 
 pub mod direct;
 pub mod epilogue;
+pub mod few_channels;
 #[cfg(target_arch = "nvptx64")]
 mod gather;
 pub mod gemm;
@@ -50,6 +51,7 @@ pub mod winograd;
 
 pub use direct::DirectPlan;
 pub use epilogue::{Activation, ConvEpilogue};
+pub use few_channels::FewChannelsPlan;
 pub use gemm::GemmPlan;
 pub use phases::PhasePlan;
 pub use problem::{ConvPass, ConvProblem, ConvShape, ConvShapeError, FastDiv};
@@ -89,6 +91,7 @@ pub const ENTRY_POINTS: &[&[EntryPoint]] = &[
     direct::WEIGHT_GRAD_ENTRY_POINTS,
     stencil::ENTRY_POINTS,
     stencil::WEIGHT_GRAD_ENTRY_POINTS,
+    few_channels::ENTRY_POINTS,
 ];
 
 /// The arithmetic of a convolution of f32 tensors.

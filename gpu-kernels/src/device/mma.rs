@@ -55,6 +55,49 @@ pub fn mma_tf32_16x8x8(a: [u32; 4], b: [u32; 2], c: [f32; 4]) -> [f32; 4] {
     [d0, d1, d2, d3]
 }
 
+/// `mma.sync` on one 16 x 8 x 16 tile of 16-bit operands of type `$ty`.
+macro_rules! mma_16_bit {
+    ($(#[$meta:meta])* $name:ident, $ty:literal) => {
+        $(#[$meta])*
+        #[inline(always)]
+        pub fn $name(a: [u32; 4], b: [u32; 2], c: [f32; 4]) -> [f32; 4] {
+            let (d0, d1, d2, d3): (f32, f32, f32, f32);
+            // SAFETY: a warp-wide register operation with no memory access; every lane
+            // executes it (the caller's contract).
+            unsafe {
+                asm!(
+                    concat!("mma.sync.aligned.m16n8k16.row.col.f32.", $ty, ".", $ty, ".f32 {{{d0}, {d1}, {d2}, {d3}}}, {{{a0}, {a1}, {a2}, {a3}}}, {{{b0}, {b1}}}, {{{c0}, {c1}, {c2}, {c3}}};"),
+                    d0 = out(reg32) d0, d1 = out(reg32) d1, d2 = out(reg32) d2, d3 = out(reg32) d3,
+                    a0 = in(reg32) a[0], a1 = in(reg32) a[1], a2 = in(reg32) a[2], a3 = in(reg32) a[3],
+                    b0 = in(reg32) b[0], b1 = in(reg32) b[1],
+                    c0 = in(reg32) c[0], c1 = in(reg32) c[1], c2 = in(reg32) c[2], c3 = in(reg32) c[3],
+                    options(pure, nomem, nostack),
+                )
+            };
+            [d0, d1, d2, d3]
+        }
+    };
+}
+
+mma_16_bit!(
+    /// `d = a b + c` for one 16 x 8 x 16 tile of the warp with bf16 operands, FP32
+    /// accumulation: `mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32` (sm_80 and
+    /// up). Each operand register holds two elements adjacent along K, the first in its
+    /// low half. With lane `4 g + t`: a holds A (16 x 16) at rows g, g + 8, g, g + 8 and
+    /// columns 2t, 2t, 2t + 8, 2t + 8 (and the column after each); b holds B (16 x 8)
+    /// at rows 2t and 2t + 8 (and the row after each), column g; c and d as in
+    /// [`mma_tf32_16x8x8`].
+    ///
+    /// All 32 lanes of the warp must call it together (converged).
+    mma_bf16_16x8x16,
+    "bf16"
+);
+mma_16_bit!(
+    /// [`mma_bf16_16x8x16`] with f16 operands.
+    mma_f16_16x8x16,
+    "f16"
+);
+
 /// Four 8 x 8 matrices of 16-bit elements (8 rows of 16 bytes each) from shared
 /// memory: `ldmatrix.sync.aligned.m8n8.x4.shared.b16`. Lane `i` gives the shared-window
 /// address of row `i % 8` of matrix `i / 8`; every lane receives word `lane % 4` of row

@@ -96,6 +96,38 @@ pub unsafe fn load_shared_f32(address: u32) -> f32 {
     value
 }
 
+/// Loads one 32-bit word from shared memory: `ld.shared.b32`.
+///
+/// # Safety
+/// As [`load_shared_v4_f32`], with 4-byte alignment.
+#[inline(always)]
+pub unsafe fn load_shared_u32(address: u32) -> u32 {
+    let value: u32;
+    // SAFETY: the caller guarantees an aligned address inside the shared allocation.
+    unsafe {
+        asm!(
+            "ld.shared.b32 {v}, [{p}];",
+            p = in(reg32) address,
+            v = out(reg32) value,
+            options(pure, readonly, nostack),
+        )
+    };
+    value
+}
+
+/// Stores one 16-bit value to shared memory: `st.shared.b16`.
+///
+/// # Safety
+/// `address` is 2-byte aligned and inside the launch's dynamic shared memory, and no
+/// other thread accesses it before the next barrier.
+#[inline(always)]
+pub unsafe fn store_shared_u16(address: u32, value: u16) {
+    // SAFETY: the caller guarantees an aligned address inside the shared allocation.
+    unsafe {
+        asm!("st.shared.b16 [{p}], {v};", p = in(reg32) address, v = in(reg16) value, options(nostack))
+    };
+}
+
 /// Stores one `f32` to shared memory: `st.shared.f32`.
 ///
 /// # Safety

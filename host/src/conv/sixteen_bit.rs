@@ -8,14 +8,18 @@
 //! tensors as they are and rounds its output once (a phase's outputs are dx's).
 //! Depthwise convolutions run on the stencil where the TF32 path does (the forward pass
 //! without a residual, the stride-1 input gradient, the weight gradient of 3 x 3 and 5 x
-//! 5 windows), reading 16-bit tensors in either layout.
+//! 5 windows), reading 16-bit tensors in either layout. The forward pass of NHWC
+//! convolutions with few input channels (a stem's 3) runs on a kernel of its own that
+//! stages each tile's input patch in shared memory.
 
+use gpu_kernels::conv::few_channels::FewChannelsKernel;
 use gpu_kernels::conv::reduce::{self, BiasGradKernels, BiasGradPlan, SplitSumArgs, SplitSumKernel};
 use gpu_kernels::conv::stencil::{StencilKernels, StencilWeightGradKernels};
 use gpu_kernels::conv::tensor_core::{ForwardScratch, TensorCoreOperand};
 use gpu_kernels::conv::{
     self as kernel, Activation, ConvAlgorithm, ConvEpilogue, ConvLayout, ConvPass, ConvPrecision,
-    ConvProblem, PhasePlan, StencilPlan, TensorCorePlan, WarpgroupWeightGradPlan, phases, transposed,
+    ConvProblem, FewChannelsPlan, PhasePlan, StencilPlan, TensorCorePlan, WarpgroupWeightGradPlan, phases,
+    transposed,
 };
 use gpu_kernels::launch::{DevicePtr, DevicePtrMut, KernelArgs, Launch, ScratchLayout};
 use gpu_kernels::tensor_map::TensorMapPair;
@@ -62,6 +66,9 @@ pub enum SixteenBitForward {
     TensorCore(TensorCorePlan),
     /// On the depthwise stencil, tensors of this operand.
     Stencil(StencilPlan, TensorCoreOperand),
+    /// On the few-channel kernel (NHWC, a stem's few input channels), tensors of this
+    /// operand.
+    FewChannels(FewChannelsPlan, TensorCoreOperand),
 }
 
 impl SixteenBitForward {
@@ -69,7 +76,7 @@ impl SixteenBitForward {
     pub const fn operand(&self) -> TensorCoreOperand {
         match self {
             Self::TensorCore(plan) => plan.operand,
-            Self::Stencil(_, operand) => *operand,
+            Self::Stencil(_, operand) | Self::FewChannels(_, operand) => *operand,
         }
     }
 }
@@ -115,8 +122,8 @@ impl Gpu {
 
     /// The plan of the forward pass of tensors of the 16-bit `operand` on a kernel of
     /// its own operands, where one takes the problem (with a residual or not): the
-    /// depthwise stencil (any activation, no residual), or the tensor cores (a bias,
-    /// ReLU or neither).
+    /// depthwise stencil or the few-channel kernel (any activation, no residual), or
+    /// the tensor cores (a bias, ReLU or neither).
     fn own_forward_plan(
         &self,
         problem: &ConvProblem,
@@ -129,6 +136,10 @@ impl Gpu {
         }
         if let Some(plan) = self.own_stencil_plan(problem, ConvPass::Forward, params.layout) {
             return Some(SixteenBitForward::Stencil(plan, operand));
+        }
+        if let Some(plan) = FewChannelsPlan::new(problem, params.layout, &self.limits()) {
+            log::debug!("conv2d Forward {operand:?} Nhwc {problem:?}: {plan:?}");
+            return Some(SixteenBitForward::FewChannels(plan, operand));
         }
         let registers = matches!(params.activation, Activation::Identity | Activation::Relu);
         if !registers {
@@ -226,7 +237,7 @@ impl Gpu {
     /// `operand`, on the kernel of its own operands where its plan takes the problem
     /// and the epilogue is a bias, ReLU or neither; `Ok(false)` elsewhere. NCHW x and w
     /// go to NHWC copies first.
-    pub(super) fn forward_16_bit<T: ConvElement + StencilKernels>(
+    pub(super) fn forward_16_bit<T: ConvElement + StencilKernels + FewChannelsKernel>(
         &self,
         problem: &ConvProblem,
         params: &Conv2dParams,
@@ -248,6 +259,14 @@ impl Gpu {
                 // The filter as the stencil reads it: f32.
                 let w = T::as_f32(self, w)?;
                 self.launch(&stencil.launch(x.ptr(), w.ptr(), epilogue, y.ptr_mut()))?;
+                return Ok(true);
+            }
+            SixteenBitForward::FewChannels(plan, _) => {
+                // y is stored in 4-byte pairs.
+                if !y.ptr().address().is_multiple_of(4) {
+                    return Ok(false);
+                }
+                self.launch(&plan.launch(x.ptr(), w.ptr(), epilogue, y.ptr_mut()))?;
                 return Ok(true);
             }
         };

@@ -177,8 +177,9 @@ fn conv2d_f16_matches_the_rounded_reference() {
 /// pixels, 40 input channels in a chunk of 64, two column tiles of 128 channels); two
 /// groups, with and without a bias and ReLU; strided input gradients over dy upsampled
 /// or, where the window leaves phases without taps (1x1 at strides 2 and 3), by
-/// phases; and cases where some passes run over f32 copies (channels not multiples of
-/// 64, 1x1 weight gradients). In NCHW the forward pass reads copies of x and w in NHWC and writes y
+/// phases; the forward pass of NHWC stems (2 and 3 input channels) on the few-channel
+/// kernel; and cases where some passes run over f32 copies (channels not multiples of
+/// 64, 1x1 weight gradients, the stems' gradients). In NCHW the forward pass reads copies of x and w in NHWC and writes y
 /// channels first; the gradients but the bias's run over f32 copies.
 #[test]
 fn conv2d_16_bit_kernels_match_the_rounded_reference() {
@@ -214,6 +215,11 @@ fn conv2d_16_bit_kernels_match_the_rounded_reference() {
         // NCHW rows of 490 pixels on row strips: channel rows starting 0 to 3 words
         // past 16-byte boundaries, a row's second tile 234 pixels long.
         (1, 64, 64, [3, 3], [5, 490], [1, 1], [1, 1], 1, Activation::Relu, true, Nchw, [true, false, false]),
+        // Few input channels, on their kernel: 3 at stride 1 staged 4 per pixel (odd
+        // windows otherwise), SiLU, rows of 40 (a partial column tile); 2 channels,
+        // 1 x 5, no bias. Their gradients run over f32 copies.
+        (2, 3, 8, [3, 3], [9, 40], [1, 1], [1, 1], 1, Activation::Silu, true, Nhwc, [true, false, false]),
+        (1, 2, 6, [1, 5], [6, 33], [0, 2], [1, 1], 1, Activation::Identity, false, Nhwc, [true, false, false]),
     ];
     // Strided: the forward pass on im2col boxes, the input gradient over dy upsampled
     // (3x3) or by phases (1x1).
@@ -223,9 +229,12 @@ fn conv2d_16_bit_kernels_match_the_rounded_reference() {
         (4, 128, 64, [1, 1], [28, 28], [0, 0], [2, 2], [true, true, true]),
         (2, 64, 64, [1, 1], [27, 27], [0, 0], [3, 3], [true, true, true]),
         (2, 64, 64, [3, 3], [15, 15], [0, 0], [2, 2], [true, true, true]),
-        // A stem: every pass over f32 copies (3 input channels; the TF32 input gradient
-        // on its direct kernel).
-        (2, 3, 64, [7, 7], [32, 32], [3, 3], [2, 2], [false, false, false]),
+        // Stems: the forward pass on the few-channel kernel, the gradients over f32
+        // copies (3 input channels; the TF32 input gradient on its direct kernel). The
+        // second with partial tiles of rows (23 outputs), columns (35) and of its 66
+        // output channels.
+        (2, 3, 64, [7, 7], [32, 32], [3, 3], [2, 2], [true, false, false]),
+        (1, 3, 66, [7, 7], [45, 70], [3, 3], [2, 2], [true, false, false]),
     ];
     let strided = strided.map(|(batch, input, output, kernel, size, padding, stride, native)| {
         let case = (
@@ -256,6 +265,8 @@ fn conv2d_16_bit_kernels_match_the_rounded_reference() {
     let mut column_paths = [false; 3];
     // And a split `wgmma` weight gradient (its sum in vectors of four outputs).
     let mut split_weight_grad = false;
+    // And the few-channel kernel's patches: a pixel's channels as they are, and padded.
+    let mut few_channel_paths = [false; 2];
     for (i, (case, stride)) in all.enumerate() {
         let (
             batch,
@@ -330,6 +341,9 @@ fn conv2d_16_bit_kernels_match_the_rounded_reference() {
                 column_paths[(plan.kernel_h == 5) as usize] = true;
             }
             column_paths[2] |= matches!(plans.weight_grad, Some(SixteenBitWeightGrad::Stencil(plan, _)) if plan.takes_columns(0, 2));
+            if let Some(SixteenBitForward::FewChannels(plan, _)) = plans.forward {
+                few_channel_paths[(plan.pitch != plan.in_channels) as usize] = true;
+            }
             stencil_paths[0] |= matches!(plans.forward, Some(SixteenBitForward::Stencil(..)));
             stencil_paths[1] |= matches!(plans.input_grad, Some(SixteenBitInputGrad::Stencil(..)));
             stencil_paths[2] |= matches!(plans.weight_grad, Some(SixteenBitWeightGrad::Stencil(..)));
@@ -356,6 +370,7 @@ fn conv2d_16_bit_kernels_match_the_rounded_reference() {
         column_paths, [true; 3],
         "column kernels, 3 x 3 and 5 x 5, the weight gradient"
     );
+    assert_eq!(few_channel_paths, [true; 2], "few channels, padded or not");
 }
 
 /// Layout changes of 2-byte elements move every element's bits: in pairs where the

@@ -1,0 +1,513 @@
+//! The forward pass of convolutions with few input channels (a network's stem: 3 of
+//! them) on the tensor cores, NHWC tensors of 16-bit values (`mma.sync` m16n8k16,
+//! sm_80 and up). The implicit GEMM's K of `taps * channels` is small (147 for a 7 x 7
+//! window over 3 channels), and the general kernels, whose k-tiles hold 64 channels of
+//! one tap, would gather it element by element; this one stages the input patch of a
+//! tile of outputs in shared memory once and reads its GEMM rows from there.
+//!
+//! K runs over the window's rows, each a *segment* of `kernel_w * pitch` elements
+//! rounded up to even: for one output pixel, the elements of a window row lie
+//! consecutive in an NHWC patch (columns, then channels), so each pair of K elements is
+//! one 4-byte shared load at the pixel's offset plus the pair's (a table of those, one
+//! per pair of K). The patch stores `pitch` elements per pixel, the input channels or
+//! one more where an odd count at an odd stride would put some pixels' windows at odd
+//! elements; the weights are staged once per block as `[channel][K]`, zero past the
+//! window, the channels and K. A block takes tiles of 4 x 32 output pixels by 64 output
+//! channels in turn (a warp per tile row and half of the channels: 2 x 4 tiles of 16 x
+//! 8), staging each tile's patch between two barriers, and writes each output once:
+//! its sum plus the bias, through the epilogue, rounded to the 16-bit type.
+
+use super::{ConvEpilogue, ConvLayout, ConvProblem, FastDiv};
+use crate::launch::{DeviceLimits, DevicePtr, DevicePtrMut, Kernel, Launch, LaunchGeometry, kernel_args};
+
+/// Threads per block: 8 warps, 4 along the tile's rows by 2 along its channels.
+pub const FEW_THREADS: u32 = 256;
+/// Output rows of a tile: a warp each.
+pub const FEW_TILE_ROWS: u32 = 4;
+/// Output columns of a tile: the 32 GEMM rows of a warp (two m16 tiles).
+pub const FEW_TILE_COLUMNS: u32 = 32;
+/// Output channels of a tile (grid y): 32 per warp (four n8 tiles).
+pub const FEW_TILE_CHANNELS: u32 = 64;
+/// Input channels up to which the kernel takes a convolution.
+pub const FEW_MAX_CHANNELS: u32 = 4;
+/// Most of K (window rows times segment, rounded up to 16): 33 KiB of staged weights.
+pub const FEW_MAX_K: u32 = 256;
+/// Most bytes of a block's shared memory (weights, offsets and patch), so that
+/// `FEW_BLOCKS_PER_SM` blocks fit an SM.
+const FEW_MAX_SHARED_BYTES: u32 = 96 * 1024;
+/// Blocks per SM: one stages its patch while the other multiplies.
+pub const FEW_BLOCKS_PER_SM: u32 = 2;
+/// Elements of padding after each staged weight row: rows 16-byte aligned, and the 8
+/// rows of an `ldmatrix` on distinct banks.
+const WEIGHT_ROW_PADDING: u32 = 8;
+
+/// How the few-channel kernel runs a forward pass.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FewChannelsPlan {
+    pub batch: u32,
+    pub in_h: u32,
+    pub in_w: u32,
+    pub in_channels: u32,
+    pub out_h: u32,
+    pub out_w: u32,
+    pub out_channels: u32,
+    pub kernel_h: u32,
+    pub kernel_w: u32,
+    pub stride_h: u32,
+    pub stride_w: u32,
+    pub pad_h: u32,
+    pub pad_w: u32,
+    /// Elements per pixel of the staged patch.
+    pub pitch: u32,
+    /// K: window rows times segment, rounded up to 16.
+    pub k: u32,
+    /// Rows of the patch, and its pixels per row (even).
+    pub patch_h: u32,
+    pub patch_w: u32,
+    /// Divide K by the segment (window row, element), an element of a segment by the
+    /// pitch (window column, channel), a staged weight by K (channel, K), and a patch
+    /// element by a patch row's elements (row, element).
+    pub div_segment: FastDiv,
+    pub div_pitch: FastDiv,
+    pub div_k: FastDiv,
+    pub div_patch_row: FastDiv,
+    /// Tiles across the output's columns and down its rows, and in all.
+    pub div_column_tiles: FastDiv,
+    pub div_row_tiles: FastDiv,
+    pub tiles: u32,
+    /// Blocks along grid x, each taking every `blocks`-th tile.
+    pub blocks: u32,
+}
+
+impl FewChannelsPlan {
+    /// The plan of `problem`'s forward pass over NHWC tensors, when it has at most
+    /// `FEW_MAX_CHANNELS` input channels, one group, no dilation, an even number of
+    /// output channels (stored in pairs), a K of at most `FEW_MAX_K`, and shared memory
+    /// and grid that hold it.
+    pub const fn new(problem: &ConvProblem, layout: ConvLayout, device: &DeviceLimits) -> Option<Self> {
+        let p = problem;
+        let fits = matches!(layout, ConvLayout::Nhwc)
+            && p.groups == 1
+            && p.in_channels <= FEW_MAX_CHANNELS
+            && p.dilation_h == 1
+            && p.dilation_w == 1
+            && p.out_channels.is_multiple_of(2)
+            && p.batch > 0
+            && p.out_h > 0
+            && p.out_w > 0;
+        if !fits {
+            return None;
+        }
+        // Windows start `stride_w * pitch` elements apart: even, or the pitch is.
+        let pitch = if (p.stride_w * p.in_channels).is_multiple_of(2) {
+            p.in_channels
+        } else {
+            p.in_channels + 1
+        };
+        let segment = (p.kernel_w * pitch).next_multiple_of(2);
+        let k = (p.kernel_h * segment).next_multiple_of(16);
+        // A tile's windows reach `segment / pitch` pixels past its last column's start.
+        let patch_h = (FEW_TILE_ROWS - 1) * p.stride_h + p.kernel_h;
+        let patch_w = ((FEW_TILE_COLUMNS - 1) * p.stride_w + segment.div_ceil(pitch)).next_multiple_of(2);
+        let column_tiles = p.out_w.div_ceil(FEW_TILE_COLUMNS);
+        let row_tiles = p.out_h.div_ceil(FEW_TILE_ROWS);
+        let tiles = p.batch as u64 * row_tiles as u64 * column_tiles as u64;
+        let patch_elements = patch_h as u64 * patch_w as u64 * pitch as u64;
+        if k > FEW_MAX_K || tiles >= 1 << 31 || patch_elements >= 1 << 31 {
+            return None;
+        }
+        let mut plan = Self {
+            batch: p.batch,
+            in_h: p.height,
+            in_w: p.width,
+            in_channels: p.in_channels,
+            out_h: p.out_h,
+            out_w: p.out_w,
+            out_channels: p.out_channels,
+            kernel_h: p.kernel_h,
+            kernel_w: p.kernel_w,
+            stride_h: p.stride_h,
+            stride_w: p.stride_w,
+            pad_h: p.pad_h,
+            pad_w: p.pad_w,
+            pitch,
+            k,
+            patch_h,
+            patch_w,
+            div_segment: FastDiv::new(segment),
+            div_pitch: FastDiv::new(pitch),
+            div_k: FastDiv::new(k),
+            div_patch_row: FastDiv::new(patch_w * pitch),
+            div_column_tiles: FastDiv::new(column_tiles),
+            div_row_tiles: FastDiv::new(row_tiles),
+            tiles: tiles as u32,
+            blocks: 0,
+        };
+        let shared = plan.shared_bytes();
+        let wanted = device.multiprocessors as u64 * FEW_BLOCKS_PER_SM as u64;
+        plan.blocks = if wanted < tiles {
+            wanted as u32
+        } else {
+            tiles as u32
+        };
+        let channel_tiles = p.out_channels.div_ceil(FEW_TILE_CHANNELS);
+        if shared > FEW_MAX_SHARED_BYTES
+            || shared > device.max_shared_bytes_per_block
+            || channel_tiles > 65535
+        {
+            return None;
+        }
+        Some(plan)
+    }
+
+    /// Elements of a staged weight row: K and its padding.
+    const fn weight_row(&self) -> u32 {
+        self.k + WEIGHT_ROW_PADDING
+    }
+
+    /// Shared-memory offsets of the staged weights' end (the pair offsets' start) and
+    /// of the patch.
+    const fn shared_offsets(&self) -> [u32; 2] {
+        let offsets = FEW_TILE_CHANNELS * self.weight_row() * 2;
+        [offsets, offsets + self.k / 2 * 4]
+    }
+
+    /// Bytes of shared memory: the weights, a 4-byte offset per pair of K, the patch.
+    const fn shared_bytes(&self) -> u32 {
+        self.shared_offsets()[1] + self.patch_h * self.patch_w * self.pitch * 2
+    }
+
+    /// The launch: `blocks` along x, the tiles of 64 output channels along y.
+    pub const fn geometry(&self) -> LaunchGeometry {
+        LaunchGeometry {
+            grid: [
+                self.blocks as u64,
+                self.out_channels.div_ceil(FEW_TILE_CHANNELS) as u64,
+                1,
+            ],
+            threads: FEW_THREADS,
+            shared_bytes: self.shared_bytes(),
+        }
+    }
+
+    /// The forward launch: `y = epilogue(conv(x, w))`, NHWC tensors of `T` (w as
+    /// `[out, kh, kw, in]`), the bias f32.
+    pub fn launch<T: FewChannelsKernel>(
+        &self,
+        x: DevicePtr<T>,
+        w: DevicePtr<T>,
+        epilogue: ConvEpilogue,
+        y: DevicePtrMut<T>,
+    ) -> Launch<FewChannelsArgs<T>> {
+        let args = FewChannelsArgs {
+            x,
+            w,
+            epilogue,
+            y,
+            plan: *self,
+        };
+        Launch::new(T::FORWARD, self.geometry(), args)
+    }
+}
+
+kernel_args! {
+    /// The few-channel kernel's arguments: `y = epilogue(conv(x, w))`, x, w and y of
+    /// `T`, NHWC.
+    pub struct FewChannelsArgs<T> {
+        pub x: DevicePtr<T>,
+        pub w: DevicePtr<T>,
+        pub epilogue: ConvEpilogue,
+        pub y: DevicePtrMut<T>,
+        pub plan: FewChannelsPlan,
+    }
+    impl FewChannelsKernel for half::bf16 {
+        const FORWARD = "conv_few_channels_nhwc_bf16" =>
+            kernel::forward::<half::bf16>, bounds(FEW_THREADS, FEW_BLOCKS_PER_SM);
+    }
+    impl FewChannelsKernel for half::f16 {
+        const FORWARD = "conv_few_channels_nhwc_f16" =>
+            kernel::forward::<half::f16>, bounds(FEW_THREADS, FEW_BLOCKS_PER_SM);
+    }
+    entry points in ENTRY_POINTS;
+}
+
+/// The few-channel forward kernel of a 16-bit element.
+pub trait FewChannelsKernel: Sized {
+    const FORWARD: Kernel<FewChannelsArgs<Self>>;
+}
+
+#[cfg(target_arch = "nvptx64")]
+mod kernel {
+    use super::*;
+    use crate::conv::tensor_core::Output;
+    use crate::device::{
+        Float16, block_idx_x, block_idx_y, grid_dim_x, load_matrix_x4, load_shared_u32, mma_bf16_16x8x16,
+        mma_f16_16x8x16, shared_base, store_shared_f32, store_shared_u16, sync_threads, thread_idx_x,
+    };
+
+    /// The 16-bit types of the kernel: their tensor-core product.
+    pub trait FewChannelsElement: Float16 + Output {
+        fn mma(a: [u32; 4], b: [u32; 2], c: [f32; 4]) -> [f32; 4];
+    }
+
+    impl FewChannelsElement for half::bf16 {
+        #[inline(always)]
+        fn mma(a: [u32; 4], b: [u32; 2], c: [f32; 4]) -> [f32; 4] {
+            mma_bf16_16x8x16(a, b, c)
+        }
+    }
+
+    impl FewChannelsElement for half::f16 {
+        #[inline(always)]
+        fn mma(a: [u32; 4], b: [u32; 2], c: [f32; 4]) -> [f32; 4] {
+            mma_f16_16x8x16(a, b, c)
+        }
+    }
+
+    /// The block stages its 64 channels' weights and the offset of each pair of K,
+    /// then takes its tiles: the patch staged, 2 x 4 products of 16 x 8 per warp and
+    /// k-step, each output stored once.
+    ///
+    /// # Safety
+    /// x, w and y (and the epilogue's bias) hold the plan's tensors, NHWC, y 4-byte
+    /// aligned; the launch is [`FewChannelsPlan::launch`]'s.
+    #[inline(always)]
+    pub unsafe fn forward<T: FewChannelsElement>(args: FewChannelsArgs<T>) {
+        let plan = args.plan;
+        let t = thread_idx_x();
+        let (lane, warp) = (t % 32, t / 32);
+        let (g, q) = (lane / 4, lane % 4);
+        let (warp_row, warp_channels) = (warp % FEW_TILE_ROWS, warp / FEW_TILE_ROWS);
+        let first_channel = block_idx_y() * FEW_TILE_CHANNELS;
+        let weight_row = plan.weight_row();
+        let weights = shared_base();
+        let [offsets, patch] = plan.shared_offsets().map(|offset| weights + offset);
+
+        // Weight (channel, K element): window row, then column and channel of the
+        // segment; zero past the window, the channels and K.
+        let w = args.w.as_ptr();
+        let mut e = t;
+        while e < FEW_TILE_CHANNELS * plan.k {
+            let (c, element) = plan.div_k.divmod(e);
+            let (r, j) = plan.div_segment.divmod(element);
+            let (s, i) = plan.div_pitch.divmod(j);
+            let channel = first_channel + c;
+            let inside = channel < plan.out_channels && r < plan.kernel_h && s < plan.kernel_w;
+            let bits = if inside && i < plan.in_channels {
+                let at = ((channel * plan.kernel_h + r) * plan.kernel_w + s) * plan.in_channels + i;
+                // SAFETY: an element of the filter, `[out, kh, kw, in]`.
+                unsafe { (*w.add(at as usize)).to_bits() }
+            } else {
+                0
+            };
+            // SAFETY: slot (c, element) of the staged weights, this thread's alone.
+            unsafe { store_shared_u16(weights + (c * weight_row + element) * 2, bits) };
+            e += FEW_THREADS;
+        }
+        // The patch offset of each pair of K (0 for K's padding, whose weights are 0).
+        let mut e = t;
+        while e < plan.k / 2 {
+            let (r, j) = plan.div_segment.divmod(2 * e);
+            let offset = if r < plan.kernel_h {
+                r * plan.patch_w * plan.pitch + j
+            } else {
+                0
+            };
+            // SAFETY: slot e of the offsets, this thread's alone.
+            unsafe { store_shared_f32(offsets + e * 4, f32::from_bits(offset * 2)) };
+            e += FEW_THREADS;
+        }
+        // This thread's GEMM rows in the patch (bytes): the warp's tile row, columns g
+        // and g + 8 of each m16 tile.
+        let row_bytes = plan.patch_w * plan.pitch * 2;
+        let rows: [[u32; 2]; 2] = core::array::from_fn(|m| {
+            core::array::from_fn(|half| {
+                let column = m as u32 * 16 + half as u32 * 8 + g;
+                warp_row * plan.stride_h * row_bytes + column * plan.stride_w * plan.pitch * 2
+            })
+        });
+        // The bias of this thread's output channels (two per n8 tile).
+        let bias = args.epilogue.bias.as_ptr();
+        let channel_of = |n: usize| first_channel + warp_channels * 32 + n as u32 * 8 + 2 * q;
+        let biases: [[f32; 2]; 4] = core::array::from_fn(|n| {
+            core::array::from_fn(|k| {
+                let channel = channel_of(n) + k as u32;
+                if bias.is_null() || channel >= plan.out_channels {
+                    0.0
+                } else {
+                    // SAFETY: the bias holds out_channels values.
+                    unsafe { *bias.add(channel as usize) }
+                }
+            })
+        });
+        let (x, y) = (args.x.as_ptr(), args.y.as_mut_ptr());
+        let patch_elements = plan.patch_h * plan.div_patch_row.divisor;
+        let mut tile = block_idx_x();
+        while tile < plan.tiles {
+            let (rest, column_tile) = plan.div_column_tiles.divmod(tile);
+            let (image, row_tile) = plan.div_row_tiles.divmod(rest);
+            let (first_row, first_column) = (row_tile * FEW_TILE_ROWS, column_tile * FEW_TILE_COLUMNS);
+            let top = (first_row * plan.stride_h).wrapping_sub(plan.pad_h);
+            let left = (first_column * plan.stride_w).wrapping_sub(plan.pad_w);
+            // SAFETY: the whole block; the last tile's patch (or the weights and
+            // offsets) were read or written before it.
+            unsafe { sync_threads() };
+            let mut e = t;
+            while e < patch_elements {
+                let (r, element) = plan.div_patch_row.divmod(e);
+                let (column, i) = plan.div_pitch.divmod(element);
+                let (ih, iw) = (top.wrapping_add(r), left.wrapping_add(column));
+                let bits = if ih < plan.in_h && iw < plan.in_w && i < plan.in_channels {
+                    let pixel = (image as usize * plan.in_h as usize + ih as usize) * plan.in_w as usize
+                        + iw as usize;
+                    // SAFETY: an element of x inside the image.
+                    unsafe { (*x.add(pixel * plan.in_channels as usize + i as usize)).to_bits() }
+                } else {
+                    0
+                };
+                // SAFETY: element e of the patch, this thread's alone.
+                unsafe { store_shared_u16(patch + e * 2, bits) };
+                e += FEW_THREADS;
+            }
+            // SAFETY: the whole block; the patch is read after it.
+            unsafe { sync_threads() };
+            let mut sums = [[[0.0f32; 4]; 4]; 2];
+            for step in 0..plan.k / 16 {
+                let pair = step * 8 + q;
+                // SAFETY (all shared loads): offsets written before the first barrier,
+                // patch elements inside it (the offsets keep every window inside), and
+                // weight rows of the block's channels; `ldmatrix` rows 16-byte aligned.
+                let (low, high) = unsafe {
+                    (
+                        load_shared_u32(offsets + pair * 4),
+                        load_shared_u32(offsets + (pair + 4) * 4),
+                    )
+                };
+                let a: [[u32; 4]; 2] = core::array::from_fn(|m| {
+                    let [top_row, bottom_row] = rows[m].map(|row| patch + row);
+                    unsafe {
+                        [
+                            load_shared_u32(top_row + low),
+                            load_shared_u32(bottom_row + low),
+                            load_shared_u32(top_row + high),
+                            load_shared_u32(bottom_row + high),
+                        ]
+                    }
+                });
+                let mut b = [[0u32; 2]; 4];
+                for pair_of_tiles in 0..2 {
+                    let matrix = lane / 8;
+                    let channel = warp_channels * 32 + (pair_of_tiles * 2 + matrix / 2) * 8 + lane % 8;
+                    let element = channel * weight_row + step * 16 + (matrix % 2) * 8;
+                    let [b0, b1, b2, b3] = unsafe { load_matrix_x4(weights + element * 2) };
+                    b[pair_of_tiles as usize * 2] = [b0, b1];
+                    b[pair_of_tiles as usize * 2 + 1] = [b2, b3];
+                }
+                for (m, sums) in sums.iter_mut().enumerate() {
+                    for (n, sum) in sums.iter_mut().enumerate() {
+                        *sum = T::mma(a[m], b[n], *sum);
+                    }
+                }
+            }
+            let oh = first_row + warp_row;
+            for (m, sums) in sums.iter().enumerate() {
+                for half in 0..2 {
+                    let ow = first_column + m as u32 * 16 + half * 8 + g;
+                    if oh >= plan.out_h || ow >= plan.out_w {
+                        continue;
+                    }
+                    let pixel = (image as usize * plan.out_h as usize + oh as usize) * plan.out_w as usize
+                        + ow as usize;
+                    for (n, sum) in sums.iter().enumerate() {
+                        let channel = channel_of(n);
+                        if channel >= plan.out_channels {
+                            continue;
+                        }
+                        let at = pixel * plan.out_channels as usize + channel as usize;
+                        let h = 2 * half as usize;
+                        // SAFETY: two outputs of y (the channel even, below the even
+                        // out_channels), 4-byte aligned.
+                        unsafe {
+                            let value = |k: usize| args.epilogue.apply(sum[h + k] + biases[n][k], at + k);
+                            T::store_pair(y.add(at), [value(0), value(1)]);
+                        }
+                    }
+                }
+            }
+            tile += grid_dim_x();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::conv::ConvShape;
+
+    const H100: DeviceLimits = DeviceLimits {
+        multiprocessors: 132,
+        max_shared_bytes_per_block: 227 * 1024,
+        warpgroup_mma: true,
+        tensor_maps: true,
+    };
+
+    fn problem(input: [u32; 4], weight: [u32; 4], stride: u32, padding: u32, dilation: u32) -> ConvProblem {
+        ConvProblem::new(&ConvShape {
+            input,
+            weight,
+            stride: [stride; 2],
+            padding: [padding; 2],
+            dilation: [dilation; 2],
+            groups: 1,
+        })
+        .expect("a valid problem")
+    }
+
+    #[test]
+    fn a_stem_takes_segments_of_its_three_channels() {
+        // R7: x 32 x 3 x 224 x 224, w 64 x 3 x 7 x 7, stride 2, padding 3.
+        let stem = problem([32, 3, 224, 224], [64, 3, 7, 7], 2, 3, 1);
+        let plan = FewChannelsPlan::new(&stem, ConvLayout::Nhwc, &H100).expect("the stem's");
+        // Segments of 7 x 3 = 21 elements, padded to 22; K = 7 x 22 = 154, padded to 160.
+        assert_eq!((plan.pitch, plan.div_segment.divisor, plan.k), (3, 22, 160));
+        // 3 x 2 + 7 rows; 31 x 2 + 8 columns (22 elements reach 8 pixels).
+        assert_eq!((plan.patch_h, plan.patch_w), (13, 70));
+        // 112 x 112 outputs: 28 row tiles by 4 column tiles an image; two blocks an SM.
+        assert_eq!((plan.tiles, plan.blocks), (32 * 28 * 4, 264));
+        assert_eq!(plan.shared_bytes(), 64 * 168 * 2 + 80 * 4 + 13 * 70 * 3 * 2);
+        assert_eq!(plan.geometry().grid, [264, 1, 1]);
+        assert_eq!(FewChannelsPlan::new(&stem, ConvLayout::Nchw, &H100), None);
+    }
+
+    #[test]
+    fn odd_channels_at_odd_strides_are_staged_one_wider() {
+        let odd = problem([2, 3, 9, 40], [8, 3, 3, 3], 1, 1, 1);
+        let plan = FewChannelsPlan::new(&odd, ConvLayout::Nhwc, &H100).expect("3 channels");
+        // Pixels of 4 elements: windows at even elements; segments of 12, K of 48.
+        assert_eq!((plan.pitch, plan.div_segment.divisor, plan.k), (4, 12, 48));
+        let even = problem([1, 2, 6, 33], [6, 2, 1, 5], 1, 0, 1);
+        let plan = FewChannelsPlan::new(&even, ConvLayout::Nhwc, &H100).expect("2 channels");
+        assert_eq!((plan.pitch, plan.div_segment.divisor, plan.k), (2, 10, 16));
+    }
+
+    #[test]
+    fn other_problems_are_not_taken() {
+        let nhwc = |p: &ConvProblem| FewChannelsPlan::new(p, ConvLayout::Nhwc, &H100);
+        // Five channels, dilation, an odd number of output channels, a K past 256.
+        assert_eq!(nhwc(&problem([1, 5, 16, 16], [8, 5, 3, 3], 1, 1, 1)), None);
+        assert_eq!(nhwc(&problem([1, 3, 16, 16], [8, 3, 3, 3], 1, 2, 2)), None);
+        assert_eq!(nhwc(&problem([1, 3, 16, 16], [7, 3, 3, 3], 1, 1, 1)), None);
+        assert_eq!(nhwc(&problem([1, 3, 64, 64], [8, 3, 11, 11], 4, 2, 1)), None);
+        let grouped = ConvProblem::new(&ConvShape {
+            input: [1, 4, 16, 16],
+            weight: [8, 2, 3, 3],
+            stride: [1, 1],
+            padding: [1, 1],
+            dilation: [1, 1],
+            groups: 2,
+        })
+        .expect("two groups");
+        assert_eq!(nhwc(&grouped), None);
+    }
+}
