@@ -238,7 +238,7 @@ pub trait FewChannelsKernel: Sized {
 }
 
 #[cfg(target_arch = "nvptx64")]
-mod kernel {
+pub(super) mod kernel {
     use super::*;
     use crate::conv::tensor_core::Output;
     use crate::device::{

@@ -34,6 +34,7 @@
 pub mod direct;
 pub mod epilogue;
 pub mod few_channels;
+pub mod few_channels_input_grad;
 #[cfg(target_arch = "nvptx64")]
 mod gather;
 pub mod gemm;
@@ -52,6 +53,7 @@ pub mod winograd;
 pub use direct::DirectPlan;
 pub use epilogue::{Activation, ConvEpilogue};
 pub use few_channels::FewChannelsPlan;
+pub use few_channels_input_grad::FewChannelsInputGradPlan;
 pub use gemm::GemmPlan;
 pub use phases::PhasePlan;
 pub use problem::{ConvPass, ConvProblem, ConvShape, ConvShapeError, FastDiv};
@@ -92,6 +94,7 @@ pub const ENTRY_POINTS: &[&[EntryPoint]] = &[
     stencil::ENTRY_POINTS,
     stencil::WEIGHT_GRAD_ENTRY_POINTS,
     few_channels::ENTRY_POINTS,
+    few_channels_input_grad::ENTRY_POINTS,
 ];
 
 /// The arithmetic of a convolution of f32 tensors.

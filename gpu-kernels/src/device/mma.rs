@@ -122,6 +122,27 @@ pub unsafe fn load_matrix_x4(address: u32) -> [u32; 4] {
     [a, b, c, d]
 }
 
+/// Two 8 x 8 matrices of 16-bit elements from shared memory, as
+/// [`load_matrix_x4`] with lanes 0 to 15 giving the addresses (the others' are
+/// ignored): `ldmatrix.sync.aligned.m8n8.x2.shared.b16`.
+///
+/// # Safety
+/// As [`load_matrix_x4`], for the addresses of lanes 0 to 15.
+#[inline(always)]
+pub unsafe fn load_matrix_x2(address: u32) -> [u32; 2] {
+    let (a, b): (u32, u32);
+    // SAFETY: the caller guarantees the addresses and the convergence.
+    unsafe {
+        asm!(
+            "ldmatrix.sync.aligned.m8n8.x2.shared.b16 {{{a}, {b}}}, [{p}];",
+            p = in(reg32) address,
+            a = out(reg32) a, b = out(reg32) b,
+            options(readonly, nostack),
+        )
+    };
+    [a, b]
+}
+
 /// Starts copying `bytes` (4, 8 or 16, `BYTES`) from global `source` to the
 /// shared-window address `destination`, of which the first `valid` bytes come from the
 /// source and the rest are zero (`valid == 0`: zeros, nothing read): `cp.async` (16

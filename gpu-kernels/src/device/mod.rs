@@ -28,8 +28,8 @@ pub use memory::{
     load_global_v4, store_global_v2_f32, store_global_v4, store_release_u32,
 };
 pub use mma::{
-    async_copy, async_copy_cached, async_copy_commit, async_copy_wait, load_matrix_x4, mma_bf16_16x8x16,
-    mma_f16_16x8x16, mma_tf32_16x8x8, to_tf32,
+    async_copy, async_copy_cached, async_copy_commit, async_copy_wait, load_matrix_x2, load_matrix_x4,
+    mma_bf16_16x8x16, mma_f16_16x8x16, mma_tf32_16x8x8, to_tf32,
 };
 #[cfg(target_feature = "sm_90")]
 pub use pipeline::{PIPELINE_BARRIER_BYTES, StagePipeline, StageSignal, fence_tensor_map};

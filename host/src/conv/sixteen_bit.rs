@@ -8,18 +8,19 @@
 //! tensors as they are and rounds its output once (a phase's outputs are dx's).
 //! Depthwise convolutions run on the stencil where the TF32 path does (the forward pass
 //! without a residual, the stride-1 input gradient, the weight gradient of 3 x 3 and 5 x
-//! 5 windows), reading 16-bit tensors in either layout. The forward pass of NHWC
-//! convolutions with few input channels (a stem's 3) runs on a kernel of its own that
-//! stages each tile's input patch in shared memory.
+//! 5 windows), reading 16-bit tensors in either layout. The forward pass and the input
+//! gradient of NHWC convolutions with few input channels (a stem's 3) run on kernels of
+//! their own, which stage each tile's patch of x or dy in shared memory.
 
 use gpu_kernels::conv::few_channels::FewChannelsKernel;
+use gpu_kernels::conv::few_channels_input_grad::FewChannelsInputGradKernel;
 use gpu_kernels::conv::reduce::{self, BiasGradKernels, BiasGradPlan, SplitSumArgs, SplitSumKernel};
 use gpu_kernels::conv::stencil::{StencilKernels, StencilWeightGradKernels};
 use gpu_kernels::conv::tensor_core::{ForwardScratch, TensorCoreOperand};
 use gpu_kernels::conv::{
     self as kernel, Activation, ConvAlgorithm, ConvEpilogue, ConvLayout, ConvPass, ConvPrecision,
-    ConvProblem, FewChannelsPlan, PhasePlan, StencilPlan, TensorCorePlan, WarpgroupWeightGradPlan, phases,
-    transposed,
+    ConvProblem, FewChannelsInputGradPlan, FewChannelsPlan, PhasePlan, StencilPlan, TensorCorePlan,
+    WarpgroupWeightGradPlan, phases, transposed,
 };
 use gpu_kernels::launch::{DevicePtr, DevicePtrMut, KernelArgs, Launch, ScratchLayout};
 use gpu_kernels::tensor_map::TensorMapPair;
@@ -93,6 +94,9 @@ pub enum SixteenBitInputGrad {
     Phases(PhasePlan, TensorCoreOperand),
     /// On the depthwise stencil (stride 1), tensors of this operand.
     Stencil(StencilPlan, TensorCoreOperand),
+    /// On the few-channel kernel (NHWC, a stem's few input channels), tensors of this
+    /// operand.
+    FewChannels(FewChannelsInputGradPlan, TensorCoreOperand),
 }
 
 impl SixteenBitInputGrad {
@@ -100,7 +104,7 @@ impl SixteenBitInputGrad {
     pub const fn operand(&self) -> TensorCoreOperand {
         match self {
             Self::AsForward(plan) => plan.operand,
-            Self::Phases(_, operand) | Self::Stencil(_, operand) => *operand,
+            Self::Phases(_, operand) | Self::Stencil(_, operand) | Self::FewChannels(_, operand) => *operand,
         }
     }
 }
@@ -153,9 +157,9 @@ impl Gpu {
         plan.map(SixteenBitForward::TensorCore)
     }
 
-    /// The plan of the input gradient of NHWC tensors of `operand`, where the TF32 path
-    /// runs it on the tensor cores (not on the direct kernels, which serve few input
-    /// channels): by phases where that path takes them and each phase's forward pass
+    /// The plan of the input gradient of NHWC tensors of `operand`: on the few-channel
+    /// kernel where it takes the problem, else where the TF32 path runs it on the tensor
+    /// cores (not on the direct kernels, which serve few input channels): by phases where that path takes them and each phase's forward pass
     /// has a plan, else the forward plan of its transposed problem.
     fn own_input_grad_plan(
         &self,
@@ -165,6 +169,10 @@ impl Gpu {
     ) -> Option<SixteenBitInputGrad> {
         if let Some(plan) = self.own_stencil_plan(problem, ConvPass::InputGrad, params.layout) {
             return Some(SixteenBitInputGrad::Stencil(plan, operand));
+        }
+        if let Some(plan) = FewChannelsInputGradPlan::new(problem, params.layout, &self.limits()) {
+            log::debug!("conv2d InputGrad {operand:?} Nhwc {problem:?}: {plan:?}");
+            return Some(SixteenBitInputGrad::FewChannels(plan, operand));
         }
         if params.layout != ConvLayout::Nhwc {
             return None;
@@ -325,7 +333,12 @@ impl Gpu {
         (input, weight, bias): ConvGradientArrays<&'a mut DeviceArray<T>>,
     ) -> Result<ConvGradientArrays<&'a mut DeviceArray<T>>>
     where
-        T: ConvElement + BiasGradKernels + SplitSumKernel + StencilKernels + StencilWeightGradKernels,
+        T: ConvElement
+            + BiasGradKernels
+            + SplitSumKernel
+            + StencilKernels
+            + StencilWeightGradKernels
+            + FewChannelsInputGradKernel,
     {
         let input = match input {
             Some(dx) if !dx.is_empty() => {
@@ -374,7 +387,7 @@ impl Gpu {
 
     /// The input gradient (dx not empty) on the forward kernels of 16-bit operands,
     /// where their plan takes it; `Ok(false)` elsewhere.
-    fn input_grad_16_bit<T: ConvElement + StencilKernels>(
+    fn input_grad_16_bit<T: ConvElement + StencilKernels + FewChannelsInputGradKernel>(
         &self,
         problem: &ConvProblem,
         params: &Conv2dParams,
@@ -396,7 +409,12 @@ impl Gpu {
                 self.launch(&stencil.launch(grad_y.ptr(), w.ptr(), ConvEpilogue::NONE, dx.ptr_mut()))?;
                 Ok(true)
             }
-            None => Ok(false),
+            // dy is read 16 bytes at a time.
+            Some(SixteenBitInputGrad::FewChannels(plan, _)) if grad_y.ptr().address().is_multiple_of(16) => {
+                self.launch(&plan.launch(grad_y.ptr(), w.ptr(), dx.ptr_mut()))?;
+                Ok(true)
+            }
+            Some(SixteenBitInputGrad::FewChannels(..)) | None => Ok(false),
         }
     }
 

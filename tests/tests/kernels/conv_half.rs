@@ -215,10 +215,11 @@ fn conv2d_16_bit_kernels_match_the_rounded_reference() {
         // NCHW rows of 490 pixels on row strips: channel rows starting 0 to 3 words
         // past 16-byte boundaries, a row's second tile 234 pixels long.
         (1, 64, 64, [3, 3], [5, 490], [1, 1], [1, 1], 1, Activation::Relu, true, Nchw, [true, false, false]),
-        // Few input channels, on their kernel: 3 at stride 1 staged 4 per pixel (odd
+        // Few input channels, on their kernels: 3 at stride 1 staged 4 per pixel (odd
         // windows otherwise), SiLU, rows of 40 (a partial column tile); 2 channels,
-        // 1 x 5, no bias. Their gradients run over f32 copies.
-        (2, 3, 8, [3, 3], [9, 40], [1, 1], [1, 1], 1, Activation::Silu, true, Nhwc, [true, false, false]),
+        // 1 x 5, no bias, 6 output channels (its input gradient over f32 copies: dy in
+        // 16-byte vectors). Their weight gradients run over f32 copies.
+        (2, 3, 8, [3, 3], [9, 40], [1, 1], [1, 1], 1, Activation::Silu, true, Nhwc, [true, true, false]),
         (1, 2, 6, [1, 5], [6, 33], [0, 2], [1, 1], 1, Activation::Identity, false, Nhwc, [true, false, false]),
     ];
     // Strided: the forward pass on im2col boxes, the input gradient over dy upsampled
@@ -229,12 +230,15 @@ fn conv2d_16_bit_kernels_match_the_rounded_reference() {
         (4, 128, 64, [1, 1], [28, 28], [0, 0], [2, 2], [true, true, true]),
         (2, 64, 64, [1, 1], [27, 27], [0, 0], [3, 3], [true, true, true]),
         (2, 64, 64, [3, 3], [15, 15], [0, 0], [2, 2], [true, true, true]),
-        // Stems: the forward pass on the few-channel kernel, the gradients over f32
-        // copies (3 input channels; the TF32 input gradient on its direct kernel). The
-        // second with partial tiles of rows (23 outputs), columns (35) and of its 66
-        // output channels.
-        (2, 3, 64, [7, 7], [32, 32], [3, 3], [2, 2], [true, false, false]),
+        // Stems: the forward pass and the input gradient on the few-channel kernels,
+        // the weight gradient over f32 copies. The second with partial tiles of rows
+        // (23 outputs), columns (35) and of its 66 output channels (its input gradient
+        // over f32 copies, on the TF32 path's direct kernel); a third with 4 input
+        // channels, 5 x 3 at strides 3 and 2, its input gradient's phases of 2 and 3
+        // tap rows.
+        (2, 3, 64, [7, 7], [32, 32], [3, 3], [2, 2], [true, true, false]),
         (1, 3, 66, [7, 7], [45, 70], [3, 3], [2, 2], [true, false, false]),
+        (1, 4, 16, [5, 3], [10, 70], [1, 0], [3, 2], [true, true, false]),
     ];
     let strided = strided.map(|(batch, input, output, kernel, size, padding, stride, native)| {
         let case = (
@@ -265,8 +269,9 @@ fn conv2d_16_bit_kernels_match_the_rounded_reference() {
     let mut column_paths = [false; 3];
     // And a split `wgmma` weight gradient (its sum in vectors of four outputs).
     let mut split_weight_grad = false;
-    // And the few-channel kernel's patches: a pixel's channels as they are, and padded.
-    let mut few_channel_paths = [false; 2];
+    // And the few-channel kernels': the forward patch's pixels as they are and padded,
+    // the input gradient at stride 1 and at a larger one.
+    let mut few_channel_paths = [false; 4];
     for (i, (case, stride)) in all.enumerate() {
         let (
             batch,
@@ -344,6 +349,9 @@ fn conv2d_16_bit_kernels_match_the_rounded_reference() {
             if let Some(SixteenBitForward::FewChannels(plan, _)) = plans.forward {
                 few_channel_paths[(plan.pitch != plan.in_channels) as usize] = true;
             }
+            if let Some(SixteenBitInputGrad::FewChannels(plan, _)) = plans.input_grad {
+                few_channel_paths[2 + (plan.stride_h > 1) as usize] = true;
+            }
             stencil_paths[0] |= matches!(plans.forward, Some(SixteenBitForward::Stencil(..)));
             stencil_paths[1] |= matches!(plans.input_grad, Some(SixteenBitInputGrad::Stencil(..)));
             stencil_paths[2] |= matches!(plans.weight_grad, Some(SixteenBitWeightGrad::Stencil(..)));
@@ -370,7 +378,10 @@ fn conv2d_16_bit_kernels_match_the_rounded_reference() {
         column_paths, [true; 3],
         "column kernels, 3 x 3 and 5 x 5, the weight gradient"
     );
-    assert_eq!(few_channel_paths, [true; 2], "few channels, padded or not");
+    assert_eq!(
+        few_channel_paths, [true; 4],
+        "few channels forward, padded or not; input gradient, strided or not"
+    );
 }
 
 /// Layout changes of 2-byte elements move every element's bits: in pairs where the
