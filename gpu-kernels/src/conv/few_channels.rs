@@ -265,6 +265,65 @@ pub(super) mod kernel {
         }
     }
 
+    /// Stores the patch offset (bytes) of each pair of K at `offsets`, by the block's
+    /// threads in turn: 0 for K's padding, whose weights (or products) are unused.
+    ///
+    /// # Safety
+    /// `offsets` is the shared-memory table of the plan's `k / 2` words, which no other
+    /// thread accesses before the next barrier.
+    #[inline(always)]
+    pub unsafe fn stage_pair_offsets(plan: &FewChannelsPlan, offsets: u32) {
+        let mut e = thread_idx_x();
+        while e < plan.k / 2 {
+            let (r, j) = plan.div_segment.divmod(2 * e);
+            let offset = if r < plan.kernel_h {
+                r * plan.patch_w * plan.pitch + j
+            } else {
+                0
+            };
+            // SAFETY: slot e of the table, this thread's alone.
+            unsafe { store_shared_f32(offsets + e * 4, f32::from_bits(offset * 2)) };
+            e += FEW_THREADS;
+        }
+    }
+
+    /// Stores at `patch`, by the block's threads in turn, the input patch of the tile
+    /// of `image` whose first output is (`first_row`, `first_column`): `patch_h` rows of
+    /// `patch_w` pixels of `pitch` elements, zero outside x and past its channels.
+    ///
+    /// # Safety
+    /// `x` holds the plan's input, NHWC; `patch` is the plan's patch in shared memory,
+    /// which no other thread accesses before the next barrier.
+    #[inline(always)]
+    pub unsafe fn stage_patch<T: Float16>(
+        plan: &FewChannelsPlan,
+        x: *const T,
+        image: u32,
+        first_row: u32,
+        first_column: u32,
+        patch: u32,
+    ) {
+        let top = (first_row * plan.stride_h).wrapping_sub(plan.pad_h);
+        let left = (first_column * plan.stride_w).wrapping_sub(plan.pad_w);
+        let mut e = thread_idx_x();
+        while e < plan.patch_h * plan.div_patch_row.divisor {
+            let (r, element) = plan.div_patch_row.divmod(e);
+            let (column, i) = plan.div_pitch.divmod(element);
+            let (ih, iw) = (top.wrapping_add(r), left.wrapping_add(column));
+            let bits = if ih < plan.in_h && iw < plan.in_w && i < plan.in_channels {
+                let pixel =
+                    (image as usize * plan.in_h as usize + ih as usize) * plan.in_w as usize + iw as usize;
+                // SAFETY: an element of x inside the image.
+                unsafe { (*x.add(pixel * plan.in_channels as usize + i as usize)).to_bits() }
+            } else {
+                0
+            };
+            // SAFETY: element e of the patch, this thread's alone.
+            unsafe { store_shared_u16(patch + e * 2, bits) };
+            e += FEW_THREADS;
+        }
+    }
+
     /// The block stages its 64 channels' weights and the offset of each pair of K,
     /// then takes its tiles: the patch staged, 2 x 4 products of 16 x 8 per warp and
     /// k-step, each output stored once.
@@ -305,19 +364,9 @@ pub(super) mod kernel {
             unsafe { store_shared_u16(weights + (c * weight_row + element) * 2, bits) };
             e += FEW_THREADS;
         }
-        // The patch offset of each pair of K (0 for K's padding, whose weights are 0).
-        let mut e = t;
-        while e < plan.k / 2 {
-            let (r, j) = plan.div_segment.divmod(2 * e);
-            let offset = if r < plan.kernel_h {
-                r * plan.patch_w * plan.pitch + j
-            } else {
-                0
-            };
-            // SAFETY: slot e of the offsets, this thread's alone.
-            unsafe { store_shared_f32(offsets + e * 4, f32::from_bits(offset * 2)) };
-            e += FEW_THREADS;
-        }
+        // SAFETY: the table's slots, each this thread's alone; read after the barrier at
+        // the first tile.
+        unsafe { stage_pair_offsets(&plan, offsets) };
         // This thread's GEMM rows in the patch (bytes): the warp's tile row, columns g
         // and g + 8 of each m16 tile.
         let row_bytes = plan.patch_w * plan.pitch * 2;
@@ -342,34 +391,16 @@ pub(super) mod kernel {
             })
         });
         let (x, y) = (args.x.as_ptr(), args.y.as_mut_ptr());
-        let patch_elements = plan.patch_h * plan.div_patch_row.divisor;
         let mut tile = block_idx_x();
         while tile < plan.tiles {
             let (rest, column_tile) = plan.div_column_tiles.divmod(tile);
             let (image, row_tile) = plan.div_row_tiles.divmod(rest);
             let (first_row, first_column) = (row_tile * FEW_TILE_ROWS, column_tile * FEW_TILE_COLUMNS);
-            let top = (first_row * plan.stride_h).wrapping_sub(plan.pad_h);
-            let left = (first_column * plan.stride_w).wrapping_sub(plan.pad_w);
             // SAFETY: the whole block; the last tile's patch (or the weights and
             // offsets) were read or written before it.
             unsafe { sync_threads() };
-            let mut e = t;
-            while e < patch_elements {
-                let (r, element) = plan.div_patch_row.divmod(e);
-                let (column, i) = plan.div_pitch.divmod(element);
-                let (ih, iw) = (top.wrapping_add(r), left.wrapping_add(column));
-                let bits = if ih < plan.in_h && iw < plan.in_w && i < plan.in_channels {
-                    let pixel = (image as usize * plan.in_h as usize + ih as usize) * plan.in_w as usize
-                        + iw as usize;
-                    // SAFETY: an element of x inside the image.
-                    unsafe { (*x.add(pixel * plan.in_channels as usize + i as usize)).to_bits() }
-                } else {
-                    0
-                };
-                // SAFETY: element e of the patch, this thread's alone.
-                unsafe { store_shared_u16(patch + e * 2, bits) };
-                e += FEW_THREADS;
-            }
+            // SAFETY: the patch's elements, each this thread's alone.
+            unsafe { stage_patch(&plan, x, image, first_row, first_column, patch) };
             // SAFETY: the whole block; the patch is read after it.
             unsafe { sync_threads() };
             let mut sums = [[[0.0f32; 4]; 4]; 2];

@@ -35,6 +35,7 @@ pub mod direct;
 pub mod epilogue;
 pub mod few_channels;
 pub mod few_channels_input_grad;
+pub mod few_channels_weight_grad;
 #[cfg(target_arch = "nvptx64")]
 mod gather;
 pub mod gemm;
@@ -54,6 +55,7 @@ pub use direct::DirectPlan;
 pub use epilogue::{Activation, ConvEpilogue};
 pub use few_channels::FewChannelsPlan;
 pub use few_channels_input_grad::FewChannelsInputGradPlan;
+pub use few_channels_weight_grad::FewChannelsWeightGradPlan;
 pub use gemm::GemmPlan;
 pub use phases::PhasePlan;
 pub use problem::{ConvPass, ConvProblem, ConvShape, ConvShapeError, FastDiv};
@@ -95,6 +97,7 @@ pub const ENTRY_POINTS: &[&[EntryPoint]] = &[
     stencil::WEIGHT_GRAD_ENTRY_POINTS,
     few_channels::ENTRY_POINTS,
     few_channels_input_grad::ENTRY_POINTS,
+    few_channels_weight_grad::ENTRY_POINTS,
 ];
 
 /// The arithmetic of a convolution of f32 tensors.

@@ -122,6 +122,28 @@ pub unsafe fn load_matrix_x4(address: u32) -> [u32; 4] {
     [a, b, c, d]
 }
 
+/// [`load_matrix_x4`] transposed: every lane receives, of each matrix, the elements
+/// (row `2 (lane % 4)`, column `lane / 4`) and (row `2 (lane % 4) + 1`, the same
+/// column) in one word, the first in its low half:
+/// `ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16`.
+///
+/// # Safety
+/// As [`load_matrix_x4`].
+#[inline(always)]
+pub unsafe fn load_matrix_x4_transposed(address: u32) -> [u32; 4] {
+    let (a, b, c, d): (u32, u32, u32, u32);
+    // SAFETY: the caller guarantees the addresses and the convergence.
+    unsafe {
+        asm!(
+            "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {{{a}, {b}, {c}, {d}}}, [{p}];",
+            p = in(reg32) address,
+            a = out(reg32) a, b = out(reg32) b, c = out(reg32) c, d = out(reg32) d,
+            options(readonly, nostack),
+        )
+    };
+    [a, b, c, d]
+}
+
 /// Two 8 x 8 matrices of 16-bit elements from shared memory, as
 /// [`load_matrix_x4`] with lanes 0 to 15 giving the addresses (the others' are
 /// ignored): `ldmatrix.sync.aligned.m8n8.x2.shared.b16`.

@@ -29,13 +29,13 @@ pub use memory::{
 };
 pub use mma::{
     async_copy, async_copy_cached, async_copy_commit, async_copy_wait, load_matrix_x2, load_matrix_x4,
-    mma_bf16_16x8x16, mma_f16_16x8x16, mma_tf32_16x8x8, to_tf32,
+    load_matrix_x4_transposed, mma_bf16_16x8x16, mma_f16_16x8x16, mma_tf32_16x8x8, to_tf32,
 };
 #[cfg(target_feature = "sm_90")]
 pub use pipeline::{PIPELINE_BARRIER_BYTES, StagePipeline, StageSignal, fence_tensor_map};
 pub use shared::{
-    SharedCarver, load_shared_f32, load_shared_u32, load_shared_v4_f32, shared_base, store_shared_f32,
-    store_shared_u16, store_shared_v2_f32, store_shared_v4_f32,
+    SharedCarver, load_shared_f32, load_shared_u16, load_shared_u32, load_shared_v4_f32, shared_base,
+    store_shared_f32, store_shared_u16, store_shared_v2_f32, store_shared_v4_f32,
 };
 pub use shuffle::{Lane, Shuffle, WARP_SIZE, ballot};
 pub use thread::{

@@ -115,6 +115,25 @@ pub unsafe fn load_shared_u32(address: u32) -> u32 {
     value
 }
 
+/// Loads one 16-bit value from shared memory: `ld.shared.b16`.
+///
+/// # Safety
+/// As [`load_shared_v4_f32`], with 2-byte alignment.
+#[inline(always)]
+pub unsafe fn load_shared_u16(address: u32) -> u16 {
+    let value: u16;
+    // SAFETY: the caller guarantees an aligned address inside the shared allocation.
+    unsafe {
+        asm!(
+            "ld.shared.b16 {v}, [{p}];",
+            p = in(reg32) address,
+            v = out(reg16) value,
+            options(pure, readonly, nostack),
+        )
+    };
+    value
+}
+
 /// Stores one 16-bit value to shared memory: `st.shared.b16`.
 ///
 /// # Safety

@@ -8,19 +8,20 @@
 //! tensors as they are and rounds its output once (a phase's outputs are dx's).
 //! Depthwise convolutions run on the stencil where the TF32 path does (the forward pass
 //! without a residual, the stride-1 input gradient, the weight gradient of 3 x 3 and 5 x
-//! 5 windows), reading 16-bit tensors in either layout. The forward pass and the input
-//! gradient of NHWC convolutions with few input channels (a stem's 3) run on kernels of
-//! their own, which stage each tile's patch of x or dy in shared memory.
+//! 5 windows), reading 16-bit tensors in either layout. The three passes of NHWC
+//! convolutions with few input channels (a stem's 3) run on kernels of their own,
+//! which stage each tile's patch of x or dy in shared memory.
 
 use gpu_kernels::conv::few_channels::FewChannelsKernel;
 use gpu_kernels::conv::few_channels_input_grad::FewChannelsInputGradKernel;
+use gpu_kernels::conv::few_channels_weight_grad::FewChannelsWeightGradKernel;
 use gpu_kernels::conv::reduce::{self, BiasGradKernels, BiasGradPlan, SplitSumArgs, SplitSumKernel};
 use gpu_kernels::conv::stencil::{StencilKernels, StencilWeightGradKernels};
 use gpu_kernels::conv::tensor_core::{ForwardScratch, TensorCoreOperand};
 use gpu_kernels::conv::{
     self as kernel, Activation, ConvAlgorithm, ConvEpilogue, ConvLayout, ConvPass, ConvPrecision,
-    ConvProblem, FewChannelsInputGradPlan, FewChannelsPlan, PhasePlan, StencilPlan, TensorCorePlan,
-    WarpgroupWeightGradPlan, phases, transposed,
+    ConvProblem, FewChannelsInputGradPlan, FewChannelsPlan, FewChannelsWeightGradPlan, PhasePlan,
+    StencilPlan, TensorCorePlan, WarpgroupWeightGradPlan, phases, transposed,
 };
 use gpu_kernels::launch::{DevicePtr, DevicePtrMut, KernelArgs, Launch, ScratchLayout};
 use gpu_kernels::tensor_map::TensorMapPair;
@@ -48,6 +49,9 @@ pub enum SixteenBitWeightGrad {
     Warpgroup(WarpgroupWeightGradPlan),
     /// On the depthwise stencil (3 x 3 and 5 x 5 windows), tensors of this operand.
     Stencil(StencilPlan, TensorCoreOperand),
+    /// On the few-channel kernel (NHWC, a stem's few input channels), tensors of this
+    /// operand.
+    FewChannels(FewChannelsWeightGradPlan, TensorCoreOperand),
 }
 
 impl SixteenBitWeightGrad {
@@ -55,7 +59,7 @@ impl SixteenBitWeightGrad {
     pub const fn operand(&self) -> TensorCoreOperand {
         match self {
             Self::Warpgroup(plan) => plan.operand,
-            Self::Stencil(_, operand) => *operand,
+            Self::Stencil(_, operand) | Self::FewChannels(_, operand) => *operand,
         }
     }
 }
@@ -205,7 +209,8 @@ impl Gpu {
     }
 
     /// The plan of the weight gradient of tensors of `operand`: the depthwise stencil
-    /// where the TF32 path takes it (either layout), else `wgmma` over NHWC tensors.
+    /// where the TF32 path takes it (either layout), the few-channel kernel where it
+    /// takes the problem, else `wgmma` over NHWC tensors.
     fn own_weight_grad_plan(
         &self,
         problem: &ConvProblem,
@@ -215,6 +220,10 @@ impl Gpu {
         let stencil = self.own_stencil_plan(problem, ConvPass::WeightGrad, params.layout);
         if let Some(plan) = stencil.filter(|_| problem.batch > 0) {
             return Some(SixteenBitWeightGrad::Stencil(plan, operand));
+        }
+        if let Some(plan) = FewChannelsWeightGradPlan::new(problem, params.layout, &self.limits()) {
+            log::debug!("conv2d WeightGrad {operand:?} Nhwc {problem:?}: {plan:?}");
+            return Some(SixteenBitWeightGrad::FewChannels(plan, operand));
         }
         if params.layout != ConvLayout::Nhwc {
             return None;
@@ -338,7 +347,8 @@ impl Gpu {
             + SplitSumKernel
             + StencilKernels
             + StencilWeightGradKernels
-            + FewChannelsInputGradKernel,
+            + FewChannelsInputGradKernel
+            + FewChannelsWeightGradKernel,
     {
         let input = match input {
             Some(dx) if !dx.is_empty() => {
@@ -347,7 +357,12 @@ impl Gpu {
             }
             other => other,
         };
-        let weight = match (weight, self.own_weight_grad_plan(problem, params, operand)) {
+        // The few-channel kernel reads dy 16 bytes at a time.
+        let dy_vectors = grad_y.ptr().address().is_multiple_of(16);
+        let weight_plan = self
+            .own_weight_grad_plan(problem, params, operand)
+            .filter(|plan| dy_vectors || !matches!(plan, SixteenBitWeightGrad::FewChannels(..)));
+        let weight = match (weight, weight_plan) {
             (Some(dw), Some(plan)) => {
                 self.weight_grad_16_bit(problem, &plan, x, grad_y, dw)?;
                 None
@@ -504,14 +519,17 @@ impl Gpu {
 
     /// The weight gradient by its 16-bit `plan`, summed in f32 and rounded once into
     /// `dw` (the problem has at least one image).
-    fn weight_grad_16_bit<T: ConvElement + SplitSumKernel + StencilWeightGradKernels>(
+    fn weight_grad_16_bit<T>(
         &self,
         problem: &ConvProblem,
         plan: &SixteenBitWeightGrad,
         x: &DeviceArray<T>,
         grad_y: &DeviceArray<T>,
         dw: &mut DeviceArray<T>,
-    ) -> Result<()> {
+    ) -> Result<()>
+    where
+        T: ConvElement + SplitSumKernel + StencilWeightGradKernels + FewChannelsWeightGradKernel,
+    {
         // Each scratch lives until its sum is launched.
         match plan {
             SixteenBitWeightGrad::Warpgroup(plan) => {
@@ -525,6 +543,10 @@ impl Gpu {
                 self.reduce_into(dw, |dw| {
                     plan.weight_grad_launches(x.ptr(), grad_y.ptr(), partials, dw)
                 })
+            }
+            SixteenBitWeightGrad::FewChannels(plan, _) => {
+                let (_scratch, partials) = self.scratch(plan.scratch())?;
+                self.reduce_into(dw, |dw| plan.launches(x.ptr(), grad_y.ptr(), partials, dw))
             }
         }
     }

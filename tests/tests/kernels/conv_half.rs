@@ -217,9 +217,11 @@ fn conv2d_16_bit_kernels_match_the_rounded_reference() {
         (1, 64, 64, [3, 3], [5, 490], [1, 1], [1, 1], 1, Activation::Relu, true, Nchw, [true, false, false]),
         // Few input channels, on their kernels: 3 at stride 1 staged 4 per pixel (odd
         // windows otherwise), SiLU, rows of 40 (a partial column tile); 2 channels,
-        // 1 x 5, no bias, 6 output channels (its input gradient over f32 copies: dy in
-        // 16-byte vectors). Their weight gradients run over f32 copies.
-        (2, 3, 8, [3, 3], [9, 40], [1, 1], [1, 1], 1, Activation::Silu, true, Nhwc, [true, true, false]),
+        // 1 x 5, no bias, 6 output channels (its gradients over f32 copies: the kernels
+        // read dy in 16-byte vectors).
+        (2, 3, 8, [3, 3], [9, 40], [1, 1], [1, 1], 1, Activation::Silu, true, Nhwc, [true, true, true]),
+        // One tile: the weight gradient in one part.
+        (1, 3, 16, [3, 3], [4, 30], [1, 1], [1, 1], 1, Activation::Relu, false, Nhwc, [true, true, true]),
         (1, 2, 6, [1, 5], [6, 33], [0, 2], [1, 1], 1, Activation::Identity, false, Nhwc, [true, false, false]),
     ];
     // Strided: the forward pass on im2col boxes, the input gradient over dy upsampled
@@ -230,15 +232,16 @@ fn conv2d_16_bit_kernels_match_the_rounded_reference() {
         (4, 128, 64, [1, 1], [28, 28], [0, 0], [2, 2], [true, true, true]),
         (2, 64, 64, [1, 1], [27, 27], [0, 0], [3, 3], [true, true, true]),
         (2, 64, 64, [3, 3], [15, 15], [0, 0], [2, 2], [true, true, true]),
-        // Stems: the forward pass and the input gradient on the few-channel kernels,
-        // the weight gradient over f32 copies. The second with partial tiles of rows
-        // (23 outputs), columns (35) and of its 66 output channels (its input gradient
-        // over f32 copies, on the TF32 path's direct kernel); a third with 4 input
-        // channels, 5 x 3 at strides 3 and 2, its input gradient's phases of 2 and 3
-        // tap rows.
-        (2, 3, 64, [7, 7], [32, 32], [3, 3], [2, 2], [true, true, false]),
+        // Stems, on the few-channel kernels. The second with partial tiles of rows (23
+        // outputs), columns (35) and of its 66 output channels (its gradients over f32
+        // copies, the input gradient on the TF32 path's direct kernel); a third with 4
+        // input channels, 5 x 3 at strides 3 and 2 (its input gradient's phases of 2 and
+        // 3 tap rows); a fourth of 72 output channels (two channel tiles, 8 in the
+        // second).
+        (2, 3, 64, [7, 7], [32, 32], [3, 3], [2, 2], [true, true, true]),
         (1, 3, 66, [7, 7], [45, 70], [3, 3], [2, 2], [true, false, false]),
-        (1, 4, 16, [5, 3], [10, 70], [1, 0], [3, 2], [true, true, false]),
+        (1, 4, 16, [5, 3], [10, 70], [1, 0], [3, 2], [true, true, true]),
+        (2, 3, 72, [7, 7], [20, 24], [3, 3], [2, 2], [true, true, true]),
     ];
     let strided = strided.map(|(batch, input, output, kernel, size, padding, stride, native)| {
         let case = (
@@ -270,8 +273,9 @@ fn conv2d_16_bit_kernels_match_the_rounded_reference() {
     // And a split `wgmma` weight gradient (its sum in vectors of four outputs).
     let mut split_weight_grad = false;
     // And the few-channel kernels': the forward patch's pixels as they are and padded,
-    // the input gradient at stride 1 and at a larger one.
-    let mut few_channel_paths = [false; 4];
+    // the input gradient at stride 1 and at a larger one, the weight gradient in one
+    // part and in several.
+    let mut few_channel_paths = [false; 6];
     for (i, (case, stride)) in all.enumerate() {
         let (
             batch,
@@ -352,6 +356,9 @@ fn conv2d_16_bit_kernels_match_the_rounded_reference() {
             if let Some(SixteenBitInputGrad::FewChannels(plan, _)) = plans.input_grad {
                 few_channel_paths[2 + (plan.stride_h > 1) as usize] = true;
             }
+            if let Some(SixteenBitWeightGrad::FewChannels(plan, _)) = plans.weight_grad {
+                few_channel_paths[4 + (plan.forward.blocks > 1) as usize] = true;
+            }
             stencil_paths[0] |= matches!(plans.forward, Some(SixteenBitForward::Stencil(..)));
             stencil_paths[1] |= matches!(plans.input_grad, Some(SixteenBitInputGrad::Stencil(..)));
             stencil_paths[2] |= matches!(plans.weight_grad, Some(SixteenBitWeightGrad::Stencil(..)));
@@ -379,8 +386,8 @@ fn conv2d_16_bit_kernels_match_the_rounded_reference() {
         "column kernels, 3 x 3 and 5 x 5, the weight gradient"
     );
     assert_eq!(
-        few_channel_paths, [true; 4],
-        "few channels forward, padded or not; input gradient, strided or not"
+        few_channel_paths, [true; 6],
+        "few channels forward, padded or not; input gradient, strided or not; weight gradient, in parts or not"
     );
 }
 
