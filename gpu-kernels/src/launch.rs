@@ -209,6 +209,15 @@ pub struct DeviceLimits {
     pub tensor_maps: bool,
 }
 
+/// An H100's limits, for the plans' tests.
+#[cfg(test)]
+pub(crate) const H100: DeviceLimits = DeviceLimits {
+    multiprocessors: 132,
+    max_shared_bytes_per_block: 227 * 1024,
+    warpgroup_mma: true,
+    tensor_maps: true,
+};
+
 /// Grid, block and dynamic shared memory of one launch.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct LaunchGeometry {

@@ -161,6 +161,15 @@ impl FewChannelsPlan {
         Some(plan)
     }
 
+    /// The image of tile `tile` (image, row of tiles, column of tiles, in that
+    /// order) and its first output row and column.
+    #[inline(always)]
+    pub const fn tile_origin(&self, tile: u32) -> [u32; 3] {
+        let (rest, column_tile) = self.div_column_tiles.divmod(tile);
+        let (image, row_tile) = self.div_row_tiles.divmod(rest);
+        [image, row_tile * FEW_TILE_ROWS, column_tile * FEW_TILE_COLUMNS]
+    }
+
     /// Elements of a staged weight row: K and its padding.
     const fn weight_row(&self) -> u32 {
         self.k + WEIGHT_ROW_PADDING
@@ -393,9 +402,7 @@ pub(super) mod kernel {
         let (x, y) = (args.x.as_ptr(), args.y.as_mut_ptr());
         let mut tile = block_idx_x();
         while tile < plan.tiles {
-            let (rest, column_tile) = plan.div_column_tiles.divmod(tile);
-            let (image, row_tile) = plan.div_row_tiles.divmod(rest);
-            let (first_row, first_column) = (row_tile * FEW_TILE_ROWS, column_tile * FEW_TILE_COLUMNS);
+            let [image, first_row, first_column] = plan.tile_origin(tile);
             // SAFETY: the whole block; the last tile's patch (or the weights and
             // offsets) were read or written before it.
             unsafe { sync_threads() };
@@ -476,12 +483,7 @@ mod tests {
     use super::*;
     use crate::conv::ConvShape;
 
-    const H100: DeviceLimits = DeviceLimits {
-        multiprocessors: 132,
-        max_shared_bytes_per_block: 227 * 1024,
-        warpgroup_mma: true,
-        tensor_maps: true,
-    };
+    use crate::launch::H100;
 
     fn problem(input: [u32; 4], weight: [u32; 4], stride: u32, padding: u32, dilation: u32) -> ConvProblem {
         ConvProblem::new(&ConvShape {

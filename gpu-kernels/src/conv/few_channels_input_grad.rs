@@ -397,12 +397,7 @@ mod tests {
     use super::*;
     use crate::conv::ConvShape;
 
-    const H100: DeviceLimits = DeviceLimits {
-        multiprocessors: 132,
-        max_shared_bytes_per_block: 227 * 1024,
-        warpgroup_mma: true,
-        tensor_maps: true,
-    };
+    use crate::launch::H100;
 
     #[test]
     fn phases_take_every_stride_th_tap() {

@@ -172,9 +172,7 @@ mod kernel {
         let mut sums = [[[0.0f32; 4]; MOST_COLUMN_TILES]; 4];
         let mut tile = block_idx_x();
         while tile < plan.tiles {
-            let (rest, column_tile) = plan.div_column_tiles.divmod(tile);
-            let (image, row_tile) = plan.div_row_tiles.divmod(rest);
-            let (first_row, first_column) = (row_tile * FEW_TILE_ROWS, column_tile * FEW_TILE_COLUMNS);
+            let [image, first_row, first_column] = plan.tile_origin(tile);
             // SAFETY: the whole block; the last tile's dy and patch were read before it.
             unsafe { sync_threads() };
             // dy of the tile's pixels, 8 channels a vector, zero past dy and its channels.
@@ -282,12 +280,7 @@ mod tests {
     use super::*;
     use crate::conv::ConvShape;
 
-    const H100: DeviceLimits = DeviceLimits {
-        multiprocessors: 132,
-        max_shared_bytes_per_block: 227 * 1024,
-        warpgroup_mma: true,
-        tensor_maps: true,
-    };
+    use crate::launch::H100;
 
     fn stem(out_channels: u32) -> ConvProblem {
         ConvProblem::new(&ConvShape {

@@ -282,13 +282,7 @@ pub fn cuda_core_algorithm(problem: &ConvProblem, pass: ConvPass, multiprocessor
 mod tests {
     use super::*;
 
-    /// An H100's limits.
-    const H100: DeviceLimits = DeviceLimits {
-        multiprocessors: 132,
-        max_shared_bytes_per_block: 227 * 1024,
-        warpgroup_mma: true,
-        tensor_maps: true,
-    };
+    use crate::launch::H100;
 
     /// An A100's limits: no `wgmma`, no tensor maps.
     const A100: DeviceLimits = DeviceLimits {

@@ -200,12 +200,7 @@ const fn even_split(reduce: u64, split: u64) -> u64 {
 mod tests {
     use super::*;
 
-    const H100: DeviceLimits = DeviceLimits {
-        multiprocessors: 132,
-        max_shared_bytes_per_block: 227 * 1024,
-        warpgroup_mma: true,
-        tensor_maps: true,
-    };
+    use crate::launch::H100;
 
     fn plan_of(outer: u64, reduce: u64, inner: u64, bytes: usize) -> MinPlan {
         plan(&MinProblem { outer, reduce, inner }, bytes, &H100)

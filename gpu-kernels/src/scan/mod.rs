@@ -310,12 +310,7 @@ impl<T> LaunchStatus<T> {
 mod tests {
     use super::*;
 
-    const H100: DeviceLimits = DeviceLimits {
-        multiprocessors: 132,
-        max_shared_bytes_per_block: 227 * 1024,
-        warpgroup_mma: true,
-        tensor_maps: true,
-    };
+    use crate::launch::H100;
 
     fn plan_of(outer: u64, scan: u64, inner: u64, element_bytes: usize, device: &DeviceLimits) -> ScanPlan {
         plan(&ScanProblem { outer, scan, inner }, element_bytes, device)
