@@ -40,7 +40,7 @@ pub use shared::{
 pub use shuffle::{Lane, Shuffle, WARP_SIZE, ballot};
 pub use thread::{
     arrive_group, block_dim_x, block_idx_x, block_idx_y, block_idx_z, grid_dim_x, grid_dim_z, lane_id,
-    sync_group, sync_threads, thread_idx_x, trap,
+    sync_group, sync_threads, sync_warp, thread_idx_x, trap,
 };
 pub use vector::VectorElement;
 #[cfg(target_feature = "sm_90a")]

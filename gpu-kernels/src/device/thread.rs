@@ -107,6 +107,17 @@ pub unsafe fn arrive_group<const ID: u32>(threads: u32) {
     }
 }
 
+/// Barrier among the 32 lanes of a warp: `bar.warp.sync 0xffffffff` (`__syncwarp()`);
+/// orders the lanes' shared-memory accesses across it.
+///
+/// # Safety
+/// Every lane of the warp must reach it.
+#[inline(always)]
+pub unsafe fn sync_warp() {
+    // SAFETY: the caller guarantees every lane arrives; a compiler memory barrier as above.
+    unsafe { core::arch::asm!("bar.warp.sync 0xffffffff;", options(nostack)) }
+}
+
 /// Stops the kernel with an error the host sees at its next synchronization.
 #[inline(always)]
 pub fn trap() -> ! {

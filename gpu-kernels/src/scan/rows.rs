@@ -1,7 +1,7 @@
 //! The rows kernel: one block per `ROWS_PER_BLOCK` rows of `[outer, scan]`, walking
 //! them tile by tile with a carry; no look-back, no status.
 
-use super::{SHARED_BYTES, ScanOperands, ScanProblem, VECTORS_PER_THREAD};
+use super::{ScanOperands, ScanProblem, VECTORS_PER_THREAD};
 use crate::element::sum_bytes;
 use crate::launch::{DevicePtr, DevicePtrMut, Kernel, Launch, LaunchGeometry, kernel_args};
 
@@ -11,15 +11,15 @@ use crate::launch::{DevicePtr, DevicePtrMut, Kernel, Launch, LaunchGeometry, ker
 pub const ROWS_THREADS: u32 = 512;
 /// Warps per rows block.
 pub const ROWS_WARPS: usize = (ROWS_THREADS / 32) as usize;
+/// Rows blocks an SM holds for 16-bit elements: the launch bounds cap the registers at
+/// 64 a thread, which the wider types would spill (one block an SM holds them).
+pub const ROWS_16_BIT_BLOCKS_PER_SM: u32 = 2;
 /// Rows from which a block per `ROWS_PER_BLOCK` rows fills the GPU many times over
 /// (132 SMs, several blocks each), so that rows at least a tile long need no look-back.
 pub const ROWS_PLAN_MIN_ROWS: u64 = 2048;
 /// Consecutive rows each block scans, the next tile's loads in flight across row ends,
 /// so that a block start exposes a load latency once per so many rows.
 pub const ROWS_PER_BLOCK: u64 = 4;
-
-// The warp totals (8-byte values at most) fit the look-back kernels' shared memory.
-const _: () = assert!(ROWS_THREADS.is_multiple_of(32) && ROWS_WARPS * 8 <= SHARED_BYTES as usize);
 
 /// Elements each rows thread holds: `VECTORS_PER_THREAD` vectors of their sums, so that
 /// 16-bit elements, widened to f32, take as many registers as 4-byte ones (the bf16
@@ -28,6 +28,25 @@ const _: () = assert!(ROWS_THREADS.is_multiple_of(32) && ROWS_WARPS * 8 <= SHARE
 pub const fn rows_items(element_bytes: usize) -> usize {
     VECTORS_PER_THREAD * 16 / sum_bytes(element_bytes)
 }
+
+/// 128-bit vectors of one thread's run: 2 for 16-bit elements, 4 for the others.
+pub const fn rows_vectors(element_bytes: usize) -> usize {
+    rows_items(element_bytes) * element_bytes / 16
+}
+
+/// Dynamic shared memory of a rows block: each warp's transpose buffer of 32 runs,
+/// then the warp totals (8 bytes at most each).
+pub const fn rows_shared_bytes(element_bytes: usize) -> u32 {
+    (ROWS_WARPS * 32 * rows_vectors(element_bytes) * 16 + ROWS_WARPS * 8) as u32
+}
+
+const _: () = assert!(ROWS_THREADS.is_multiple_of(32) && ROWS_THREADS * ROWS_16_BIT_BLOCKS_PER_SM <= 2048);
+// The swizzle of the transpose buffers needs a power-of-two count of vectors a run.
+const _: () = assert!(
+    rows_vectors(2).is_power_of_two()
+        && rows_vectors(4).is_power_of_two()
+        && rows_vectors(8).is_power_of_two()
+);
 
 /// Many long rows of whole 128-bit runs: a block per `ROWS_PER_BLOCK` rows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -61,12 +80,12 @@ kernel_args! {
         const ROWS_REVERSE = "scan_rows_reverse_i64" => kernel::rows::<i64, { rows_items(8) }, true>;
     }
     impl RowsKernel for half::bf16 {
-        const ROWS = "scan_rows_bf16" => kernel::rows::<half::bf16, { rows_items(2) }, false>;
-        const ROWS_REVERSE = "scan_rows_reverse_bf16" => kernel::rows::<half::bf16, { rows_items(2) }, true>;
+        const ROWS = "scan_rows_bf16" => kernel::rows::<half::bf16, { rows_items(2) }, false>, bounds(ROWS_THREADS, ROWS_16_BIT_BLOCKS_PER_SM);
+        const ROWS_REVERSE = "scan_rows_reverse_bf16" => kernel::rows::<half::bf16, { rows_items(2) }, true>, bounds(ROWS_THREADS, ROWS_16_BIT_BLOCKS_PER_SM);
     }
     impl RowsKernel for half::f16 {
-        const ROWS = "scan_rows_f16" => kernel::rows::<half::f16, { rows_items(2) }, false>;
-        const ROWS_REVERSE = "scan_rows_reverse_f16" => kernel::rows::<half::f16, { rows_items(2) }, true>;
+        const ROWS = "scan_rows_f16" => kernel::rows::<half::f16, { rows_items(2) }, false>, bounds(ROWS_THREADS, ROWS_16_BIT_BLOCKS_PER_SM);
+        const ROWS_REVERSE = "scan_rows_reverse_f16" => kernel::rows::<half::f16, { rows_items(2) }, true>, bounds(ROWS_THREADS, ROWS_16_BIT_BLOCKS_PER_SM);
     }
     entry points in ENTRY_POINTS;
 }
@@ -87,7 +106,7 @@ impl RowsPlan {
             T::ROWS
         };
         let geometry = LaunchGeometry::linear(self.rows.div_ceil(ROWS_PER_BLOCK), ROWS_THREADS)
-            .with_shared(SHARED_BYTES);
+            .with_shared(rows_shared_bytes(size_of::<T>()));
         Launch::new(
             kernel,
             geometry,
@@ -105,32 +124,163 @@ impl RowsPlan {
 mod kernel {
     use super::*;
     use crate::block::ScanOp;
-    use crate::device::{SharedCarver, block_dim_x, block_idx_x, sync_threads, thread_idx_x};
+    use crate::device::{
+        SharedCarver, block_dim_x, block_idx_x, lane_id, load_global_v4, load_shared_v4_f32, shared_base,
+        store_global_v4, store_shared_v4_f32, sync_threads, sync_warp, thread_idx_x,
+    };
     use crate::scan::EXCLUSIVE;
-    use crate::scan::tile::{ScanValue, ZERO_RUN, load_run, narrow_run, scan_tile, store_run, widen_run};
+    use crate::scan::tile::{RunWords, ScanValue, ZERO_RUN, narrow_run, scan_tile, widen_run};
+
+    /// Each warp's 32 runs of a tile travel between memory and registers as 128-bit
+    /// vectors consecutive across the lanes (vector `j` of lane `l` is the warp's vector
+    /// `32 j + l`: one 512-byte request a warp instruction), and pass through the warp's
+    /// buffer in shared memory to and from the lanes that scan them, a run each. Loaded
+    /// a run a lane, each warp instruction touched every sector twice: on the H200 the L2
+    /// ran at 95% of its throughput with the memory at 70% of its own.
+    struct WarpRuns {
+        /// The warp's buffer in shared memory, `32 * vectors` vectors.
+        buffer: u32,
+        /// 128-bit vectors a run.
+        vectors: u32,
+        /// Physical position of the warp's first element (wrapping: a reversed tile that
+        /// passes the row's start begins before it).
+        start: u64,
+        /// The runs, in physical order, inside the row: `valid.0..valid.1`.
+        valid: (u32, u32),
+    }
+
+    impl WarpRuns {
+        /// The shared address of vector `v` of the buffer. A lane reading its run takes
+        /// vectors `vectors * lane + j`; the XOR spreads each 8 lanes' vectors over all
+        /// 32 banks, and keeps the vectors of a striped access on distinct ones.
+        #[inline(always)]
+        fn slot(&self, v: u32) -> u32 {
+            self.buffer + (v ^ ((v >> 3) & (self.vectors - 1))) * 16
+        }
+
+        /// Whether the warp's vector `v` lies inside the row.
+        #[inline(always)]
+        fn holds(&self, v: u32) -> bool {
+            let run = v / self.vectors;
+            self.valid.0 <= run && run < self.valid.1
+        }
+
+        /// The lane's striped vectors (zero outside the row).
+        ///
+        /// # Safety
+        /// `x` holds the valid runs' elements, 16-byte aligned.
+        #[inline(always)]
+        unsafe fn load<T: ScanValue>(&self, x: *const T) -> RunWords {
+            let mut words = ZERO_RUN;
+            for (j, vector) in words.iter_mut().enumerate().take(self.vectors as usize) {
+                let v = 32 * j as u32 + lane_id();
+                if self.holds(v) {
+                    let at = self.start.wrapping_add(v as u64 * T::PER_VECTOR as u64);
+                    // SAFETY: a valid run's vector, inside the row and aligned.
+                    *vector = unsafe { load_global_v4(x.add(at as usize) as *const u32) };
+                }
+            }
+            words
+        }
+
+        /// Stores the lane's striped vectors that lie inside the row.
+        ///
+        /// # Safety
+        /// As [`WarpRuns::load`], writable.
+        #[inline(always)]
+        unsafe fn store<T: ScanValue>(&self, y: *mut T, words: &RunWords) {
+            for (j, &vector) in words.iter().enumerate().take(self.vectors as usize) {
+                let v = 32 * j as u32 + lane_id();
+                if self.holds(v) {
+                    let at = self.start.wrapping_add(v as u64 * T::PER_VECTOR as u64);
+                    // SAFETY: a valid run's vector, inside the row and aligned.
+                    unsafe { store_global_v4(y.add(at as usize) as *mut u32, vector) };
+                }
+            }
+        }
+
+        /// Run `run` (in physical order) of the warp's striped vectors.
+        ///
+        /// # Safety
+        /// Every lane of the warp calls it, and nothing else uses the buffer meanwhile.
+        #[inline(always)]
+        unsafe fn gather(&self, striped: &RunWords, run: u32) -> RunWords {
+            let mut words = ZERO_RUN;
+            // SAFETY: the buffer is this warp's; the warp barriers order its lanes'
+            // writes after the previous use's reads, and the reads after the writes.
+            unsafe {
+                sync_warp();
+                for (j, &vector) in striped.iter().enumerate().take(self.vectors as usize) {
+                    store_shared_v4_f32(self.slot(32 * j as u32 + lane_id()), vector.map(f32::from_bits));
+                }
+                sync_warp();
+                for (j, vector) in words.iter_mut().enumerate().take(self.vectors as usize) {
+                    *vector = load_shared_v4_f32(self.slot(self.vectors * run + j as u32)).map(f32::to_bits);
+                }
+            }
+            words
+        }
+
+        /// The inverse of [`WarpRuns::gather`]: the lane's striped vectors, of the runs
+        /// each lane holds.
+        ///
+        /// # Safety
+        /// As [`WarpRuns::gather`].
+        #[inline(always)]
+        unsafe fn scatter(&self, run_words: &RunWords, run: u32) -> RunWords {
+            let mut words = ZERO_RUN;
+            // SAFETY: as in `gather`.
+            unsafe {
+                sync_warp();
+                for (j, &vector) in run_words.iter().enumerate().take(self.vectors as usize) {
+                    store_shared_v4_f32(
+                        self.slot(self.vectors * run + j as u32),
+                        vector.map(f32::from_bits),
+                    );
+                }
+                sync_warp();
+                for (j, vector) in words.iter_mut().enumerate().take(self.vectors as usize) {
+                    *vector = load_shared_v4_f32(self.slot(32 * j as u32 + lane_id())).map(f32::to_bits);
+                }
+            }
+            words
+        }
+    }
 
     /// Scans `ROWS_PER_BLOCK` consecutive rows per block (fewer in the last block), tile
     /// by tile, carrying each row's running sum: each tile is a block scan of `ITEMS`
-    /// consecutive elements per thread (128-bit loads and stores), then a barrier before
-    /// the next tile reuses the warp totals. The next tile's loads, of this row or the
-    /// next, go out before the current tile's scan.
+    /// consecutive elements per thread (a run; lane `l` of a warp takes the warp's run
+    /// `l`, reversed `31 - l`), then a barrier before the next tile reuses the warp
+    /// totals. Loads and stores are 128-bit and consecutive across the lanes (see
+    /// `WarpRuns`). The next tile's loads, of this row or the next, go out before the
+    /// current tile's scan.
     ///
     /// # Safety
     /// `x` and `y` hold `outer * scan` elements, 16-byte aligned (they may be the same
     /// array); `scan` is a multiple of `ITEMS`; blocks of `ROWS_THREADS`, as many as
-    /// cover `outer` rows by `ROWS_PER_BLOCK`, with `SHARED_BYTES` of dynamic shared
+    /// cover `outer` rows by `ROWS_PER_BLOCK`, with `rows_shared_bytes` of dynamic shared
     /// memory.
     #[inline(always)]
     pub unsafe fn rows<T: ScanValue, const ITEMS: usize, const REVERSE_ORDER: bool>(args: RowsArgs<T>) {
         let (x, y) = (args.x.as_ptr(), args.y.as_mut_ptr());
         let ScanProblem { outer, scan, .. } = args.problem;
+        let vectors = (ITEMS / T::PER_VECTOR) as u32;
+        let warp = thread_idx_x() / 32;
+        let buffer_bytes = ROWS_WARPS * 32 * vectors as usize * 16;
         let mut carver = SharedCarver::new();
-        // SAFETY: SHARED_BYTES covers ROWS_WARPS sums.
-        let warp_totals: *mut T::Sum = unsafe { carver.take(ROWS_WARPS) };
+        // SAFETY: rows_shared_bytes covers the warps' buffers, then ROWS_WARPS sums.
+        let warp_totals: *mut T::Sum = unsafe {
+            carver.take::<u8>(buffer_bytes);
+            carver.take(ROWS_WARPS)
+        };
+        let buffer = shared_base() + warp * 32 * vectors * 16;
         let first_row = block_idx_x() as u64 * ROWS_PER_BLOCK;
         let end_row = (first_row + ROWS_PER_BLOCK).min(outer);
         let exclusive = args.options & EXCLUSIVE != 0;
         let tile = ITEMS as u64 * block_dim_x() as u64;
+        let warp_items = 32 * ITEMS as u64;
+        // The lane's run, in the warp's physical order.
+        let own_run = if REVERSE_ORDER { 31 - lane_id() } else { lane_id() };
         // The tile after the one at `tile_start` of `row`: the row's next, or the next
         // row's first.
         let advance = |(row, tile_start): (u64, u64)| {
@@ -140,48 +290,58 @@ mod kernel {
                 (row + 1, 0)
             }
         };
-        // This thread's run of a tile: its physical start, aligned (ITEMS and scan are
-        // multiples of PER_VECTOR; logical `q` is physical `scan - 1 - q` reversed), or
-        // none past the row's end (rows hold whole runs: scan is a multiple of ITEMS) or
-        // past the block's last row.
-        let run = |(row, tile_start): (u64, u64)| {
-            let first = tile_start + thread_idx_x() as u64 * ITEMS as u64;
-            (row < end_row && first < scan).then(|| {
-                row * scan
-                    + if REVERSE_ORDER {
-                        scan - first - ITEMS as u64
-                    } else {
-                        first
-                    }
-            })
-        };
-        let load = |start: Option<u64>| match start {
-            // SAFETY: the run lies inside the row, 16-byte aligned.
-            Some(start) => unsafe { load_run::<T, ITEMS>(x, start) },
-            None => ZERO_RUN,
+        // The warp's runs of a tile: logically from `first`, those before the row's end
+        // valid (scan is a multiple of ITEMS), none past the block's last row; logical
+        // `q` is physical `scan - 1 - q` reversed.
+        let runs = |(row, tile_start): (u64, u64)| {
+            let first = tile_start + warp as u64 * warp_items;
+            let inside = if row < end_row {
+                (scan.saturating_sub(first) / ITEMS as u64).min(32) as u32
+            } else {
+                0
+            };
+            let (start, valid) = if REVERSE_ORDER {
+                (
+                    (row * scan + scan).wrapping_sub(first + warp_items),
+                    (32 - inside, 32),
+                )
+            } else {
+                (row * scan + first, (0, inside))
+            };
+            WarpRuns {
+                buffer,
+                vectors,
+                start,
+                valid,
+            }
         };
         let mut carry = T::Sum::identity();
         let mut at = (first_row, 0);
-        let mut start = run(at);
-        let mut words = load(start);
+        let mut current = runs(at);
+        // SAFETY: the valid runs lie inside the rows, 16-byte aligned.
+        let mut words = unsafe { current.load(x) };
         while at.0 < end_row {
             // The next tile's loads go out before this tile's scan and stores.
             let next = advance(at);
-            let next_start = run(next);
-            let next_words = load(next_start);
+            let next_runs = runs(next);
+            // SAFETY: as above.
+            let next_words = unsafe { next_runs.load(x) };
             if at.1 == 0 {
                 carry = T::Sum::identity();
             }
-            let mut items = widen_run::<T, ITEMS, REVERSE_ORDER>(&words);
+            // SAFETY: every lane of every warp calls it; the buffer is the warp's.
+            let run_words = unsafe { current.gather(&words, own_run) };
+            let mut items = widen_run::<T, ITEMS, REVERSE_ORDER>(&run_words);
             // SAFETY: every thread calls it; the warp totals are this block's.
             let total =
                 unsafe { scan_tile::<_, ITEMS, ROWS_WARPS>(&mut items, carry, exclusive, warp_totals) };
-            if let Some(start) = start {
-                // SAFETY: the run lies inside the row, 16-byte aligned.
-                unsafe { store_run::<T, ITEMS>(y, start, &narrow_run::<T, ITEMS, REVERSE_ORDER>(&items)) };
+            // SAFETY: as `gather`; then the valid runs, inside the rows.
+            unsafe {
+                let striped = current.scatter(&narrow_run::<T, ITEMS, REVERSE_ORDER>(&items), own_run);
+                current.store(y, &striped);
             }
             carry = carry.combine(total);
-            (words, start, at) = (next_words, next_start, next);
+            (words, current, at) = (next_words, next_runs, next);
             // SAFETY: every thread reaches it; the next tile rewrites the warp totals.
             unsafe { sync_threads() };
         }
