@@ -199,51 +199,53 @@ mod kernel {
             }
         }
 
-        /// Run `run` (in physical order) of the warp's striped vectors.
+        /// Passes the lane's vectors through the warp's buffer: vector `j` goes to slot
+        /// `written(j)`, and vector `j` returned comes from slot `read(j)`.
         ///
         /// # Safety
         /// Every lane of the warp calls it, and nothing else uses the buffer meanwhile.
         #[inline(always)]
-        unsafe fn gather(&self, striped: &RunWords, run: u32) -> RunWords {
-            let mut words = ZERO_RUN;
+        unsafe fn exchange(
+            &self,
+            words: &RunWords,
+            written: impl Fn(u32) -> u32,
+            read: impl Fn(u32) -> u32,
+        ) -> RunWords {
+            let mut exchanged = ZERO_RUN;
             // SAFETY: the buffer is this warp's; the warp barriers order its lanes'
             // writes after the previous use's reads, and the reads after the writes.
             unsafe {
                 sync_warp();
-                for (j, &vector) in striped.iter().enumerate().take(self.vectors as usize) {
-                    store_shared_v4_f32(self.slot(32 * j as u32 + lane_id()), vector.map(f32::from_bits));
+                for (j, &vector) in words.iter().enumerate().take(self.vectors as usize) {
+                    store_shared_v4_f32(self.slot(written(j as u32)), vector.map(f32::from_bits));
                 }
                 sync_warp();
-                for (j, vector) in words.iter_mut().enumerate().take(self.vectors as usize) {
-                    *vector = load_shared_v4_f32(self.slot(self.vectors * run + j as u32)).map(f32::to_bits);
+                for (j, vector) in exchanged.iter_mut().enumerate().take(self.vectors as usize) {
+                    *vector = load_shared_v4_f32(self.slot(read(j as u32))).map(f32::to_bits);
                 }
             }
-            words
+            exchanged
+        }
+
+        /// Run `run` (in physical order) of the warp's striped vectors.
+        ///
+        /// # Safety
+        /// As [`WarpRuns::exchange`].
+        #[inline(always)]
+        unsafe fn gather(&self, striped: &RunWords, run: u32) -> RunWords {
+            // SAFETY: forwarded.
+            unsafe { self.exchange(striped, |j| 32 * j + lane_id(), |j| self.vectors * run + j) }
         }
 
         /// The inverse of [`WarpRuns::gather`]: the lane's striped vectors, of the runs
         /// each lane holds.
         ///
         /// # Safety
-        /// As [`WarpRuns::gather`].
+        /// As [`WarpRuns::exchange`].
         #[inline(always)]
         unsafe fn scatter(&self, run_words: &RunWords, run: u32) -> RunWords {
-            let mut words = ZERO_RUN;
-            // SAFETY: as in `gather`.
-            unsafe {
-                sync_warp();
-                for (j, &vector) in run_words.iter().enumerate().take(self.vectors as usize) {
-                    store_shared_v4_f32(
-                        self.slot(self.vectors * run + j as u32),
-                        vector.map(f32::from_bits),
-                    );
-                }
-                sync_warp();
-                for (j, vector) in words.iter_mut().enumerate().take(self.vectors as usize) {
-                    *vector = load_shared_v4_f32(self.slot(32 * j as u32 + lane_id())).map(f32::to_bits);
-                }
-            }
-            words
+            // SAFETY: forwarded.
+            unsafe { self.exchange(run_words, |j| self.vectors * run + j, |j| 32 * j + lane_id()) }
         }
     }
 
