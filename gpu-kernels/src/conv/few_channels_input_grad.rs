@@ -395,7 +395,7 @@ mod kernel {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::conv::ConvShape;
+    use crate::conv::stem_problem;
 
     use crate::launch::H100;
 
@@ -426,15 +426,7 @@ mod tests {
 
     #[test]
     fn a_stem_stages_a_patch_of_dy_for_every_phase() {
-        let stem = ConvProblem::new(&ConvShape {
-            input: [32, 3, 224, 224],
-            weight: [64, 3, 7, 7],
-            stride: [2, 2],
-            padding: [3, 3],
-            dilation: [1, 1],
-            groups: 1,
-        })
-        .expect("the stem");
+        let stem = stem_problem(64);
         let plan = FewChannelsInputGradPlan::new(&stem, ConvLayout::Nhwc, &H100).expect("the stem's");
         // dy rows from one above the tile's first phase row to two below its last.
         assert_eq!((plan.patch_top as i32, plan.patch_h, plan.patch_w), (-1, 7, 35));

@@ -278,25 +278,14 @@ mod kernel {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::conv::ConvShape;
+    use crate::conv::stem_problem;
 
     use crate::launch::H100;
 
-    fn stem(out_channels: u32) -> ConvProblem {
-        ConvProblem::new(&ConvShape {
-            input: [32, 3, 224, 224],
-            weight: [out_channels, 3, 7, 7],
-            stride: [2, 2],
-            padding: [3, 3],
-            dilation: [1, 1],
-            groups: 1,
-        })
-        .expect("a stem")
-    }
-
     #[test]
     fn a_stem_sums_a_part_per_sm() {
-        let plan = FewChannelsWeightGradPlan::new(&stem(64), ConvLayout::Nhwc, &H100).expect("the stem's");
+        let plan =
+            FewChannelsWeightGradPlan::new(&stem_problem(64), ConvLayout::Nhwc, &H100).expect("the stem's");
         assert_eq!((plan.forward.k, plan.forward.blocks), (160, 132));
         // 132 parts of 64 x 7 x 7 x 3 weights.
         assert_eq!(plan.scratch().bytes, 132 * 9408 * 4);
@@ -307,7 +296,7 @@ mod tests {
         );
         // dy is read 8 channels at a time.
         assert_eq!(
-            FewChannelsWeightGradPlan::new(&stem(66), ConvLayout::Nhwc, &H100),
+            FewChannelsWeightGradPlan::new(&stem_problem(66), ConvLayout::Nhwc, &H100),
             None
         );
     }

@@ -278,6 +278,21 @@ pub fn cuda_core_algorithm(problem: &ConvProblem, pass: ConvPass, multiprocessor
     }
 }
 
+/// The layer suite's stem (R7) with `out_channels`: x 32 x 3 x 224 x 224, a 7 x 7
+/// window at stride 2, padding 3; for the plans' tests.
+#[cfg(test)]
+pub(crate) fn stem_problem(out_channels: u32) -> ConvProblem {
+    ConvProblem::new(&ConvShape {
+        input: [32, 3, 224, 224],
+        weight: [out_channels, 3, 7, 7],
+        stride: [2, 2],
+        padding: [3, 3],
+        dilation: [1, 1],
+        groups: 1,
+    })
+    .expect("a stem is a valid problem")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -539,15 +554,7 @@ mod tests {
 
     #[test]
     fn the_implicit_gemm_forward_writes_the_tensors_layout() {
-        let problem = ConvProblem::new(&ConvShape {
-            input: [32, 3, 224, 224],
-            weight: [64, 3, 7, 7],
-            stride: [2, 2],
-            padding: [3, 3],
-            dilation: [1, 1],
-            groups: 1,
-        })
-        .expect("the stem is a valid problem");
+        let problem = stem_problem(64);
         let h100 = H100;
         for layout in [ConvLayout::Nchw, ConvLayout::Nhwc] {
             let forward = algorithm(&problem, ConvPass::Forward, ConvPrecision::Fp32, layout, &h100);
