@@ -252,7 +252,7 @@ mod kernel {
     use super::*;
     use crate::conv::few_channels::kernel::FewChannelsElement;
     use crate::device::{
-        block_idx_x, grid_dim_x, load_global_nc_v4, load_matrix_x2, load_matrix_x4, shared_base,
+        Float16, block_idx_x, grid_dim_x, load_global_nc_v4, load_matrix_x2, load_matrix_x4, shared_base,
         store_shared_u16, store_shared_v4_f32, sync_threads, thread_idx_x,
     };
 
@@ -263,7 +263,7 @@ mod kernel {
     /// dy, w and dx hold the plan's tensors, NHWC, dy 16-byte aligned; the launch is
     /// [`FewChannelsInputGradPlan::launch`]'s.
     #[inline(always)]
-    pub unsafe fn input_grad<T: FewChannelsElement>(args: FewChannelsInputGradArgs<T>) {
+    pub unsafe fn input_grad<T: FewChannelsElement + Float16>(args: FewChannelsInputGradArgs<T>) {
         let plan = args.plan;
         let t = thread_idx_x();
         let (lane, warp) = (t % 32, t / 32);

@@ -37,7 +37,7 @@ impl FewChannelsWeightGradPlan {
     /// The plan of `problem`'s weight gradient over NHWC tensors, where the forward
     /// kernel takes the problem and the output channels come in whole 16-byte vectors.
     pub const fn new(problem: &ConvProblem, layout: ConvLayout, device: &DeviceLimits) -> Option<Self> {
-        let Some(mut forward) = FewChannelsPlan::new(problem, layout, device) else {
+        let Some(mut forward) = FewChannelsPlan::new(problem, layout, device, 2) else {
             return None;
         };
         if !problem.out_channels.is_multiple_of(8) {
@@ -77,7 +77,7 @@ impl FewChannelsWeightGradPlan {
     /// Shared-memory offsets of the table of K's pairs and of the patch.
     const fn shared_offsets(&self) -> [u32; 2] {
         let offsets = TILE_PIXELS * DY_ROW * 2;
-        [offsets, offsets + self.forward.k / 2 * 4]
+        [offsets, offsets + self.forward.k_words() * 4]
     }
 
     /// The launches over x and dy of `T`: a gradient per block into `partials` (laid out
@@ -130,7 +130,7 @@ pub trait FewChannelsWeightGradKernel: Sized {
 mod kernel {
     use super::*;
     use crate::conv::few_channels::FEW_MAX_K;
-    use crate::conv::few_channels::kernel::{FewChannelsElement, stage_pair_offsets, stage_patch};
+    use crate::conv::few_channels::kernel::{FewChannelsElement, stage_patch, stage_word_offsets};
     use crate::device::{
         block_idx_x, block_idx_y, grid_dim_x, load_global_nc_v4, load_matrix_x4_transposed, load_shared_u16,
         load_shared_u32, shared_base, store_shared_v4_f32, sync_threads, thread_idx_x,
@@ -156,10 +156,10 @@ mod kernel {
         let first_channel = block_idx_y() * FEW_TILE_CHANNELS;
         let dy_tile = shared_base();
         let offsets = dy_tile + TILE_PIXELS * DY_ROW * 2;
-        let patch = offsets + plan.k / 2 * 4;
+        let patch = offsets + plan.k_words() * 4;
         // SAFETY: the table's slots, each this thread's alone; read after the barrier
         // at the first tile.
-        unsafe { stage_pair_offsets(&plan, offsets) };
+        unsafe { stage_word_offsets::<T>(&plan, offsets) };
         // The warp's columns of K: tiles of 8, every 8th from the warp's.
         let column_tiles = plan.k / 8;
         let row_bytes = plan.patch_w * plan.pitch * 2;

@@ -150,6 +150,8 @@ pub enum ConvAlgorithm {
     Stencil(StencilPlan),
     /// The strided input gradient by phases, each a forward pass on the tensor cores.
     Phases(PhasePlan),
+    /// The TF32 forward pass of a stem (at most 4 input channels, NHWC) on `mma.sync`.
+    FewChannels(FewChannelsPlan),
 }
 
 /// How a pass runs on the CUDA cores, in FP32.
@@ -180,6 +182,7 @@ impl ConvAlgorithm {
             ConvAlgorithm::Direct(plan) => plan.layout(),
             ConvAlgorithm::Stencil(plan) => plan.layout(),
             ConvAlgorithm::Phases(plan) => plan.layout(),
+            ConvAlgorithm::FewChannels(_) => ConvLayout::Nhwc,
         }
     }
 
@@ -199,7 +202,8 @@ impl ConvAlgorithm {
 /// channel per group, and for the input gradient of few
 /// input channels per group; the strided input gradient by phases where
 /// [`PhasePlan::of`] takes it (on the tensor cores in TF32, over NCHW tensors in FP32);
-/// in TF32, the tensor cores: in the tensors' layout for the
+/// in TF32, the tensor cores: the few-channel kernel for the forward pass of a stem
+/// over NHWC tensors, else the tensors' layout for the
 /// forward pass, and for the input gradient where it is the forward pass of
 /// [`ConvProblem::input_grad_as_forward`] (the plan is that problem's), for the weight
 /// gradient on `wgmma` in the tensors' layout where it suits the problem, else on
@@ -255,6 +259,11 @@ pub fn algorithm(
                 };
             }
         };
+        if pass == ConvPass::Forward
+            && let Some(plan) = FewChannelsPlan::new(problem, layout, device, 4)
+        {
+            return ConvAlgorithm::FewChannels(plan);
+        }
         if let Some(forward) = forward {
             return ConvAlgorithm::TensorCore(TensorCorePlan::forward(&forward, layout, device));
         }
@@ -612,6 +621,47 @@ mod tests {
                 "{layout:?}"
             );
             assert!(matches!(grad(&a100), ConvAlgorithm::TensorCoreWeightGrad(_)));
+        }
+    }
+
+    #[test]
+    fn tf32_stems_take_the_few_channel_forward_over_nhwc() {
+        // R7: x 32 x 3 x 224 x 224, w 64 x 3 x 7 x 7, stride 2, padding 3.
+        let stem = ConvProblem::new(&ConvShape {
+            input: [32, 3, 224, 224],
+            weight: [64, 3, 7, 7],
+            stride: [2, 2],
+            padding: [3, 3],
+            dilation: [1, 1],
+            groups: 1,
+        })
+        .expect("the stem is a valid problem");
+        let forward = |precision, layout| algorithm(&stem, ConvPass::Forward, precision, layout, &H100);
+        let ConvAlgorithm::FewChannels(plan) = forward(ConvPrecision::Tf32, ConvLayout::Nhwc) else {
+            panic!(
+                "the TF32 NHWC stem took {:?}",
+                forward(ConvPrecision::Tf32, ConvLayout::Nhwc)
+            );
+        };
+        // f32 elements: no pair alignment, segments of 7 x 3 = 21, K = 147 padded to 152.
+        assert_eq!(
+            (plan.element_bytes, plan.pitch, plan.k, plan.k_words()),
+            (4, 3, 152, 152)
+        );
+        assert!(matches!(
+            forward(ConvPrecision::Tf32, ConvLayout::Nchw),
+            ConvAlgorithm::TensorCore(_)
+        ));
+        assert!(!matches!(
+            forward(ConvPrecision::Fp32, ConvLayout::Nhwc),
+            ConvAlgorithm::FewChannels(_)
+        ));
+        for pass in [ConvPass::InputGrad, ConvPass::WeightGrad] {
+            let other = algorithm(&stem, pass, ConvPrecision::Tf32, ConvLayout::Nhwc, &H100);
+            assert!(
+                !matches!(other, ConvAlgorithm::FewChannels(_)),
+                "{pass:?}: {other:?}"
+            );
         }
     }
 }

@@ -442,6 +442,14 @@ impl Gpu {
             ConvAlgorithm::TensorCore(plan) => {
                 self.tensor_core_forward(problem, plan, x, Weights::AsGiven(w), epilogue, y)
             }
+            // y is stored in 8-byte pairs; an unaligned view takes the general kernels.
+            ConvAlgorithm::FewChannels(plan) if y.address().is_multiple_of(8) => {
+                self.launch(&plan.launch(x, w, epilogue, y))
+            }
+            ConvAlgorithm::FewChannels(_) => {
+                let plan = TensorCorePlan::forward(problem, ConvLayout::Nhwc, &self.limits());
+                self.tensor_core_forward(problem, plan, x, Weights::AsGiven(w), epilogue, y)
+            }
             ConvAlgorithm::TensorCoreWeightGrad(_)
             | ConvAlgorithm::WarpgroupWeightGrad(_)
             | ConvAlgorithm::Phases(_) => Err(invalid(
@@ -744,7 +752,8 @@ impl Gpu {
             ConvAlgorithm::ImplicitGemm(_)
             | ConvAlgorithm::Winograd(_)
             | ConvAlgorithm::TensorCoreWeightGrad(_)
-            | ConvAlgorithm::WarpgroupWeightGrad(_) => {
+            | ConvAlgorithm::WarpgroupWeightGrad(_)
+            | ConvAlgorithm::FewChannels(_) => {
                 return Ok(Some(dx));
             }
         }

@@ -145,7 +145,7 @@ impl Gpu {
         if let Some(plan) = self.own_stencil_plan(problem, ConvPass::Forward, params.layout) {
             return Some(SixteenBitForward::Stencil(plan, operand));
         }
-        if let Some(plan) = FewChannelsPlan::new(problem, params.layout, &self.limits()) {
+        if let Some(plan) = FewChannelsPlan::new(problem, params.layout, &self.limits(), 2) {
             log::debug!("conv2d Forward {operand:?} Nhwc {problem:?}: {plan:?}");
             return Some(SixteenBitForward::FewChannels(plan, operand));
         }

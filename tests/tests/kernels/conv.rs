@@ -379,6 +379,8 @@ fn every_conv_kernel_matches_the_reference_on_fixed_cases() {
         DirectStaged,
         /// The depthwise stencil (forward, and the input gradient at stride 1).
         Stencil,
+        /// The TF32 forward pass of few input channels (a stem) over NHWC tensors.
+        FewChannels,
         /// The depthwise stencil's column kernels (NHWC, stride 1, 3 x 3 and 5 x 5, every
         /// pass).
         StencilColumns,
@@ -393,11 +395,11 @@ fn every_conv_kernel_matches_the_reference_on_fixed_cases() {
         SplitWarpgroupGrad,
     }
     use Path::{
-        Direct, DirectStaged, Gemm, Phases, SplitGemm, SplitTensorCoreBoxesNarrow, SplitTensorCoreBulkNarrow,
-        SplitTensorCoreGrad, SplitTensorCoreScalar, SplitTensorCoreStrips, SplitWarpgroupGrad, Stencil,
-        StencilColumns, TensorCore, TensorCoreBoxes, TensorCoreBoxesNarrow, TensorCoreBulk,
-        TensorCoreBulkFromNchw, TensorCoreBulkFromNchwNarrow, TensorCoreBulkNarrow, TensorCoreGrad,
-        TensorCoreGradScalar, TensorCoreScalar, TensorCoreStrips, WarpgroupGrad, Winograd,
+        Direct, DirectStaged, FewChannels, Gemm, Phases, SplitGemm, SplitTensorCoreBoxesNarrow,
+        SplitTensorCoreBulkNarrow, SplitTensorCoreGrad, SplitTensorCoreScalar, SplitTensorCoreStrips,
+        SplitWarpgroupGrad, Stencil, StencilColumns, TensorCore, TensorCoreBoxes, TensorCoreBoxesNarrow,
+        TensorCoreBulk, TensorCoreBulkFromNchw, TensorCoreBulkFromNchwNarrow, TensorCoreBulkNarrow,
+        TensorCoreGrad, TensorCoreGradScalar, TensorCoreScalar, TensorCoreStrips, WarpgroupGrad, Winograd,
     };
     let tf32 = |layout| Conv2dParams {
         layout,
@@ -1082,6 +1084,25 @@ fn every_conv_kernel_matches_the_reference_on_fixed_cases() {
             ),
             [Stencil, Stencil, Direct],
         ),
+        // A TF32 NHWC stem: the few-channel forward pass, partial tiles of rows, columns
+        // and channels.
+        (
+            case(
+                2,
+                [3, 72],
+                [7, 7],
+                [30, 70],
+                Conv2dParams {
+                    stride: [2, 2],
+                    padding: [3, 3],
+                    precision: ConvPrecision::Tf32,
+                    layout: ConvLayout::Nhwc,
+                    ..p
+                },
+                true,
+            ),
+            [FewChannels, DirectStaged, TensorCoreGradScalar],
+        ),
         // Depthwise with a window too wide to stage: the direct kernels.
         (
             case(
@@ -1136,6 +1157,10 @@ fn every_conv_kernel_matches_the_reference_on_fixed_cases() {
                         } else {
                             Stencil
                         }
+                    }
+                    ConvAlgorithm::FewChannels(plan) => {
+                        assert_eq!(plan.element_bytes, 4, "{c:?} {pass:?}");
+                        FewChannels
                     }
                     ConvAlgorithm::Phases(plan) => {
                         // FP32 phases run on the CUDA cores' kernels, over NCHW.
