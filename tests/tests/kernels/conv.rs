@@ -893,16 +893,17 @@ fn every_conv_kernel_matches_the_reference_on_fixed_cases() {
             ),
             [TensorCoreBulkNarrow, Phases, TensorCoreGrad],
         ),
-        // A stem: 3 input channels, a 7x7 window at stride 2, NCHW then NHWC: x
-        // gathered one element at a time, the weights too (K = 147); dx over staged dy
-        // tiles (over NCHW tensors in either layout).
+        // A stem: 3 input channels, a 7x7 window at stride 2, NCHW then NHWC: in NCHW x
+        // gathered one element at a time, the weights too (K = 147), in NHWC the
+        // few-channel kernel; dx over staged dy tiles (over NCHW tensors in either
+        // layout).
         (
             stem(ConvLayout::Nchw),
             [TensorCoreScalar, DirectStaged, TensorCoreGradScalar],
         ),
         (
             stem(ConvLayout::Nhwc),
-            [TensorCoreScalar, DirectStaged, TensorCoreGradScalar],
+            [FewChannels, DirectStaged, TensorCoreGradScalar],
         ),
         // Groups of 4 channels (the input gradient on the direct kernel), dilation,
         // channels last.
