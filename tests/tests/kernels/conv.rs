@@ -1242,6 +1242,10 @@ fn every_conv_kernel_matches_the_reference_on_fixed_cases() {
             if paths[0] == SplitTensorCoreBulkNarrow || paths[0] == SplitTensorCoreScalar {
                 check_fused(gpu, c.clone(), Activation::Relu, true).unwrap();
             }
+            // The few-channel kernel's epilogue, per stored pair.
+            if paths[0] == FewChannels {
+                check_fused(gpu, c.clone(), Activation::Silu, true).unwrap();
+            }
             // The epilogue through shared memory: in the stages the strips filled, or
             // in each consumer's half of the last A of a tile both share.
             if matches!(
