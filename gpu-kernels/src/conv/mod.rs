@@ -626,16 +626,7 @@ mod tests {
 
     #[test]
     fn tf32_stems_take_the_few_channel_forward_over_nhwc() {
-        // R7: x 32 x 3 x 224 x 224, w 64 x 3 x 7 x 7, stride 2, padding 3.
-        let stem = ConvProblem::new(&ConvShape {
-            input: [32, 3, 224, 224],
-            weight: [64, 3, 7, 7],
-            stride: [2, 2],
-            padding: [3, 3],
-            dilation: [1, 1],
-            groups: 1,
-        })
-        .expect("the stem is a valid problem");
+        let stem = stem_problem(64);
         let forward = |precision, layout| algorithm(&stem, ConvPass::Forward, precision, layout, &H100);
         let ConvAlgorithm::FewChannels(plan) = forward(ConvPrecision::Tf32, ConvLayout::Nhwc) else {
             panic!(
