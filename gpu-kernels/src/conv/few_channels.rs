@@ -49,19 +49,8 @@ const WEIGHT_ROW_PADDING_BYTES: u32 = 16;
 #[repr(C)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct FewChannelsPlan {
-    pub batch: u32,
-    pub in_h: u32,
-    pub in_w: u32,
-    pub in_channels: u32,
-    pub out_h: u32,
-    pub out_w: u32,
-    pub out_channels: u32,
-    pub kernel_h: u32,
-    pub kernel_w: u32,
-    pub stride_h: u32,
-    pub stride_w: u32,
-    pub pad_h: u32,
-    pub pad_w: u32,
+    /// The convolution.
+    pub problem: ConvProblem,
     /// Bytes of an element: 2, or 4 (f32, staged as TF32).
     pub element_bytes: u32,
     /// Elements per pixel of the staged patch.
@@ -131,19 +120,7 @@ impl FewChannelsPlan {
             return None;
         }
         let mut plan = Self {
-            batch: p.batch,
-            in_h: p.height,
-            in_w: p.width,
-            in_channels: p.in_channels,
-            out_h: p.out_h,
-            out_w: p.out_w,
-            out_channels: p.out_channels,
-            kernel_h: p.kernel_h,
-            kernel_w: p.kernel_w,
-            stride_h: p.stride_h,
-            stride_w: p.stride_w,
-            pad_h: p.pad_h,
-            pad_w: p.pad_w,
+            problem: *p,
             element_bytes,
             pitch,
             k,
@@ -211,7 +188,7 @@ impl FewChannelsPlan {
         LaunchGeometry {
             grid: [
                 self.blocks as u64,
-                self.out_channels.div_ceil(FEW_TILE_CHANNELS) as u64,
+                self.problem.out_channels.div_ceil(FEW_TILE_CHANNELS) as u64,
                 1,
             ],
             threads: FEW_THREADS,
@@ -350,7 +327,7 @@ pub(super) mod kernel {
         let mut e = thread_idx_x();
         while e < plan.k_words() {
             let (r, j) = plan.div_segment.divmod(per_word * e);
-            let offset = if r < plan.kernel_h {
+            let offset = if r < plan.problem.kernel_h {
                 r * plan.patch_w * plan.pitch + j
             } else {
                 0
@@ -377,18 +354,19 @@ pub(super) mod kernel {
         first_column: u32,
         patch: u32,
     ) {
-        let top = (first_row * plan.stride_h).wrapping_sub(plan.pad_h);
-        let left = (first_column * plan.stride_w).wrapping_sub(plan.pad_w);
+        let problem = &plan.problem;
+        let top = (first_row * problem.stride_h).wrapping_sub(problem.pad_h);
+        let left = (first_column * problem.stride_w).wrapping_sub(problem.pad_w);
         let mut e = thread_idx_x();
         while e < plan.patch_h * plan.div_patch_row.divisor {
             let (r, element) = plan.div_patch_row.divmod(e);
             let (column, i) = plan.div_pitch.divmod(element);
             let (ih, iw) = (top.wrapping_add(r), left.wrapping_add(column));
-            let bits = if ih < plan.in_h && iw < plan.in_w && i < plan.in_channels {
-                let pixel =
-                    (image as usize * plan.in_h as usize + ih as usize) * plan.in_w as usize + iw as usize;
+            let bits = if ih < problem.height && iw < problem.width && i < problem.in_channels {
+                let pixel = (image as usize * problem.height as usize + ih as usize) * problem.width as usize
+                    + iw as usize;
                 // SAFETY: an element of x inside the image.
-                unsafe { (*x.add(pixel * plan.in_channels as usize + i as usize)).staged_bits() }
+                unsafe { (*x.add(pixel * problem.in_channels as usize + i as usize)).staged_bits() }
             } else {
                 0
             };
@@ -409,6 +387,7 @@ pub(super) mod kernel {
     #[inline(always)]
     pub unsafe fn forward<T: FewChannelsElement>(args: FewChannelsArgs<T>) {
         let plan = args.plan;
+        let problem = &plan.problem;
         let t = thread_idx_x();
         let (lane, warp) = (t % 32, t / 32);
         let (g, q) = (lane / 4, lane % 4);
@@ -427,9 +406,9 @@ pub(super) mod kernel {
             let (r, j) = plan.div_segment.divmod(element);
             let (s, i) = plan.div_pitch.divmod(j);
             let channel = first_channel + c;
-            let inside = channel < plan.out_channels && r < plan.kernel_h && s < plan.kernel_w;
-            let bits = if inside && i < plan.in_channels {
-                let at = ((channel * plan.kernel_h + r) * plan.kernel_w + s) * plan.in_channels + i;
+            let inside = channel < problem.out_channels && r < problem.kernel_h && s < problem.kernel_w;
+            let bits = if inside && i < problem.in_channels {
+                let at = ((channel * problem.kernel_h + r) * problem.kernel_w + s) * problem.in_channels + i;
                 // SAFETY: an element of the filter, `[out, kh, kw, in]`.
                 unsafe { (*w.add(at as usize)).staged_bits() }
             } else {
@@ -449,7 +428,7 @@ pub(super) mod kernel {
         let rows: [[u32; 2]; 2] = core::array::from_fn(|m| {
             core::array::from_fn(|half| {
                 let column = m as u32 * 16 + half as u32 * 8 + g;
-                warp_row * plan.stride_h * row_bytes + column * plan.stride_w * pixel_bytes
+                warp_row * problem.stride_h * row_bytes + column * problem.stride_w * pixel_bytes
             })
         });
         // The bias of this thread's output channels (two per n8 tile).
@@ -458,7 +437,7 @@ pub(super) mod kernel {
         let biases: [[f32; 2]; 4] = core::array::from_fn(|n| {
             core::array::from_fn(|k| {
                 let channel = channel_of(n) + k as u32;
-                if bias.is_null() || channel >= plan.out_channels {
+                if bias.is_null() || channel >= problem.out_channels {
                     0.0
                 } else {
                     // SAFETY: the bias holds out_channels values.
@@ -521,17 +500,18 @@ pub(super) mod kernel {
             for (m, sums) in sums.iter().enumerate() {
                 for half in 0..2 {
                     let ow = first_column + m as u32 * 16 + half * 8 + g;
-                    if oh >= plan.out_h || ow >= plan.out_w {
+                    if oh >= problem.out_h || ow >= problem.out_w {
                         continue;
                     }
-                    let pixel = (image as usize * plan.out_h as usize + oh as usize) * plan.out_w as usize
+                    let pixel = (image as usize * problem.out_h as usize + oh as usize)
+                        * problem.out_w as usize
                         + ow as usize;
                     for (n, sum) in sums.iter().enumerate() {
                         let channel = channel_of(n);
-                        if channel >= plan.out_channels {
+                        if channel >= problem.out_channels {
                             continue;
                         }
-                        let at = pixel * plan.out_channels as usize + channel as usize;
+                        let at = pixel * problem.out_channels as usize + channel as usize;
                         let h = 2 * half as usize;
                         // SAFETY: two outputs of y (the channel even, below the even
                         // out_channels), aligned to two elements.

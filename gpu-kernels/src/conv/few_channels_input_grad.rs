@@ -30,19 +30,8 @@ const ROW_PADDING: u32 = 8;
 #[repr(C)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct FewChannelsInputGradPlan {
-    pub batch: u32,
-    pub in_h: u32,
-    pub in_w: u32,
-    pub in_channels: u32,
-    pub out_h: u32,
-    pub out_w: u32,
-    pub out_channels: u32,
-    pub kernel_h: u32,
-    pub kernel_w: u32,
-    pub stride_h: u32,
-    pub stride_w: u32,
-    pub pad_h: u32,
-    pub pad_w: u32,
+    /// The convolution.
+    pub problem: ConvProblem,
     /// Output channels as staged: a multiple of 16.
     pub channels: u32,
     /// The patch's first dy row and column relative to a tile's first phase row and
@@ -144,19 +133,7 @@ impl FewChannelsInputGradPlan {
             return None;
         }
         let mut plan = Self {
-            batch: p.batch,
-            in_h: p.height,
-            in_w: p.width,
-            in_channels: p.in_channels,
-            out_h: p.out_h,
-            out_w: p.out_w,
-            out_channels: p.out_channels,
-            kernel_h: p.kernel_h,
-            kernel_w: p.kernel_w,
-            stride_h: p.stride_h,
-            stride_w: p.stride_w,
-            pad_h: p.pad_h,
-            pad_w: p.pad_w,
+            problem: *p,
             channels,
             patch_top: top as u32,
             patch_left: left as u32,
@@ -193,7 +170,7 @@ impl FewChannelsInputGradPlan {
     /// The patch's offset in shared memory: after the weights, a row per tap and
     /// input-channel row.
     const fn shared_offset(&self) -> u32 {
-        self.kernel_h * self.kernel_w * CHANNEL_ROWS * self.row() * 2
+        self.problem.kernel_h * self.problem.kernel_w * CHANNEL_ROWS * self.row() * 2
     }
 
     /// The launch: `blocks` along x; the weights, then the patch in shared memory.
@@ -265,6 +242,7 @@ mod kernel {
     #[inline(always)]
     pub unsafe fn input_grad<T: FewChannelsElement + Float16>(args: FewChannelsInputGradArgs<T>) {
         let plan = args.plan;
+        let problem = &plan.problem;
         let t = thread_idx_x();
         let (lane, warp) = (t % 32, t / 32);
         let (g, q) = (lane / 4, lane % 4);
@@ -273,7 +251,7 @@ mod kernel {
         let row = plan.row();
         let weights = shared_base();
         let patch = weights + plan.shared_offset();
-        let taps = plan.kernel_h * plan.kernel_w;
+        let taps = problem.kernel_h * problem.kernel_w;
 
         // Weight (tap, input channel, output channel), zero past the channels.
         let w = args.w.as_ptr();
@@ -281,10 +259,10 @@ mod kernel {
         while e < taps * CHANNEL_ROWS * plan.channels {
             let (slot, o) = plan.div_channels.divmod(e);
             let (tap, i) = plan.div_channel_rows.divmod(slot);
-            let bits = if i < plan.in_channels && o < plan.out_channels {
+            let bits = if i < problem.in_channels && o < problem.out_channels {
                 // SAFETY: an element of the filter, `[out, kh, kw, in]`.
                 unsafe {
-                    (*w.add((o * taps + tap) as usize * plan.in_channels as usize + i as usize)).to_bits()
+                    (*w.add((o * taps + tap) as usize * problem.in_channels as usize + i as usize)).to_bits()
                 }
             } else {
                 0
@@ -314,10 +292,11 @@ mod kernel {
                 let (pixel, v) = plan.div_vectors.divmod(e);
                 let (r, c) = plan.div_patch_w.divmod(pixel);
                 let (oh, ow) = (top.wrapping_add(r), left.wrapping_add(c));
-                let bits = if oh < plan.out_h && ow < plan.out_w && v * 8 < plan.out_channels {
-                    let at = ((image as usize * plan.out_h as usize + oh as usize) * plan.out_w as usize
+                let bits = if oh < problem.out_h && ow < problem.out_w && v * 8 < problem.out_channels {
+                    let at = ((image as usize * problem.out_h as usize + oh as usize)
+                        * problem.out_w as usize
                         + ow as usize)
-                        * plan.out_channels as usize
+                        * problem.out_channels as usize
                         + v as usize * 8;
                     // SAFETY: 8 elements of a pixel of dy (out_channels a multiple of 8),
                     // 16-byte aligned.
@@ -332,10 +311,10 @@ mod kernel {
             }
             // SAFETY: the whole block; the patch is read after it.
             unsafe { sync_threads() };
-            for phase_h in 0..plan.stride_h {
-                let rows = phase_taps(phase_h, plan.stride_h, plan.pad_h, plan.kernel_h);
-                for phase_w in 0..plan.stride_w {
-                    let columns = phase_taps(phase_w, plan.stride_w, plan.pad_w, plan.kernel_w);
+            for phase_h in 0..problem.stride_h {
+                let rows = phase_taps(phase_h, problem.stride_h, problem.pad_h, problem.kernel_h);
+                for phase_w in 0..problem.stride_w {
+                    let columns = phase_taps(phase_w, problem.stride_w, problem.pad_w, problem.kernel_w);
                     // This lane's `ldmatrix` row of A: pixel `lane % 16` of the warp's,
                     // channels `8 (lane / 16)` on; at tap (u, v) of the phase, dy pixel
                     // (base - u, base - v) from it.
@@ -349,9 +328,9 @@ mod kernel {
                     let mut sum = [0.0f32; 4];
                     for u in 0..rows.count {
                         for v in 0..columns.count {
-                            let tap = (rows.first + u * plan.stride_h) * plan.kernel_w
+                            let tap = (rows.first + u * problem.stride_h) * problem.kernel_w
                                 + columns.first
-                                + v * plan.stride_w;
+                                + v * problem.stride_w;
                             let a_tap = a_lane - ((u * plan.patch_w + v) * row) * 2;
                             let b_tap = b_lane + tap * CHANNEL_ROWS * row * 2;
                             for chunk in 0..plan.channels / 16 {
@@ -368,18 +347,19 @@ mod kernel {
                         }
                     }
                     // Rows g and g + 8 of the warp's pixels, input channels 2q and 2q + 1.
-                    let ih = phase_h + (first_row + warp_row) * plan.stride_h;
+                    let ih = phase_h + (first_row + warp_row) * problem.stride_h;
                     for half in 0..2 {
-                        let iw = phase_w + (first_column + warp_column + g + half * 8) * plan.stride_w;
-                        if ih >= plan.in_h || iw >= plan.in_w {
+                        let iw = phase_w + (first_column + warp_column + g + half * 8) * problem.stride_w;
+                        if ih >= problem.height || iw >= problem.width {
                             continue;
                         }
-                        let pixel = (image as usize * plan.in_h as usize + ih as usize) * plan.in_w as usize
+                        let pixel = (image as usize * problem.height as usize + ih as usize)
+                            * problem.width as usize
                             + iw as usize;
                         for k in 0..2 {
                             let channel = 2 * q + k;
-                            if channel < plan.in_channels {
-                                let at = pixel * plan.in_channels as usize + channel as usize;
+                            if channel < problem.in_channels {
+                                let at = pixel * problem.in_channels as usize + channel as usize;
                                 // SAFETY: an element of dx, this thread's alone.
                                 unsafe { *dx.add(at) = T::from_f32(sum[2 * half as usize + k as usize]) };
                             }

@@ -53,7 +53,7 @@ impl FewChannelsWeightGradPlan {
 
     /// Elements of the weights, `[out, kh, kw, in]`.
     const fn weights(&self) -> u64 {
-        let p = &self.forward;
+        let p = &self.forward.problem;
         p.out_channels as u64 * (p.kernel_h * p.kernel_w * p.in_channels) as u64
     }
 
@@ -150,6 +150,7 @@ mod kernel {
     #[inline(always)]
     pub unsafe fn weight_grad<T: FewChannelsElement>(args: FewChannelsWeightGradArgs<T>) {
         let plan = args.plan;
+        let problem = &plan.problem;
         let t = thread_idx_x();
         let (lane, warp) = (t % 32, t / 32);
         let (g, q) = (lane / 4, lane % 4);
@@ -166,7 +167,7 @@ mod kernel {
         // The patch offset (bytes) of a tile's pixel `p` (row-major in the tile).
         let pixel_offset = |p: u32| {
             let (row, column) = (p / FEW_TILE_COLUMNS, p % FEW_TILE_COLUMNS);
-            row * plan.stride_h * row_bytes + column * plan.stride_w * plan.pitch * 2
+            row * problem.stride_h * row_bytes + column * problem.stride_w * plan.pitch * 2
         };
         let (x, dy) = (args.x.as_ptr(), args.dy.as_ptr());
         let mut sums = [[[0.0f32; 4]; MOST_COLUMN_TILES]; 4];
@@ -184,14 +185,15 @@ mod kernel {
                     first_column + p % FEW_TILE_COLUMNS,
                 );
                 let channel = first_channel + v * 8;
-                let bits = if oh < plan.out_h && ow < plan.out_w && channel < plan.out_channels {
-                    let pixel = (image as usize * plan.out_h as usize + oh as usize) * plan.out_w as usize
+                let bits = if oh < problem.out_h && ow < problem.out_w && channel < problem.out_channels {
+                    let pixel = (image as usize * problem.out_h as usize + oh as usize)
+                        * problem.out_w as usize
                         + ow as usize;
                     // SAFETY: 8 channels of a pixel of dy (out_channels a multiple of
                     // 8), 16-byte aligned.
                     unsafe {
                         load_global_nc_v4(
-                            dy.add(pixel * plan.out_channels as usize + channel as usize)
+                            dy.add(pixel * problem.out_channels as usize + channel as usize)
                                 .cast(),
                         )
                     }
@@ -241,8 +243,8 @@ mod kernel {
         }
         // Output channel 16m + g (+ 8) by columns 2q, 2q + 1 of each column tile: the
         // window's weights among them.
-        let weights =
-            plan.out_channels as usize * (plan.kernel_h * plan.kernel_w * plan.in_channels) as usize;
+        let weights = problem.out_channels as usize
+            * (problem.kernel_h * problem.kernel_w * problem.in_channels) as usize;
         let part = args
             .out
             .as_mut_ptr()
@@ -258,13 +260,13 @@ mod kernel {
                     let column = column_tile * 8 + 2 * q + i as u32 % 2;
                     let (r, j) = plan.div_segment.divmod(column);
                     let (s, c) = plan.div_pitch.divmod(j);
-                    if channel < plan.out_channels
-                        && r < plan.kernel_h
-                        && s < plan.kernel_w
-                        && c < plan.in_channels
+                    if channel < problem.out_channels
+                        && r < problem.kernel_h
+                        && s < problem.kernel_w
+                        && c < problem.in_channels
                     {
-                        let at = ((channel * plan.kernel_h + r) * plan.kernel_w + s) as usize
-                            * plan.in_channels as usize
+                        let at = ((channel * problem.kernel_h + r) * problem.kernel_w + s) as usize
+                            * problem.in_channels as usize
                             + c as usize;
                         // SAFETY: weight `at` of this block's gradient, this thread's alone.
                         unsafe { *part.add(at) = *value };

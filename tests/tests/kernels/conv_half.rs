@@ -351,10 +351,10 @@ fn conv2d_16_bit_kernels_match_the_rounded_reference() {
             }
             column_paths[2] |= matches!(plans.weight_grad, Some(SixteenBitWeightGrad::Stencil(plan, _)) if plan.takes_columns(0, 2));
             if let Some(SixteenBitForward::FewChannels(plan, _)) = plans.forward {
-                few_channel_paths[(plan.pitch != plan.in_channels) as usize] = true;
+                few_channel_paths[(plan.pitch != plan.problem.in_channels) as usize] = true;
             }
             if let Some(SixteenBitInputGrad::FewChannels(plan, _)) = plans.input_grad {
-                few_channel_paths[2 + (plan.stride_h > 1) as usize] = true;
+                few_channel_paths[2 + (plan.problem.stride_h > 1) as usize] = true;
             }
             if let Some(SixteenBitWeightGrad::FewChannels(plan, _)) = plans.weight_grad {
                 few_channel_paths[4 + (plan.forward.blocks > 1) as usize] = true;
