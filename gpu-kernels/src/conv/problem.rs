@@ -297,6 +297,38 @@ impl ConvProblem {
     pub const fn input_shape(&self) -> [u32; 4] {
         [self.batch, self.in_channels, self.height, self.width]
     }
+    /// This pointwise convolution (a 1 x 1 window at stride 1, no padding) over images
+    /// of one row of all their pixels: the same tensors in either layout, whose long
+    /// rows suit the kernels that take an output row at a time (NCHW ones then read x
+    /// as it lies). `None` for other windows, one-row images and depthwise layers
+    /// (whose stencils tile 2-D maps).
+    pub const fn pointwise_as_row(&self) -> Option<Self> {
+        let pointwise = self.kernel_h == 1
+            && self.kernel_w == 1
+            && self.stride_h == 1
+            && self.stride_w == 1
+            && self.pad_h == 0
+            && self.pad_w == 0;
+        let Some(pixels) = self.height.checked_mul(self.width) else {
+            return None;
+        };
+        if !pointwise || self.height == 1 || self.groups == self.in_channels {
+            return None;
+        }
+        let shape = ConvShape {
+            input: [self.batch, self.in_channels, 1, pixels],
+            weight: self.weight_shape(),
+            stride: [1, 1],
+            padding: [0, 0],
+            dilation: [1, 1],
+            groups: self.groups,
+        };
+        match Self::new(&shape) {
+            Ok(row) => Some(row),
+            Err(_) => None,
+        }
+    }
+
     /// w's shape: `[out_channels, in_channels / groups, kernel_h, kernel_w]`.
     pub const fn weight_shape(&self) -> [u32; 4] {
         [
@@ -385,6 +417,46 @@ mod tests {
             padding: [0, 0],
             dilation: [1, 1],
             groups: 1,
+        }
+    }
+
+    #[test]
+    fn pointwise_problems_run_over_one_row_of_all_pixels() {
+        let problem = ConvProblem::new(&shape([32, 64, 56, 56], [256, 64, 1, 1])).unwrap();
+        let row = problem.pointwise_as_row().expect("a pointwise problem");
+        assert_eq!([row.height, row.width, row.out_h, row.out_w], [1, 3136, 1, 3136]);
+        assert_eq!(row.output_shape(), [32, 256, 1, 3136]);
+        assert_eq!(row.weight_shape(), problem.weight_shape());
+        let grouped = ConvShape {
+            groups: 4,
+            ..shape([2, 8, 5, 7], [4, 2, 1, 1])
+        };
+        let grouped = ConvProblem::new(&grouped).unwrap().pointwise_as_row().unwrap();
+        assert_eq!([grouped.groups, grouped.width], [4, 35]);
+        // Windows, strides and padding that skip or repeat pixels keep their maps, as do
+        // depthwise layers and maps of one row already.
+        let others = [
+            shape([2, 8, 5, 7], [8, 8, 3, 3]),
+            ConvShape {
+                stride: [2, 2],
+                ..shape([2, 8, 5, 7], [8, 8, 1, 1])
+            },
+            ConvShape {
+                padding: [0, 1],
+                ..shape([2, 8, 5, 7], [8, 8, 1, 1])
+            },
+            ConvShape {
+                groups: 8,
+                ..shape([2, 8, 5, 7], [8, 1, 1, 1])
+            },
+            shape([2, 8, 1, 7], [8, 8, 1, 1]),
+        ];
+        for other in others {
+            assert_eq!(
+                ConvProblem::new(&other).unwrap().pointwise_as_row(),
+                None,
+                "{other:?}"
+            );
         }
     }
 

@@ -140,6 +140,17 @@ pub fn conv2d_problem(
     Ok((problem, y_shape))
 }
 
+/// [`conv2d_problem`] as the kernels run it: a pointwise problem over images of one
+/// row ([`ConvProblem::pointwise_as_row`]), the same tensors.
+fn kernel_problem(
+    x_shape: &[usize],
+    w_shape: &[usize],
+    params: &Conv2dParams,
+) -> Result<(ConvProblem, Vec<usize>)> {
+    let (problem, y_shape) = conv2d_problem(x_shape, w_shape, params)?;
+    Ok((problem.pointwise_as_row().unwrap_or(problem), y_shape))
+}
+
 /// The error of a rejected shape, with what was expected.
 fn shape_error(
     error: ConvShapeError,
@@ -343,7 +354,7 @@ impl Gpu {
         params: &Conv2dParams,
         y: &mut DeviceArray<T>,
     ) -> Result<()> {
-        let (problem, y_shape) = conv2d_problem(x.shape(), w.shape(), params)?;
+        let (problem, y_shape) = kernel_problem(x.shape(), w.shape(), params)?;
         if let Some(b) = bias {
             expect_shape("the bias (against w)", vec![w.shape()[0]], b.shape())?;
         }
@@ -577,7 +588,7 @@ impl Gpu {
         params: &Conv2dParams,
         gradients: ConvGradientArrays<&mut DeviceArray<T>>,
     ) -> Result<()> {
-        let (problem, y_shape) = conv2d_problem(x.shape(), w.shape(), params)?;
+        let (problem, y_shape) = kernel_problem(x.shape(), w.shape(), params)?;
         if params.activation != Activation::Identity {
             return Err(invalid(
                 "activation",
@@ -894,7 +905,7 @@ impl Gpu {
         params: &Conv2dParams,
         pass: ConvPass,
     ) -> Result<ConvAlgorithm> {
-        let (problem, _) = conv2d_problem(x_shape, w_shape, params)?;
+        let (problem, _) = kernel_problem(x_shape, w_shape, params)?;
         Ok(self.algorithm(&problem, pass, params))
     }
 

@@ -26,7 +26,7 @@ use gpu_kernels::conv::{
 use gpu_kernels::launch::{DevicePtr, DevicePtrMut, KernelArgs, Launch, ScratchLayout};
 use gpu_kernels::tensor_map::TensorMapPair;
 
-use super::{Conv2dParams, ConvElement, ConvGradientArrays, conv2d_problem};
+use super::{Conv2dParams, ConvElement, ConvGradientArrays, kernel_problem};
 use crate::array::DeviceArray;
 use crate::error::Result;
 use crate::gpu::Gpu;
@@ -242,7 +242,7 @@ impl Gpu {
         params: &Conv2dParams,
         operand: TensorCoreOperand,
     ) -> Result<SixteenBitPlans> {
-        let (problem, _) = conv2d_problem(x_shape, w_shape, params)?;
+        let (problem, _) = kernel_problem(x_shape, w_shape, params)?;
         Ok(SixteenBitPlans {
             forward: self.own_forward_plan(&problem, params, operand, false),
             input_grad: self.own_input_grad_plan(&problem, params, operand),
