@@ -622,6 +622,17 @@ fn every_conv_kernel_matches_the_reference_on_fixed_cases() {
             warpgroup_grad(ConvLayout::Nhwc),
             [TensorCoreBulk, TensorCoreBulk, WarpgroupGrad],
         ),
+        // A pointwise NCHW layer of 64 input channels (one column block of three, the
+        // other two repeating it unstored): its weight gradient on `wgmma` as the
+        // tensors lie, over images of one row of 120 pixels.
+        (
+            case(2, [64, 40], [1, 1], [6, 20], tf32(ConvLayout::Nchw), true),
+            [
+                TensorCoreBulkFromNchwNarrow,
+                TensorCoreBulkFromNchwNarrow,
+                WarpgroupGrad,
+            ],
+        ),
         // The NHWC weight gradient over im2col boxes at stride 2: 48 input channels
         // (three column blocks of a partial chunk), 136 output channels in two tiles,
         // 540 output pixels of 4 images of 15 x 9 (17 k-tiles across rows and images,

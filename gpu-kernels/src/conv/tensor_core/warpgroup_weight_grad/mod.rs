@@ -187,10 +187,15 @@ impl WarpgroupWeightGradPlan {
         } else {
             p.batch as u64 * p.out_h as u64 * row_tiles as u64
         };
-        // TF32 tiles mostly full, or the direct kernels; 16-bit ones even with one
-        // column block of three (a 1 x 1 window over 64 channels): its other two repeat
-        // it, unstored, and cost less than a pass over f32 copies of x and dy.
-        let least_blocks = if sixteen_bit { 1 } else { WGMMA_WGRAD_BLOCKS };
+        // TF32 NHWC tiles mostly full, or the `mma.sync` kernel; 16-bit and NCHW ones
+        // even with one column block of three (a 1 x 1 window over 64 channels): its
+        // other two repeat it, unstored, and cost less than a pass over f32 copies of x
+        // and dy, or than moving both to NHWC.
+        let least_blocks = if sixteen_bit || !channels_last {
+            1
+        } else {
+            WGMMA_WGRAD_BLOCKS
+        };
         if !suits || column_blocks < least_blocks || total > u32::MAX as u64 {
             return None;
         }
