@@ -16,6 +16,13 @@ pub const COLUMNS_SHARED_BYTES: u32 = COLUMNS_TY * COLUMNS_TX * 8 * 4;
 
 const _: () = assert!(COLUMNS_TX == 32);
 
+/// Blocks of a `columns` kernel an SM holds, its launch bounds, by element bytes: f32's
+/// four sums a thread fit 32 registers (8 blocks), f64 elements and 16-bit ones' eight
+/// sums take 40 (6 blocks).
+pub const fn blocks_per_sm(element_bytes: usize) -> u32 {
+    if element_bytes == 4 { 8 } else { 6 }
+}
+
 /// Column tiles by parts of the rows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ColumnsPlan {
@@ -98,47 +105,48 @@ pub(super) mod kernel {
         let (begin, end) = chunk(rows, split, part, 1);
         let mut sums = [T::Sum::ZERO; COLUMNS];
         if valid > 0 {
-            let load = |r: u64| -> [T::Sum; COLUMNS] {
+            // A row's COLUMNS elements as loaded, one vector's words, widened only where
+            // they are summed: held widened, 16-bit rows took twice the registers and
+            // each unrolled load waited on the sums before it.
+            let load = |r: u64| -> [u32; 4] {
                 let at = (r * cols + column) as usize;
-                let mut row = [T::Sum::ZERO; COLUMNS];
                 if VECTOR {
                     // SAFETY: cols and column are multiples of COLUMNS == PER_VECTOR.
-                    let words = unsafe { load_global_nc_v4(a.add(at) as *const u32) };
-                    for (i, v) in row.iter_mut().enumerate() {
-                        *v = T::from_words(words, i).widen();
-                    }
+                    unsafe { load_global_nc_v4(a.add(at) as *const u32) }
                 } else {
-                    for (i, v) in row.iter_mut().enumerate() {
+                    let mut words = [0; 4];
+                    for i in 0..COLUMNS {
                         if (i as u64) < valid {
                             // SAFETY: r < rows, column + i < cols.
-                            *v = unsafe { *a.add(at + i) }.widen();
+                            unsafe { *a.add(at + i) }.into_words(&mut words, i);
                         }
                     }
+                    words
                 }
-                row
+            };
+            let mut add_row = |words: [u32; 4], xr: T::Sum| {
+                for (i, s) in sums.iter_mut().enumerate() {
+                    *s = s.mul_add(T::from_words(words, i).widen(), xr);
+                }
             };
             let step = COLUMNS_TY as u64;
             let mut r = begin + ty as u64;
             while r + (COLUMNS_UNROLL as u64 - 1) * step < end {
-                let mut held = [([T::Sum::ZERO; COLUMNS], T::Sum::ZERO); COLUMNS_UNROLL];
+                let mut held = [([0; 4], T::Sum::ZERO); COLUMNS_UNROLL];
                 for (u, h) in held.iter_mut().enumerate() {
                     let row = r + u as u64 * step;
                     // SAFETY: row < rows.
                     *h = (load(row), unsafe { *x.add(row as usize) }.widen());
                 }
-                for (values, xr) in &held {
-                    for (s, &v) in sums.iter_mut().zip(values) {
-                        *s = s.mul_add(v, *xr);
-                    }
+                for (words, xr) in held {
+                    add_row(words, xr);
                 }
                 r += COLUMNS_UNROLL as u64 * step;
             }
             while r < end {
                 // SAFETY: r < rows.
                 let xr = unsafe { *x.add(r as usize) }.widen();
-                for (s, &v) in sums.iter_mut().zip(&load(r)) {
-                    *s = s.mul_add(v, xr);
-                }
+                add_row(load(r), xr);
                 r += step;
             }
         }

@@ -27,8 +27,7 @@ pub mod vectors;
 
 use crate::element::{Sum, Summed, sum_bytes};
 use crate::launch::{
-    DeviceLimits, DevicePtr, DevicePtrMut, EntryPoint, Kernel, Launch, ScratchLayout, THREADS_PER_SM,
-    kernel_args,
+    DeviceLimits, DevicePtr, DevicePtrMut, EntryPoint, Kernel, Launch, ScratchLayout, kernel_args,
 };
 use columns::{COLUMNS_TX, ColumnsPlan};
 use combine::{CombineArgs, CombineKernel};
@@ -100,19 +99,23 @@ kernel_args! {
     }
     impl FirstPassKernels for f32 {
         const ROWS = "gemv_rows_f32" => rows::kernel::rows_of::<f32>;
-        const COLUMNS = "gemv_columns_f32" => columns::kernel::columns_of::<f32, 4>;
+        const COLUMNS = "gemv_columns_f32" => columns::kernel::columns_of::<f32, 4>,
+            bounds(BLOCK_THREADS, columns::blocks_per_sm(4));
     }
     impl FirstPassKernels for f64 {
         const ROWS = "gemv_rows_f64" => rows::kernel::rows_of::<f64>;
-        const COLUMNS = "gemv_columns_f64" => columns::kernel::columns_of::<f64, 2>;
+        const COLUMNS = "gemv_columns_f64" => columns::kernel::columns_of::<f64, 2>,
+            bounds(BLOCK_THREADS, columns::blocks_per_sm(8));
     }
     impl FirstPassKernels for half::bf16 {
         const ROWS = "gemv_rows_bf16" => rows::kernel::rows_of::<half::bf16>;
-        const COLUMNS = "gemv_columns_bf16" => columns::kernel::columns_of::<half::bf16, 8>;
+        const COLUMNS = "gemv_columns_bf16" => columns::kernel::columns_of::<half::bf16, 8>,
+            bounds(BLOCK_THREADS, columns::blocks_per_sm(2));
     }
     impl FirstPassKernels for half::f16 {
         const ROWS = "gemv_rows_f16" => rows::kernel::rows_of::<half::f16>;
-        const COLUMNS = "gemv_columns_f16" => columns::kernel::columns_of::<half::f16, 8>;
+        const COLUMNS = "gemv_columns_f16" => columns::kernel::columns_of::<half::f16, 8>,
+            bounds(BLOCK_THREADS, columns::blocks_per_sm(2));
     }
     entry points in FIRST_PASS_ENTRY_POINTS;
 }
@@ -228,7 +231,8 @@ pub fn plan(problem: &GemvProblem, element_bytes: usize, device: &DeviceLimits) 
         })
     } else {
         let tiles = problem.cols.div_ceil(COLUMNS_TX as u64 * per_vector);
-        let wanted = (sms * THREADS_PER_SM).div_ceil(tiles * BLOCK_THREADS as u64);
+        // One wave of blocks: a last partial wave would leave most SMs idle.
+        let wanted = (sms * columns::blocks_per_sm(element_bytes) as u64).div_ceil(tiles);
         let split = wanted.min(problem.rows / 256).clamp(1, 65535);
         GemvPlan::Columns(ColumnsPlan { tiles, split, vector })
     }
