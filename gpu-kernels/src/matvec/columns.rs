@@ -17,8 +17,8 @@ pub const COLUMNS_SHARED_BYTES: u32 = COLUMNS_TY * COLUMNS_TX * 8 * 4;
 const _: () = assert!(COLUMNS_TX == 32);
 
 /// Blocks of a `columns` kernel an SM holds, its launch bounds, by element bytes: f32's
-/// four sums a thread fit 32 registers (8 blocks), f64 elements and 16-bit ones' eight
-/// sums take 40 (6 blocks).
+/// four sums a thread fit 32 registers (8 blocks); f64's two sums and 16-bit elements'
+/// eight take 40 (6 blocks).
 pub const fn blocks_per_sm(element_bytes: usize) -> u32 {
     if element_bytes == 4 { 8 } else { 6 }
 }
