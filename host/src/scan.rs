@@ -2,6 +2,7 @@
 //! or inclusive, optionally from the end, in one pass over the data. Integers wrap on
 //! overflow, as torch's do.
 
+use gpu_kernels::element::Summed;
 use gpu_kernels::launch::{DevicePtr, DevicePtrMut};
 use gpu_kernels::scan::{self as kernel, EXCLUSIVE, REVERSE, ScanOperands, ScanPlan, ScanProblem, ScanType};
 use ndarray::{ArrayBase, ArrayD, Data, Dimension};
@@ -19,8 +20,9 @@ pub enum ScanKind {
     Inclusive,
 }
 
-/// Element types the scan handles.
-pub trait ScanElement: Element + ScanType {
+/// Element types the scan handles; their sums are elements too (a device group's
+/// carries).
+pub trait ScanElement: Element + ScanType + Summed<Sum: Element> {
     /// The type the CPU reference accumulates in: f64 for floats, the type itself
     /// (wrapping) for integers.
     type Accumulator: Copy + Default + Send + Sync;

@@ -42,9 +42,7 @@ pub(crate) mod tile;
 
 use crate::element::sum_bytes;
 use crate::launch::{DeviceLimits, DevicePtr, DevicePtrMut, EntryPoint, ScratchLayout};
-use columns::{
-    COLUMN_MAX_PARTS, COLUMNS_PLAN_MIN_COLUMNS, ColumnsKernel, ColumnsPlan, column_target_threads,
-};
+use columns::{COLUMNS_PLAN_MIN_COLUMNS, ColumnsKernel, ColumnsPlan};
 use contiguous::{ContiguousKernel, ContiguousPlan};
 use rows::{ROWS_PLAN_MIN_ROWS, RowsKernel, RowsPlan, rows_items};
 use segments::{SEGMENT_MIN_STAGES, SegmentsKernel, SegmentsPlan};
@@ -226,16 +224,7 @@ pub const fn plan(problem: &ScanProblem, element_bytes: usize, device: &DeviceLi
             vector: problem.elements().is_multiple_of(per_vector),
         })
     } else if problem.columns() >= COLUMNS_PLAN_MIN_COLUMNS {
-        let mut parts = 1;
-        while problem.columns() * (parts as u64) < column_target_threads(element_bytes)
-            && parts < COLUMN_MAX_PARTS
-        {
-            parts *= 2;
-        }
-        ScanPlan::Columns(ColumnsPlan {
-            column_blocks: problem.columns().div_ceil((BLOCK_THREADS / parts) as u64),
-            parts,
-        })
+        ScanPlan::Columns(ColumnsPlan::new(problem, element_bytes))
     } else {
         ScanPlan::Strided(StridedPlan {
             column_blocks: problem.columns().div_ceil(BLOCK_THREADS as u64),

@@ -1,14 +1,34 @@
 //! Cumulative sums of arrays over the group.
 
-use gpu_kernels::launch::DevicePtrMut;
-use gpu_kernels::scan::ScanProblem;
+use gpu_kernels::element::Sum;
+use gpu_kernels::launch::{DevicePtr, DevicePtrMut};
 use gpu_kernels::scan::carry::{self, CarryArgs};
+use gpu_kernels::scan::columns::{
+    COLUMNS_PLAN_MIN_COLUMNS, ColumnCarries, ColumnsPlan, pipeline_chunk_width,
+};
+use gpu_kernels::scan::{EXCLUSIVE, REVERSE, ScanOperands, ScanProblem};
 
+use super::nccl::Transfer;
 use super::{GpuGroup, ShardedArray};
 use crate::array::DeviceArray;
-use crate::driver;
+use crate::driver::{self, Temporary};
 use crate::error::Result;
 use crate::scan::{ScanElement, ScanKind, scan_problem};
+
+/// How a group scans along an axis.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GroupScanPlan {
+    /// Across the split axis, or a replicated array: each device scans its part.
+    Local,
+    /// Along the split axis, of `inner > 1` and enough lanes for the columns kernel:
+    /// the lanes cut into chunks `chunk_width` inner columns wide, which each rank
+    /// scans once the rank before it (after it, reversed) has scanned them and sent
+    /// their totals, so that every rank reads and writes its shard once.
+    Pipelined { chunk_width: u64, chunks: u64 },
+    /// Along the split axis otherwise: each device scans its shard, then adds the
+    /// totals of the shards before it (after it, reversed), a second pass.
+    CarryPass,
+}
 
 impl GpuGroup {
     /// The cumulative sum along `axis` (as [`Gpu::cumsum`](crate::Gpu::cumsum)), split
@@ -40,12 +60,134 @@ impl GpuGroup {
         reverse: bool,
     ) -> Result<()> {
         self.check_alike(x, y, "cumsum output")?;
-        scan_problem(x.shape(), axis)?;
-        for ((gpu, x), y) in self.gpus.iter().zip(&x.parts).zip(&mut y.parts) {
-            gpu.cumsum_into(x, y, axis, kind, reverse)?;
+        match self.cumsum_plan(x, axis)? {
+            GroupScanPlan::Pipelined { chunk_width, .. } => {
+                let options = if kind == ScanKind::Exclusive { EXCLUSIVE } else { 0 }
+                    | if reverse { REVERSE } else { 0 };
+                self.pipelined_cumsum(x, y, axis, options, chunk_width)
+            }
+            plan => {
+                for ((gpu, x), y) in self.gpus.iter().zip(&x.parts).zip(&mut y.parts) {
+                    gpu.cumsum_into(x, y, axis, kind, reverse)?;
+                }
+                if plan == GroupScanPlan::CarryPass {
+                    self.add_carries(x, &mut y.parts, axis, kind, reverse)?;
+                }
+                Ok(())
+            }
         }
-        if x.split_axis() == Some(axis) {
-            self.add_carries(x, &mut y.parts, axis, kind, reverse)?;
+    }
+
+    /// How [`GpuGroup::cumsum`] scans x along `axis`.
+    pub fn cumsum_plan<T: ScanElement>(&self, x: &ShardedArray<T>, axis: usize) -> Result<GroupScanPlan> {
+        let problem = scan_problem(x.shape(), axis)?;
+        if x.split_axis() != Some(axis) {
+            return Ok(GroupScanPlan::Local);
+        }
+        if problem.inner > 1 && problem.columns() >= COLUMNS_PLAN_MIN_COLUMNS && self.len() > 1 {
+            let chunk_width = pipeline_chunk_width(&problem);
+            return Ok(GroupScanPlan::Pipelined {
+                chunk_width,
+                chunks: problem.inner.div_ceil(chunk_width),
+            });
+        }
+        Ok(GroupScanPlan::CarryPass)
+    }
+
+    /// The scan along the split axis as a pipeline over column chunks (see
+    /// [`GroupScanPlan::Pipelined`]). Carries are sums (f32 for 16-bit elements), so
+    /// each output is rounded once, as on one device. A rank receives a chunk's
+    /// carries and sends its own on its lane, so that its stream runs chunk after chunk
+    /// while the sends wait for their chunks and the receives for the rank before.
+    fn pipelined_cumsum<T: ScanElement>(
+        &self,
+        x: &ShardedArray<T>,
+        y: &mut ShardedArray<T>,
+        axis: usize,
+        options: u32,
+        chunk_width: u64,
+    ) -> Result<()> {
+        let ranks = self.len();
+        let order: Vec<usize> = if options & REVERSE != 0 {
+            (0..ranks).rev().collect()
+        } else {
+            (0..ranks).collect()
+        };
+        let problems = x
+            .parts
+            .iter()
+            .map(|part| scan_problem(part.shape(), axis))
+            .collect::<Result<Vec<ScanProblem>>>()?;
+        let ScanProblem { outer, inner, .. } = problems[0];
+        let columns = (outer * inner) as usize;
+        // Rank r's carries from the rank before it and to the rank after it, a slot of
+        // `outer * chunk_width` per chunk.
+        let carries = |r: usize, wanted: bool| -> Result<Option<Temporary<'_, Sum<T>>>> {
+            wanted
+                .then(|| self.gpus[r].temporary::<Sum<T>>(&[columns]))
+                .transpose()
+        };
+        let mut carries_in = Vec::with_capacity(ranks);
+        let mut carries_out = Vec::with_capacity(ranks);
+        for (place, &r) in order.iter().enumerate() {
+            carries_in.push(carries(r, place > 0)?);
+            carries_out.push(carries(r, place + 1 < ranks)?);
+        }
+        let lanes = self.lane_streams();
+        let element = size_of::<Sum<T>>();
+        let mut first = 0;
+        while first < inner {
+            let width = chunk_width.min(inner - first);
+            let slot = (outer * first) as usize;
+            for (place, &r) in order.iter().enumerate() {
+                let gpu = &self.gpus[r];
+                let carry_in = match &carries_in[place] {
+                    Some(received) => {
+                        let p = order[place - 1];
+                        let sent = carries_out[place - 1].as_ref().expect("a rank before sends");
+                        // The send waits for rank p's chunk, the chunk for the receive.
+                        self.lanes[p].follow(&self.gpus[p], 0)?;
+                        let transfer = Transfer {
+                            from: p,
+                            to: r,
+                            send: sent.address() + (slot * element) as u64,
+                            receive: received.address() + (slot * element) as u64,
+                            bytes: (outer * width) as usize * element,
+                        };
+                        // SAFETY: both ranges are the chunk's slot of a temporary of
+                        // `columns` sums on its rank's device, freed on the ranks'
+                        // streams, which join their lanes before (below).
+                        unsafe { self.exchange.transfer(&[transfer], &lanes)? };
+                        self.lanes[r].join(gpu, 0)?;
+                        received.ptr().offset(slot as u64)
+                    }
+                    None => DevicePtr::NULL,
+                };
+                let carry_out = carries_out[place]
+                    .as_mut()
+                    .map_or(DevicePtrMut::NULL, |sent| sent.ptr_mut().offset(slot as u64));
+                let problem = ScanProblem {
+                    inner: width,
+                    ..problems[r]
+                };
+                let operands = ScanOperands {
+                    x: x.parts[r].ptr().offset(first),
+                    y: y.parts[r].ptr_mut().offset(first),
+                    problem,
+                    options,
+                };
+                let carries = ColumnCarries {
+                    row_pitch: inner,
+                    carry_in,
+                    carry_out,
+                };
+                let plan = ColumnsPlan::new(&problem, size_of::<T>());
+                gpu.launch(&plan.launch_carried(operands, carries))?;
+            }
+            first += width;
+        }
+        for (lane, gpu) in self.lanes.iter().zip(&self.gpus) {
+            lane.join(gpu, 0)?;
         }
         Ok(())
     }
