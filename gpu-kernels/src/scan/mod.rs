@@ -30,6 +30,12 @@
 //!
 //! Reversal maps logical position `q` to `len - 1 - q` (flat for contiguous, per
 //! column for columns and strided).
+//!
+//! A device group's scan along the split axis starts each shard at the totals of the
+//! shards before it: the columns kernel takes a range of columns with carries in and
+//! out (a pipeline over column chunks), the segments kernel rows' carries after
+//! [`totals`] summed the shards before, and otherwise [`carry`] adds them in a second
+//! pass.
 
 pub mod carry;
 pub mod columns;
@@ -39,6 +45,7 @@ pub mod segments;
 pub mod strided;
 #[cfg(target_arch = "nvptx64")]
 pub(crate) mod tile;
+pub mod totals;
 
 use crate::element::sum_bytes;
 use crate::launch::{DeviceLimits, DevicePtr, DevicePtrMut, EntryPoint, ScratchLayout};
@@ -138,7 +145,13 @@ pub const fn layout_variant<K: Copy>(kernels: [K; 4], vector: bool, reverse: boo
 /// Sums are kept in [`Sum<T>`](crate::element::Sum): f32 for the 16-bit floats, each
 /// output rounded once.
 pub trait ScanType:
-    RowsKernel + ContiguousKernel + SegmentsKernel + ColumnsKernel + StridedKernel + carry::CarryKernel
+    RowsKernel
+    + ContiguousKernel
+    + SegmentsKernel
+    + ColumnsKernel
+    + StridedKernel
+    + carry::CarryKernel
+    + totals::TotalsKernel
 {
 }
 
@@ -157,6 +170,7 @@ pub const ENTRY_POINTS: &[&[EntryPoint]] = &[
     contiguous::ENTRY_POINTS,
     segments::ENTRY_POINTS,
     strided::ENTRY_POINTS,
+    totals::ENTRY_POINTS,
 ];
 
 /// Which kernel runs a scan, and its geometry.

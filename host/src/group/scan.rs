@@ -6,14 +6,16 @@ use gpu_kernels::scan::carry::{self, CarryArgs};
 use gpu_kernels::scan::columns::{
     COLUMNS_PLAN_MIN_COLUMNS, ColumnCarries, ColumnsPlan, pipeline_chunk_width,
 };
-use gpu_kernels::scan::{EXCLUSIVE, REVERSE, ScanOperands, ScanProblem};
+use gpu_kernels::scan::segments::RowCarries;
+use gpu_kernels::scan::totals::{self, totals_parts};
+use gpu_kernels::scan::{REVERSE, ScanOperands, ScanPlan, ScanProblem};
 
 use super::nccl::Transfer;
 use super::{GpuGroup, ShardedArray};
 use crate::array::DeviceArray;
 use crate::driver::{self, Temporary};
 use crate::error::Result;
-use crate::scan::{ScanElement, ScanKind, scan_problem};
+use crate::scan::{ScanElement, ScanKind, scan_options, scan_problem};
 
 /// How a group scans along an axis.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -25,6 +27,11 @@ pub enum GroupScanPlan {
     /// scans once the rank before it (after it, reversed) has scanned them and sent
     /// their totals, so that every rank reads and writes its shard once.
     Pipelined { chunk_width: u64, chunks: u64 },
+    /// Along the split axis of `inner == 1`, long rows (each shard taking the segments
+    /// kernel): each rank sums its shard's rows (`parts` partials a row, read only),
+    /// the ranks gather the partials, and each scans its shard once, its rows starting
+    /// at the partials of the shards before it (after it, reversed).
+    ReduceThenScan { parts: u64 },
     /// Along the split axis otherwise: each device scans its shard, then adds the
     /// totals of the shards before it (after it, reversed), a second pass.
     CarryPass,
@@ -60,12 +67,12 @@ impl GpuGroup {
         reverse: bool,
     ) -> Result<()> {
         self.check_alike(x, y, "cumsum output")?;
+        let options = scan_options(kind, reverse);
         match self.cumsum_plan(x, axis)? {
             GroupScanPlan::Pipelined { chunk_width, .. } => {
-                let options = if kind == ScanKind::Exclusive { EXCLUSIVE } else { 0 }
-                    | if reverse { REVERSE } else { 0 };
                 self.pipelined_cumsum(x, y, axis, options, chunk_width)
             }
+            GroupScanPlan::ReduceThenScan { parts } => self.reduced_cumsum(x, y, axis, options, parts),
             plan => {
                 for ((gpu, x), y) in self.gpus.iter().zip(&x.parts).zip(&mut y.parts) {
                     gpu.cumsum_into(x, y, axis, kind, reverse)?;
@@ -84,14 +91,84 @@ impl GpuGroup {
         if x.split_axis() != Some(axis) {
             return Ok(GroupScanPlan::Local);
         }
-        if problem.inner > 1 && problem.columns() >= COLUMNS_PLAN_MIN_COLUMNS && self.len() > 1 {
+        if self.len() == 1 || problem.elements() == 0 {
+            return Ok(GroupScanPlan::CarryPass);
+        }
+        if problem.inner > 1 && problem.columns() >= COLUMNS_PLAN_MIN_COLUMNS {
             let chunk_width = pipeline_chunk_width(&problem);
             return Ok(GroupScanPlan::Pipelined {
                 chunk_width,
                 chunks: problem.inner.div_ceil(chunk_width),
             });
         }
-        Ok(GroupScanPlan::CarryPass)
+        let mut longest = ScanProblem { scan: 0, ..problem };
+        for (gpu, part) in self.gpus.iter().zip(&x.parts) {
+            let plan = gpu.cumsum_plan::<T>(part.shape(), axis)?;
+            if !matches!(plan, Some(ScanPlan::Segments(_))) {
+                return Ok(GroupScanPlan::CarryPass);
+            }
+            longest.scan = longest.scan.max(scan_problem(part.shape(), axis)?.scan);
+        }
+        let multiprocessors = self.gpus.iter().map(|gpu| gpu.limits().multiprocessors).min();
+        let parts = totals_parts(&longest, size_of::<T>(), multiprocessors.unwrap_or(1));
+        Ok(GroupScanPlan::ReduceThenScan { parts })
+    }
+
+    /// The scan along the split axis by shard totals first (see
+    /// [`GroupScanPlan::ReduceThenScan`]): the partials are sums (f32 for 16-bit
+    /// elements), so each output is rounded once, as on one device.
+    fn reduced_cumsum<T: ScanElement>(
+        &self,
+        x: &ShardedArray<T>,
+        y: &mut ShardedArray<T>,
+        axis: usize,
+        options: u32,
+        parts: u64,
+    ) -> Result<()> {
+        let ranks = self.len();
+        let outer = scan_problem(x.shape(), axis)?.outer;
+        let count = (parts * outer) as usize;
+        let mut totals = Vec::with_capacity(ranks);
+        let mut gathered = Vec::with_capacity(ranks);
+        for (gpu, part) in self.gpus.iter().zip(&x.parts) {
+            let mut rank_totals = gpu.temporary::<Sum<T>>(&[count])?;
+            let problem = scan_problem(part.shape(), axis)?;
+            if let Some(launch) = totals::launch(part.ptr(), rank_totals.ptr_mut(), problem, parts) {
+                gpu.launch(&launch)?;
+            }
+            totals.push(rank_totals);
+            gathered.push(gpu.temporary::<Sum<T>>(&[ranks * count])?);
+        }
+        let sends: Vec<&DeviceArray<Sum<T>>> = totals.iter().map(|t| &**t).collect();
+        let mut receives: Vec<&mut DeviceArray<Sum<T>>> = gathered.iter_mut().map(|g| &mut **g).collect();
+        self.all_gather(&sends, &mut receives)?;
+        for (rank, ((gpu, x), y)) in self.gpus.iter().zip(&x.parts).zip(&mut y.parts).enumerate() {
+            // The partials of the shards before this one: `[term][row]`, `parts` terms a
+            // shard, in rank order.
+            let (first, shards) = if options & REVERSE != 0 {
+                (rank + 1, ranks - rank - 1)
+            } else {
+                (0, rank)
+            };
+            let Some((problem, ScanPlan::Segments(plan))) = gpu.checked_scan_plan::<T>(x.shape(), axis)?
+            else {
+                unreachable!("the group plan checked that every shard takes the segments kernel");
+            };
+            let operands = ScanOperands {
+                x: x.ptr(),
+                y: y.ptr_mut(),
+                problem,
+                options,
+            };
+            let carries = RowCarries {
+                carries: gathered[rank].ptr().offset((first * count) as u64),
+                terms: shards as u64 * parts,
+            };
+            // The scratch stays reserved until the launch is queued.
+            let (_scratch, scratch) = gpu.scratch(ScanPlan::Segments(plan).scratch(size_of::<T>()))?;
+            gpu.launch(&plan.launch_carried(operands, scratch, carries))?;
+        }
+        Ok(())
     }
 
     /// The scan along the split axis as a pipeline over column chunks (see
