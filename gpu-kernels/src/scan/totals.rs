@@ -132,24 +132,30 @@ mod kernel {
         }
         let body_vectors = (body_end - body_start) / per_vector;
         let chunk_vectors = TOTALS_THREADS as u64 * TOTALS_VECTORS as u64;
+        // A sum per load of a chunk, so that no load waits for the sums of the others.
+        let mut sums = [T::Sum::identity(); TOTALS_VECTORS];
         let mut chunk = part;
         while chunk * chunk_vectors < body_vectors {
             let first = chunk * chunk_vectors + thread;
+            let vector = |k: usize| first + (k as u64) * TOTALS_THREADS as u64;
+            // Every load unconditional (past the body: its last vector again, dropped
+            // below), so that all of them are out before the first sum.
             let words: [[u32; 4]; TOTALS_VECTORS] = core::array::from_fn(|k| {
-                let v = first + (k as u64) * TOTALS_THREADS as u64;
-                if v < body_vectors {
-                    // SAFETY: vector v of the row's aligned body.
-                    unsafe { load_global_v4(x.add((body_start + v * per_vector) as usize) as *const u32) }
-                } else {
-                    [0; 4]
-                }
+                let v = vector(k).min(body_vectors - 1);
+                // SAFETY: vector v of the row's aligned body.
+                unsafe { load_global_v4(x.add((body_start + v * per_vector) as usize) as *const u32) }
             });
-            for vector in words {
-                for i in 0..T::PER_VECTOR {
-                    sum = sum.combine(T::from_words(vector, i).widen());
+            for (k, words) in words.into_iter().enumerate() {
+                if vector(k) < body_vectors {
+                    for i in 0..T::PER_VECTOR {
+                        sums[k] = sums[k].combine(T::from_words(words, i).widen());
+                    }
                 }
             }
             chunk += parts;
+        }
+        for k_sum in sums {
+            sum = sum.combine(k_sum);
         }
         // SAFETY: TOTALS_SHARED_BYTES holds a sum per warp.
         let warp_totals: *mut T::Sum = unsafe { SharedCarver::new().take(TOTALS_WARPS) };
