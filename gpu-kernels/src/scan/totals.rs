@@ -18,9 +18,10 @@ pub const TOTALS_WARPS: usize = (TOTALS_THREADS / 32) as usize;
 pub const TOTALS_VECTORS: usize = 8;
 /// Dynamic shared memory of a totals block: the warp totals (8-byte sums at most).
 pub const TOTALS_SHARED_BYTES: u32 = TOTALS_WARPS as u32 * 8;
-/// Blocks per SM the partials of all rows fill: enough loads in flight for the copy
-/// rate.
-pub const TOTALS_BLOCKS_PER_SM: u64 = 4;
+/// Blocks per SM the partials of all rows fill, as many as 32-register threads fit
+/// (f32: ptxas keeps two of a thread's 16-byte loads in flight, so the rate comes from
+/// the threads; the 16-bit kernels take 59 registers, half as many blocks at once).
+pub const TOTALS_BLOCKS_PER_SM: u64 = 8;
 
 /// Partial sums per row: one wave of blocks over all rows, at most a block per chunk.
 pub const fn totals_parts(problem: &ScanProblem, element_bytes: usize, multiprocessors: u32) -> u64 {
@@ -185,10 +186,10 @@ mod tests {
                 132,
             )
         };
-        // 2^29 f32: 528 blocks (4 an SM on 132 SMs); 8192-element chunks, 65536 of them.
-        assert_eq!(parts(1, 1 << 29, 4), 528);
+        // 2^29 f32: 1056 blocks (8 an SM on 132 SMs); 8192-element chunks, 65536 of them.
+        assert_eq!(parts(1, 1 << 29, 4), 1056);
         // Three rows share the wave.
-        assert_eq!(parts(3, 1 << 29, 4), 176);
+        assert_eq!(parts(3, 1 << 29, 4), 352);
         // A short row: one block per chunk of 16384 bf16, a block at least.
         assert_eq!(parts(1, 40000, 2), 3);
         assert_eq!(parts(1000, 5, 8), 1);
