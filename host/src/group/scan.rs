@@ -139,9 +139,21 @@ impl GpuGroup {
             totals.push(rank_totals);
             gathered.push(gpu.temporary::<Sum<T>>(&[ranks * count])?);
         }
-        let sends: Vec<&DeviceArray<Sum<T>>> = totals.iter().map(|t| &**t).collect();
-        let mut receives: Vec<&mut DeviceArray<Sum<T>>> = gathered.iter_mut().map(|g| &mut **g).collect();
-        self.all_gather(&sends, &mut receives)?;
+        // The partials travel on the lanes: a rank whose rows need none (the first, the
+        // last reversed) scans meanwhile.
+        for (lane, gpu) in self.lanes.iter().zip(&self.gpus) {
+            lane.follow(gpu, 0)?;
+        }
+        // SAFETY: each rank's totals hold `count` sums and its gathered `ranks * count`,
+        // temporaries of its device, freed on its stream, which joins its lane below.
+        unsafe {
+            self.all_gather_at(
+                &self.lane_streams(),
+                count * size_of::<Sum<T>>(),
+                totals.iter().map(|t| t.address()),
+                gathered.iter().map(|g| g.address()),
+            )?
+        };
         for (rank, ((gpu, x), y)) in self.gpus.iter().zip(&x.parts).zip(&mut y.parts).enumerate() {
             // The partials of the shards before this one: `[term][row]`, `parts` terms a
             // shard, in rank order.
@@ -164,9 +176,15 @@ impl GpuGroup {
                 carries: gathered[rank].ptr().offset((first * count) as u64),
                 terms: shards as u64 * parts,
             };
+            if shards > 0 {
+                self.lanes[rank].join(gpu, 0)?;
+            }
             // The scratch stays reserved until the launch is queued.
             let (_scratch, scratch) = gpu.scratch(ScanPlan::Segments(plan).scratch(size_of::<T>()))?;
             gpu.launch(&plan.launch_carried(operands, scratch, carries))?;
+            if shards == 0 {
+                self.lanes[rank].join(gpu, 0)?;
+            }
         }
         Ok(())
     }
