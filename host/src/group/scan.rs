@@ -215,8 +215,10 @@ impl GpuGroup {
             .collect::<Result<Vec<ScanProblem>>>()?;
         let ScanProblem { outer, inner, .. } = problems[0];
         let columns = (outer * inner) as usize;
-        // Rank r's carries from the rank before it and to the rank after it, a slot of
-        // `outer * chunk_width` per chunk.
+        // Rank r's carries from the rank before it and to the rank after it: chunk c's
+        // `outer * width` from `outer * c * chunk_width`. A middle rank's lane holds its
+        // receives and sends in chunk order, so its chunk also waits for the send of the
+        // chunk before (its receive by the next rank, posted early: a latency).
         let carries = |r: usize, wanted: bool| -> Result<Option<Temporary<'_, Sum<T>>>> {
             wanted
                 .then(|| self.gpus[r].temporary::<Sum<T>>(&[columns]))
@@ -251,7 +253,7 @@ impl GpuGroup {
                         };
                         // SAFETY: both ranges are the chunk's slot of a temporary of
                         // `columns` sums on its rank's device, freed on the ranks'
-                        // streams, which join their lanes before (below).
+                        // streams, which join their lanes at the end (below).
                         unsafe { self.exchange.transfer(&[transfer], &lanes)? };
                         self.lanes[r].join(gpu, 0)?;
                         received.ptr().offset(slot as u64)
