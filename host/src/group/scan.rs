@@ -87,6 +87,7 @@ impl GpuGroup {
 
     /// How [`GpuGroup::cumsum`] scans x along `axis`.
     pub fn cumsum_plan<T: ScanElement>(&self, x: &ShardedArray<T>, axis: usize) -> Result<GroupScanPlan> {
+        self.check_parts(x)?;
         let problem = scan_problem(x.shape(), axis)?;
         if x.split_axis() != Some(axis) {
             return Ok(GroupScanPlan::Local);
