@@ -19,8 +19,14 @@ pub const COLUMN_TARGET_BYTES: u64 = 1 << 22;
 /// ms, 32768 3.17 against 3.79, 16384 3.01 against 3.73, 8192 3.02 against 4.04, 4096
 /// 3.17 against 4.42.
 pub const COLUMNS_PLAN_MIN_COLUMNS: u64 = 4096;
-/// Most threads sharing a column (a power of two); warps still cover 32 columns.
+/// Most threads sharing a column (a power of two) in a scan of a whole array; warps
+/// still cover 32 columns.
 pub const COLUMN_MAX_PARTS: u32 = 8;
+/// Most threads sharing a column in a chunk of a device group's pipelined scan: a chunk
+/// of 2048 columns takes 16, enough threads for `COLUMN_TARGET_BYTES` and a block on
+/// every SM (8 would fill 64 blocks); a warp then covers 16 columns, two 64-byte pieces
+/// of f32 rows.
+pub const PIPELINE_MAX_PARTS: u32 = 16;
 /// Dynamic shared memory of a columns block: each thread's batch total, twice (8-byte
 /// values at most), so that one barrier per batch suffices.
 pub const COLUMN_SHARED_BYTES: u32 = 2 * BLOCK_THREADS * 8;
@@ -73,7 +79,7 @@ pub const fn column_target_threads(element_bytes: usize) -> u64 {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ColumnsPlan {
     pub column_blocks: u64,
-    /// A power of two up to `COLUMN_MAX_PARTS`.
+    /// A power of two up to `COLUMN_MAX_PARTS` (`PIPELINE_MAX_PARTS` in a pipeline).
     pub parts: u32,
 }
 
@@ -141,12 +147,11 @@ impl<T: Summed> ColumnCarries<T> {
 
 impl ColumnsPlan {
     /// The plan for the columns of `problem`: as many threads per column as keep
-    /// `COLUMN_TARGET_BYTES` in flight, up to `COLUMN_MAX_PARTS`.
-    pub const fn new(problem: &ScanProblem, element_bytes: usize) -> Self {
+    /// `COLUMN_TARGET_BYTES` in flight, up to `max_parts` (a power of two dividing
+    /// `BLOCK_THREADS`).
+    pub const fn new(problem: &ScanProblem, element_bytes: usize, max_parts: u32) -> Self {
         let mut parts = 1;
-        while problem.columns() * (parts as u64) < column_target_threads(element_bytes)
-            && parts < COLUMN_MAX_PARTS
-        {
+        while problem.columns() * (parts as u64) < column_target_threads(element_bytes) && parts < max_parts {
             parts *= 2;
         }
         Self {
@@ -216,6 +221,19 @@ mod tests {
         assert_eq!(width(1, 2047), 2047);
         // 3 x 2047 lanes: 2 chunks of 1024 columns.
         assert_eq!(width(3, 2047), 1024);
+        // A headline chunk takes 16 threads a column: a block on each of 128 SMs.
+        let chunk = ScanProblem {
+            outer: 1,
+            scan: 32768,
+            inner: 2048,
+        };
+        assert_eq!(
+            ColumnsPlan::new(&chunk, 4, PIPELINE_MAX_PARTS),
+            ColumnsPlan {
+                column_blocks: 128,
+                parts: 16
+            }
+        );
     }
 }
 
@@ -239,7 +257,7 @@ mod kernel {
     /// `x` and `y` hold the columns of an `[outer, scan, row_pitch]` array, `inner <=
     /// row_pitch` of them from the first (they may be the same array); the carries,
     /// unless null, hold `outer * inner` sums; `parts` divides `BLOCK_THREADS` by a power
-    /// of two up to `COLUMN_MAX_PARTS`; blocks of `BLOCK_THREADS` threads with
+    /// of two up to `PIPELINE_MAX_PARTS`; blocks of `BLOCK_THREADS` threads with
     /// `COLUMN_SHARED_BYTES` of dynamic shared memory, as many as cover `outer * inner`
     /// columns.
     #[inline(always)]

@@ -49,7 +49,7 @@ pub mod totals;
 
 use crate::element::sum_bytes;
 use crate::launch::{DeviceLimits, DevicePtr, DevicePtrMut, EntryPoint, ScratchLayout};
-use columns::{COLUMNS_PLAN_MIN_COLUMNS, ColumnsKernel, ColumnsPlan};
+use columns::{COLUMN_MAX_PARTS, COLUMNS_PLAN_MIN_COLUMNS, ColumnsKernel, ColumnsPlan};
 use contiguous::{ContiguousKernel, ContiguousPlan};
 use rows::{ROWS_PLAN_MIN_ROWS, RowsKernel, RowsPlan, rows_items};
 use segments::{SEGMENT_MIN_STAGES, SegmentsKernel, SegmentsPlan};
@@ -238,7 +238,7 @@ pub const fn plan(problem: &ScanProblem, element_bytes: usize, device: &DeviceLi
             vector: problem.elements().is_multiple_of(per_vector),
         })
     } else if problem.columns() >= COLUMNS_PLAN_MIN_COLUMNS {
-        ScanPlan::Columns(ColumnsPlan::new(problem, element_bytes))
+        ScanPlan::Columns(ColumnsPlan::new(problem, element_bytes, COLUMN_MAX_PARTS))
     } else {
         ScanPlan::Strided(StridedPlan {
             column_blocks: problem.columns().div_ceil(BLOCK_THREADS as u64),

@@ -4,7 +4,7 @@ use gpu_kernels::element::Sum;
 use gpu_kernels::launch::{DevicePtr, DevicePtrMut};
 use gpu_kernels::scan::carry::{self, CarryArgs};
 use gpu_kernels::scan::columns::{
-    COLUMNS_PLAN_MIN_COLUMNS, ColumnCarries, ColumnsPlan, pipeline_chunk_width,
+    COLUMNS_PLAN_MIN_COLUMNS, ColumnCarries, ColumnsPlan, PIPELINE_MAX_PARTS, pipeline_chunk_width,
 };
 use gpu_kernels::scan::segments::RowCarries;
 use gpu_kernels::scan::totals::{self, totals_parts};
@@ -279,7 +279,7 @@ impl GpuGroup {
                     carry_in,
                     carry_out,
                 };
-                let plan = ColumnsPlan::new(&problem, size_of::<T>());
+                let plan = ColumnsPlan::new(&problem, size_of::<T>(), PIPELINE_MAX_PARTS);
                 gpu.launch(&plan.launch_carried(operands, carries))?;
             }
             first += width;
