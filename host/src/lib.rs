@@ -64,7 +64,7 @@ pub mod plans {
         MinPlan, rows::RowsPlan as MinRowsPlan, strided::StridedPlan as MinStridedPlan,
     };
     pub use gpu_kernels::scan::{
-        ScanPlan, columns::ColumnsPlan, contiguous::ContiguousPlan, rows::RowsPlan, segments::SegmentsPlan,
-        segments::segment_items, strided::StridedPlan,
+        ScanPlan, columns::ColumnsPlan, contiguous::ContiguousPlan, packed_rows::PackedRowsPlan,
+        rows::RowsPlan, segments::SegmentsPlan, segments::segment_items, strided::StridedPlan,
     };
 }

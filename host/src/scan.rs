@@ -212,6 +212,7 @@ impl Gpu {
         let (_scratch, scratch) = self.scratch(plan.scratch(size_of::<T>()))?;
         match plan {
             ScanPlan::Rows(rows) => self.launch(&rows.launch(operands)),
+            ScanPlan::PackedRows(packed) => self.launch(&packed.launch(operands)),
             ScanPlan::Columns(columns) => self.launch(&columns.launch(operands)),
             ScanPlan::Contiguous(contiguous) => self.launch(&contiguous.launch(operands, scratch)),
             ScanPlan::Segments(segments) => self.launch(&segments.launch(operands, scratch)),

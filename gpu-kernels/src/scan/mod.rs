@@ -2,11 +2,14 @@
 //! or inclusive, forward or reversed, in one pass that reads the input once and writes
 //! the output once (in place allowed).
 //!
-//! The array is seen as `[outer, scan, inner]`. Five kernels, one file each, chosen by
-//! [`plan`]. Two need no look-back:
+//! The array is seen as `[outer, scan, inner]`. Six kernels, one file each, chosen by
+//! [`plan`]. Three need no look-back:
 //! - [`rows`] (`inner == 1`, at least `ROWS_PLAN_MIN_ROWS` rows of whole 128-bit runs, a
 //!   tile or longer): a block per `ROWS_PER_BLOCK` rows walks them tile by tile with a
 //!   carry, the next tile's loads in flight during the current one's scan;
+//! - [`packed_rows`] (other `inner == 1` with enough rows for hundreds of blocks of a
+//!   tile's work or more, or of one tile in all): as rows, a block per few rows walking
+//!   them as one flat span, the sum restarting at each row's first element;
 //! - [`columns`] (`inner > 1`, at least `COLUMNS_PLAN_MIN_COLUMNS` columns, the `outer *
 //!   inner` lanes of the scan): each column walked whole with a running sum by `parts`
 //!   threads of one block, each taking its part of every batch of rows, with the next
@@ -15,15 +18,15 @@
 //! The other three cut the work into tiles that take their ids from a counter in
 //! launch order and chain their prefixes by decoupled look-back (`block::TileChain`,
 //! one 64-bit word per tile for 4-byte values), so any shape fills the GPU:
-//! - [`segments`] (`inner == 1`, rows of at least `segment_items`): each row cut into
+//! - [`segments`] (other `inner == 1`, rows of at least `segment_items`): each row cut into
 //!   segments of one run per thread; persistent blocks, one per SM, take segment after
 //!   segment through shared-memory stages: bulk copies (sm_90) bring the next segments
 //!   in and take finished ones out while the block scans the current one from shared
 //!   memory and looks back once for its prefix within the row;
-//! - [`contiguous`] (other `inner == 1`): the rows laid end to end as one flat sequence
-//!   of tiles; each thread holds consecutive elements (128-bit loads when rows keep
-//!   16-byte alignment); a new row starts a new chain, so one tile may hold the ends of
-//!   several short rows, and a long row spans many tiles;
+//! - [`contiguous`] (other `inner == 1`: few short rows): the rows laid end to end as
+//!   one flat sequence of tiles; each thread holds consecutive elements (128-bit loads
+//!   when rows keep 16-byte alignment); a new row starts a new chain, so one tile may
+//!   hold the ends of several short rows, and a long row spans many tiles;
 //! - [`strided`] (other `inner > 1`): one thread per column, tiles of `BLOCK_THREADS`
 //!   columns by `rows` rows; the look-back runs down each column block, one running
 //!   sum per column.
@@ -40,6 +43,7 @@
 pub mod carry;
 pub mod columns;
 pub mod contiguous;
+pub mod packed_rows;
 pub mod rows;
 pub mod segments;
 pub mod strided;
@@ -51,6 +55,7 @@ use crate::element::sum_bytes;
 use crate::launch::{DeviceLimits, DevicePtr, DevicePtrMut, EntryPoint, ScratchLayout};
 use columns::{COLUMN_MAX_PARTS, COLUMNS_PLAN_MIN_COLUMNS, ColumnsKernel, ColumnsPlan};
 use contiguous::{ContiguousKernel, ContiguousPlan};
+use packed_rows::{PackedRowsKernel, PackedRowsPlan};
 use rows::{ROWS_PLAN_MIN_ROWS, RowsKernel, RowsPlan, rows_items};
 use segments::{SEGMENT_MIN_STAGES, SegmentsKernel, SegmentsPlan};
 use strided::{StridedKernel, StridedPlan};
@@ -146,6 +151,7 @@ pub const fn layout_variant<K: Copy>(kernels: [K; 4], vector: bool, reverse: boo
 /// output rounded once.
 pub trait ScanType:
     RowsKernel
+    + PackedRowsKernel
     + ContiguousKernel
     + SegmentsKernel
     + ColumnsKernel
@@ -166,6 +172,7 @@ impl ScanType for half::f16 {}
 pub const ENTRY_POINTS: &[&[EntryPoint]] = &[
     carry::ENTRY_POINTS,
     rows::ENTRY_POINTS,
+    packed_rows::ENTRY_POINTS,
     columns::ENTRY_POINTS,
     contiguous::ENTRY_POINTS,
     segments::ENTRY_POINTS,
@@ -177,6 +184,7 @@ pub const ENTRY_POINTS: &[&[EntryPoint]] = &[
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ScanPlan {
     Rows(RowsPlan),
+    PackedRows(PackedRowsPlan),
     Contiguous(ContiguousPlan),
     Segments(SegmentsPlan),
     Columns(ColumnsPlan),
@@ -184,12 +192,13 @@ pub enum ScanPlan {
 }
 
 impl ScanPlan {
-    /// Tiles: one block each, except segments, which persistent blocks share, rows, a
-    /// row each (a block takes `ROWS_PER_BLOCK`), and columns, a block per group of
-    /// columns.
+    /// Tiles: one block each, except segments, which persistent blocks share, rows and
+    /// packed rows, a row each (a block takes several), and columns, a block per group
+    /// of columns.
     pub const fn tiles(&self) -> u64 {
         match self {
             ScanPlan::Rows(p) => p.rows,
+            ScanPlan::PackedRows(p) => p.rows,
             ScanPlan::Contiguous(p) => p.tiles,
             ScanPlan::Segments(p) => p.tiles,
             ScanPlan::Columns(p) => p.column_blocks,
@@ -202,7 +211,9 @@ impl ScanPlan {
     pub const fn scratch(&self, element_bytes: usize) -> ScratchLayout {
         let element_bytes = sum_bytes(element_bytes);
         match self {
-            ScanPlan::Rows(_) | ScanPlan::Columns(_) => ScratchLayout { bytes: 0, zeroed: 0 },
+            ScanPlan::Rows(_) | ScanPlan::PackedRows(_) | ScanPlan::Columns(_) => {
+                ScratchLayout { bytes: 0, zeroed: 0 }
+            }
             ScanPlan::Contiguous(p) => status_layout(p.tiles, 1, element_bytes),
             ScanPlan::Segments(p) => status_layout(p.tiles, 1, element_bytes),
             ScanPlan::Strided(p) => status_layout(p.column_blocks * p.chunks, BLOCK_THREADS, element_bytes),
@@ -219,6 +230,8 @@ pub const fn plan(problem: &ScanProblem, element_bytes: usize, device: &DeviceLi
     let stages = segments::stages(device.max_shared_bytes_per_block);
     if problem.inner == 1 && whole_runs && long && problem.outer >= ROWS_PLAN_MIN_ROWS {
         ScanPlan::Rows(RowsPlan { rows: problem.outer })
+    } else if let Some(packed) = PackedRowsPlan::new(problem, element_bytes) {
+        ScanPlan::PackedRows(packed)
     } else if problem.inner == 1
         && problem.scan >= segments::segment_items(element_bytes, aligned)
         && stages >= SEGMENT_MIN_STAGES
@@ -325,13 +338,25 @@ mod tests {
             plan_of(32768, 32768, 1, 4, &H100),
             ScanPlan::Rows(RowsPlan { rows: 32768 })
         );
+        // Rows of any length, enough of them for 512 blocks of a tile's work: packed.
         assert_eq!(
             plan_of(2048, 4100, 1, 4, &H100),
-            ScanPlan::Contiguous(ContiguousPlan {
-                tiles: 2050,
-                vector: true
+            ScanPlan::PackedRows(PackedRowsPlan {
+                rows: 2048,
+                rows_per_block: 4
             })
         );
+        assert_eq!(
+            plan_of(65536, 4095, 1, 4, &H100),
+            ScanPlan::PackedRows(PackedRowsPlan {
+                rows: 65536,
+                rows_per_block: 9
+            })
+        );
+        assert!(matches!(
+            plan_of(600, 100_001, 1, 2, &H100),
+            ScanPlan::PackedRows(_)
+        ));
         // 2^28 in segments of SEGMENT_THREADS runs of 48 elements, three 72 KiB stages,
         // a block per SM.
         let ScanPlan::Segments(segments) = plan_of(1, 1 << 28, 1, 4, &H100) else {
@@ -365,20 +390,21 @@ mod tests {
             plan_of(2, 1 << 20, 1, 4, &small),
             ScanPlan::Contiguous(_)
         ));
+        // Few short rows: look-back tiles, 128-bit runs when the flat length allows them.
         assert!(matches!(plan_of(3, 16000, 1, 4, &H100), ScanPlan::Contiguous(_)));
         assert_eq!(
-            plan_of(3, 7, 1, 8, &H100),
+            plan_of(1001, 17, 1, 4, &H100),
             ScanPlan::Contiguous(ContiguousPlan {
-                tiles: 1,
+                tiles: 17017u64.div_ceil(4096),
                 vector: false
             })
         );
-        // Rows of any length take 128-bit runs when the flat length allows them.
+        // An array of a tile at most: one packed-rows block, no status to zero.
         assert_eq!(
-            plan_of(65536, 4095, 1, 4, &H100),
-            ScanPlan::Contiguous(ContiguousPlan {
-                tiles: (65536 * 4095u64).div_ceil(4096),
-                vector: true
+            plan_of(3, 7, 1, 8, &H100),
+            ScanPlan::PackedRows(PackedRowsPlan {
+                rows: 3,
+                rows_per_block: 3
             })
         );
         // Axis 0 of the headline: a thread per column; fewer columns share the rows

@@ -34,10 +34,15 @@ pub const fn rows_vectors(element_bytes: usize) -> usize {
     rows_items(element_bytes) * element_bytes / 16
 }
 
+/// Bytes of a rows block's transpose buffers: 32 runs a warp.
+pub const fn rows_buffer_bytes(element_bytes: usize) -> u32 {
+    (ROWS_WARPS * 32 * rows_vectors(element_bytes) * 16) as u32
+}
+
 /// Dynamic shared memory of a rows block: each warp's transpose buffer of 32 runs,
 /// then the warp totals (8 bytes at most each).
 pub const fn rows_shared_bytes(element_bytes: usize) -> u32 {
-    (ROWS_WARPS * 32 * rows_vectors(element_bytes) * 16 + ROWS_WARPS * 8) as u32
+    rows_buffer_bytes(element_bytes) + ROWS_WARPS as u32 * 8
 }
 
 const _: () = assert!(ROWS_THREADS.is_multiple_of(32) && ROWS_THREADS * ROWS_16_BIT_BLOCKS_PER_SM <= 2048);
@@ -125,129 +130,10 @@ mod kernel {
     use super::*;
     use crate::block::ScanOp;
     use crate::device::{
-        SharedCarver, block_dim_x, block_idx_x, lane_id, load_global_v4, load_shared_v4_f32, shared_base,
-        store_global_v4, store_shared_v4_f32, sync_threads, sync_warp, thread_idx_x,
+        SharedCarver, block_dim_x, block_idx_x, lane_id, shared_base, sync_threads, thread_idx_x,
     };
     use crate::scan::EXCLUSIVE;
-    use crate::scan::tile::{RunWords, ScanValue, ZERO_RUN, narrow_run, scan_tile, widen_run};
-
-    /// Each warp's 32 runs of a tile travel between memory and registers as 128-bit
-    /// vectors consecutive across the lanes (vector `j` of lane `l` is the warp's vector
-    /// `32 j + l`: one 512-byte request a warp instruction), and pass through the warp's
-    /// buffer in shared memory to and from the lanes that scan them, a run each. Loaded
-    /// a run a lane, each warp instruction touched every sector twice: on the H200 the L2
-    /// ran at 95% of its throughput with the memory at 70% of its own.
-    struct WarpRuns {
-        /// The warp's buffer in shared memory, `32 * vectors` vectors.
-        buffer: u32,
-        /// 128-bit vectors a run.
-        vectors: u32,
-        /// Physical position of the warp's first element (wrapping: a reversed tile that
-        /// passes the row's start begins before it).
-        start: u64,
-        /// The runs, in physical order, inside the row: `valid.0..valid.1`.
-        valid: (u32, u32),
-    }
-
-    impl WarpRuns {
-        /// The shared address of vector `v` of the buffer. A lane reading its run takes
-        /// vectors `vectors * lane + j`; the XOR spreads each 8 lanes' vectors over all
-        /// 32 banks, and keeps the vectors of a striped access on distinct ones.
-        #[inline(always)]
-        fn slot(&self, v: u32) -> u32 {
-            self.buffer + (v ^ ((v >> 3) & (self.vectors - 1))) * 16
-        }
-
-        /// Whether the warp's vector `v` lies inside the row.
-        #[inline(always)]
-        fn holds(&self, v: u32) -> bool {
-            let run = v / self.vectors;
-            self.valid.0 <= run && run < self.valid.1
-        }
-
-        /// The lane's striped vectors (zero outside the row).
-        ///
-        /// # Safety
-        /// `x` holds the valid runs' elements, 16-byte aligned.
-        #[inline(always)]
-        unsafe fn load<T: ScanValue>(&self, x: *const T) -> RunWords {
-            let mut words = ZERO_RUN;
-            for (j, vector) in words.iter_mut().enumerate().take(self.vectors as usize) {
-                let v = 32 * j as u32 + lane_id();
-                if self.holds(v) {
-                    let at = self.start.wrapping_add(v as u64 * T::PER_VECTOR as u64);
-                    // SAFETY: a valid run's vector, inside the row and aligned.
-                    *vector = unsafe { load_global_v4(x.add(at as usize) as *const u32) };
-                }
-            }
-            words
-        }
-
-        /// Stores the lane's striped vectors that lie inside the row.
-        ///
-        /// # Safety
-        /// As [`WarpRuns::load`], writable.
-        #[inline(always)]
-        unsafe fn store<T: ScanValue>(&self, y: *mut T, words: &RunWords) {
-            for (j, &vector) in words.iter().enumerate().take(self.vectors as usize) {
-                let v = 32 * j as u32 + lane_id();
-                if self.holds(v) {
-                    let at = self.start.wrapping_add(v as u64 * T::PER_VECTOR as u64);
-                    // SAFETY: a valid run's vector, inside the row and aligned.
-                    unsafe { store_global_v4(y.add(at as usize) as *mut u32, vector) };
-                }
-            }
-        }
-
-        /// Passes the lane's vectors through the warp's buffer: vector `j` goes to slot
-        /// `written(j)`, and vector `j` returned comes from slot `read(j)`.
-        ///
-        /// # Safety
-        /// Every lane of the warp calls it, and nothing else uses the buffer meanwhile.
-        #[inline(always)]
-        unsafe fn exchange(
-            &self,
-            words: &RunWords,
-            written: impl Fn(u32) -> u32,
-            read: impl Fn(u32) -> u32,
-        ) -> RunWords {
-            let mut exchanged = ZERO_RUN;
-            // SAFETY: the buffer is this warp's; the warp barriers order its lanes'
-            // writes after the previous use's reads, and the reads after the writes.
-            unsafe {
-                sync_warp();
-                for (j, &vector) in words.iter().enumerate().take(self.vectors as usize) {
-                    store_shared_v4_f32(self.slot(written(j as u32)), vector.map(f32::from_bits));
-                }
-                sync_warp();
-                for (j, vector) in exchanged.iter_mut().enumerate().take(self.vectors as usize) {
-                    *vector = load_shared_v4_f32(self.slot(read(j as u32))).map(f32::to_bits);
-                }
-            }
-            exchanged
-        }
-
-        /// Run `run` (in physical order) of the warp's striped vectors.
-        ///
-        /// # Safety
-        /// As [`WarpRuns::exchange`].
-        #[inline(always)]
-        unsafe fn gather(&self, striped: &RunWords, run: u32) -> RunWords {
-            // SAFETY: forwarded.
-            unsafe { self.exchange(striped, |j| 32 * j + lane_id(), |j| self.vectors * run + j) }
-        }
-
-        /// The inverse of [`WarpRuns::gather`]: the lane's striped vectors, of the runs
-        /// each lane holds.
-        ///
-        /// # Safety
-        /// As [`WarpRuns::exchange`].
-        #[inline(always)]
-        unsafe fn scatter(&self, run_words: &RunWords, run: u32) -> RunWords {
-            // SAFETY: forwarded.
-            unsafe { self.exchange(run_words, |j| self.vectors * run + j, |j| 32 * j + lane_id()) }
-        }
-    }
+    use crate::scan::tile::{ScanValue, WarpRuns, narrow_run, scan_tile, widen_run};
 
     /// Scans `ROWS_PER_BLOCK` consecutive rows per block (fewer in the last block), tile
     /// by tile, carrying each row's running sum: each tile is a block scan of `ITEMS`

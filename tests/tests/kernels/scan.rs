@@ -359,6 +359,66 @@ fn check_cases<T: TestValue>(
     }
 }
 
+/// Rows of any length, enough of them for hundreds of blocks of a tile's work, take the
+/// packed-rows kernel: rows aligned or not, spanning tiles or several to a run (one
+/// element each: every element a head), a block's rows ending inside a vector, forward
+/// and reversed, in place; and every array of one tile (one block). Integers check
+/// the running sums exactly.
+#[test]
+fn cumsum_of_many_rows_of_any_length() {
+    let Some(gpu) = gpu_or_skip("cumsum_of_many_rows_of_any_length") else {
+        return;
+    };
+    use ScanKind::{Exclusive, Inclusive};
+    let packed = |p: &ScanPlan| matches!(p, ScanPlan::PackedRows(_));
+    check_cases::<f32>(
+        &gpu,
+        packed,
+        &[
+            (&[2048, 4100], 1, Exclusive, false, false),
+            (&[2048, 4095], 1, Inclusive, true, true),
+            (&[512, 9001], 1, Exclusive, true, false),
+            (&[7, 5], 1, Inclusive, false, false),
+            (&[1], 0, Exclusive, false, false),
+        ],
+    );
+    check_cases::<i32>(
+        &gpu,
+        packed,
+        &[
+            (&[1 << 21, 3], 1, Exclusive, true, false),
+            (&[2, 3, 1365], 2, Inclusive, false, true),
+            (&[13], 0, Inclusive, true, false),
+        ],
+    );
+    check_cases::<i64>(
+        &gpu,
+        packed,
+        &[
+            (&[4096, 1001], 1, Inclusive, false, false),
+            (&[1 << 22, 1], 1, Exclusive, false, true),
+            (&[3, 7], 1, Exclusive, true, false),
+        ],
+    );
+    check_cases::<f64>(&gpu, packed, &[(&[1024, 2049], 1, Exclusive, true, true)]);
+    check_cases::<bf16>(
+        &gpu,
+        packed,
+        &[
+            (&[4096, 4097], 1, Inclusive, false, false),
+            (&[4, 5, 3], 2, Exclusive, true, false),
+        ],
+    );
+    check_cases::<f16>(
+        &gpu,
+        packed,
+        &[
+            (&[2048, 5000], 1, Exclusive, true, true),
+            (&[8192], 0, Inclusive, false, false),
+        ],
+    );
+}
+
 /// One very long axis takes the segments kernel: hundreds of segments chained by
 /// look-back, many more than the GPU holds at once; rows aligned and not (rows whose
 /// last segment holds no aligned vector among them), forward and reversed, several rows
@@ -469,7 +529,7 @@ fn cumsum_of_look_back_tiles() {
         scalar,
         &[
             (&[33, 1001], 1, Exclusive, true, false),
-            (&[1, 1], 0, Exclusive, false, false),
+            (&[3, 1667], 1, Exclusive, false, false),
         ],
     );
     check_cases::<bf16>(
@@ -587,7 +647,8 @@ fn check_deterministic<T: NoisyFloat>(
 
 /// Float scans give the same bits on every run and in place or not, on every path that
 /// chains tiles by look-back: long rows (segments, past many anchors), rows laid end to
-/// end (contiguous, 128-bit and scalar), and few columns (strided, past many anchors).
+/// end (contiguous, 128-bit and scalar), and few columns (strided, past many anchors);
+/// and on packed rows, whose blocks chain nothing.
 #[test]
 fn float_scans_are_deterministic() {
     let Some(gpu) = gpu_or_skip("float_scans_are_deterministic") else {
@@ -597,11 +658,13 @@ fn float_scans_are_deterministic() {
     let vector = |p: &ScanPlan| matches!(p, ScanPlan::Contiguous(c) if c.vector);
     let scalar = |p: &ScanPlan| matches!(p, ScanPlan::Contiguous(c) if !c.vector);
     let strided = |p: &ScanPlan| matches!(p, ScanPlan::Strided(_));
+    let packed = |p: &ScanPlan| matches!(p, ScanPlan::PackedRows(_));
     check_deterministic::<f32>(&gpu, &[2, 1 << 22], 1, segments);
     check_deterministic::<f64>(&gpu, &[1, (1 << 22) + 7], 1, segments);
     check_deterministic::<f32>(&gpu, &[64, 15001], 1, vector);
     check_deterministic::<f32>(&gpu, &[63, 15001], 1, scalar);
     check_deterministic::<f64>(&gpu, &[64, 8000], 1, vector);
+    check_deterministic::<f32>(&gpu, &[2048, 4095], 1, packed);
     check_deterministic::<f32>(&gpu, &[65536, 33], 0, strided);
     check_deterministic::<f64>(&gpu, &[3, 20000, 100], 1, strided);
     check_deterministic::<bf16>(&gpu, &[2, 1 << 22], 1, segments);
