@@ -309,8 +309,8 @@ fn scan_rows<T: BenchFloat>(gpu: &Gpu, reps: usize) -> Result<Vec<Row>> {
     use host::ScanKind::Exclusive;
     let mut rows = Vec::new();
     let square = [32768usize, 32768];
-    // Beyond the headline: rows of an odd length (look-back tiles laid end to end), and
-    // an axis of fewer columns than the columns kernel takes (look-back down columns).
+    // Beyond the headline: rows of an odd length, and an axis of 2048 columns (16
+    // threads a column).
     let cases: [(&str, &[usize], usize, &str); 5] = [
         ("scan1", &square, 1, "exclusive cumsum 32768x32768, dim 1"),
         ("scan0", &square, 0, "exclusive cumsum 32768x32768, dim 0"),

@@ -17,16 +17,13 @@ pub const COLUMN_TARGET_BYTES: u64 = 1 << 22;
 /// Columns from which the columns kernel takes the scan from the strided one. Axis 0 of
 /// 2^30 f32 on the H100, columns against strided kernel: 65536 columns 3.24 against 3.88
 /// ms, 32768 3.17 against 3.79, 16384 3.01 against 3.73, 8192 3.02 against 4.04, 4096
-/// 3.17 against 4.42.
-pub const COLUMNS_PLAN_MIN_COLUMNS: u64 = 4096;
-/// Most threads sharing a column (a power of two) in a scan of a whole array; warps
-/// still cover 32 columns.
-pub const COLUMN_MAX_PARTS: u32 = 8;
-/// Most threads sharing a column in a chunk of a device group's pipelined scan: a chunk
-/// of 2048 columns takes 16, enough threads for `COLUMN_TARGET_BYTES` and a block on
-/// every SM (8 would fill 64 blocks); a warp then covers 16 columns, two 64-byte pieces
-/// of f32 rows.
-pub const PIPELINE_MAX_PARTS: u32 = 16;
+/// 3.17 against 4.42; 65536 x 2048 f32 took the strided kernel at 48% of the copy
+/// bandwidth.
+pub const COLUMNS_PLAN_MIN_COLUMNS: u64 = 2048;
+/// Most threads sharing a column (a power of two): 2048 columns take 16, enough threads
+/// for `COLUMN_TARGET_BYTES` and a block on each of 128 SMs (8 would fill 64 blocks); a
+/// warp then covers 16 columns, two 64-byte pieces of f32 rows.
+pub const COLUMN_MAX_PARTS: u32 = 16;
 /// Dynamic shared memory of a columns block: each thread's batch total, twice (8-byte
 /// values at most), so that one barrier per batch suffices.
 pub const COLUMN_SHARED_BYTES: u32 = 2 * BLOCK_THREADS * 8;
@@ -79,7 +76,7 @@ pub const fn column_target_threads(element_bytes: usize) -> u64 {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ColumnsPlan {
     pub column_blocks: u64,
-    /// A power of two up to `COLUMN_MAX_PARTS` (`PIPELINE_MAX_PARTS` in a pipeline).
+    /// A power of two up to `COLUMN_MAX_PARTS`.
     pub parts: u32,
 }
 
@@ -147,11 +144,12 @@ impl<T: Summed> ColumnCarries<T> {
 
 impl ColumnsPlan {
     /// The plan for the columns of `problem`: as many threads per column as keep
-    /// `COLUMN_TARGET_BYTES` in flight, up to `max_parts` (a power of two dividing
-    /// `BLOCK_THREADS`).
-    pub const fn new(problem: &ScanProblem, element_bytes: usize, max_parts: u32) -> Self {
+    /// `COLUMN_TARGET_BYTES` in flight, up to `COLUMN_MAX_PARTS`.
+    pub const fn new(problem: &ScanProblem, element_bytes: usize) -> Self {
         let mut parts = 1;
-        while problem.columns() * (parts as u64) < column_target_threads(element_bytes) && parts < max_parts {
+        while problem.columns() * (parts as u64) < column_target_threads(element_bytes)
+            && parts < COLUMN_MAX_PARTS
+        {
             parts *= 2;
         }
         Self {
@@ -228,7 +226,7 @@ mod tests {
             inner: 2048,
         };
         assert_eq!(
-            ColumnsPlan::new(&chunk, 4, PIPELINE_MAX_PARTS),
+            ColumnsPlan::new(&chunk, 4),
             ColumnsPlan {
                 column_blocks: 128,
                 parts: 16
@@ -257,7 +255,7 @@ mod kernel {
     /// `x` and `y` hold the columns of an `[outer, scan, row_pitch]` array, `inner <=
     /// row_pitch` of them from the first (they may be the same array); the carries,
     /// unless null, hold `outer * inner` sums; `parts` divides `BLOCK_THREADS` by a power
-    /// of two up to `PIPELINE_MAX_PARTS`; blocks of `BLOCK_THREADS` threads with
+    /// of two up to `COLUMN_MAX_PARTS`; blocks of `BLOCK_THREADS` threads with
     /// `COLUMN_SHARED_BYTES` of dynamic shared memory, as many as cover `outer * inner`
     /// columns.
     #[inline(always)]

@@ -53,7 +53,7 @@ pub mod totals;
 
 use crate::element::sum_bytes;
 use crate::launch::{DeviceLimits, DevicePtr, DevicePtrMut, EntryPoint, ScratchLayout};
-use columns::{COLUMN_MAX_PARTS, COLUMNS_PLAN_MIN_COLUMNS, ColumnsKernel, ColumnsPlan};
+use columns::{COLUMNS_PLAN_MIN_COLUMNS, ColumnsKernel, ColumnsPlan};
 use contiguous::{ContiguousKernel, ContiguousPlan};
 use packed_rows::{PackedRowsKernel, PackedRowsPlan};
 use rows::{ROWS_PLAN_MIN_ROWS, RowsKernel, RowsPlan, rows_items};
@@ -251,7 +251,7 @@ pub const fn plan(problem: &ScanProblem, element_bytes: usize, device: &DeviceLi
             vector: problem.elements().is_multiple_of(per_vector),
         })
     } else if problem.columns() >= COLUMNS_PLAN_MIN_COLUMNS {
-        ScanPlan::Columns(ColumnsPlan::new(problem, element_bytes, COLUMN_MAX_PARTS))
+        ScanPlan::Columns(ColumnsPlan::new(problem, element_bytes))
     } else {
         ScanPlan::Strided(StridedPlan {
             column_blocks: problem.columns().div_ceil(BLOCK_THREADS as u64),
@@ -408,7 +408,7 @@ mod tests {
             })
         );
         // Axis 0 of the headline: a thread per column; fewer columns share the rows
-        // among up to 8 threads each; under 4096, the look-back.
+        // among up to 16 threads each; under 2048, the look-back.
         assert_eq!(
             plan_of(1, 32768, 32768, 4, &H100),
             ScanPlan::Columns(ColumnsPlan {
@@ -424,9 +424,16 @@ mod tests {
             })
         );
         assert_eq!(
-            plan_of(1, 32768, 4095, 4, &H100),
+            plan_of(1, 65536, 2048, 4, &H100),
+            ScanPlan::Columns(ColumnsPlan {
+                column_blocks: 128,
+                parts: 16
+            })
+        );
+        assert_eq!(
+            plan_of(1, 32768, 2047, 4, &H100),
             ScanPlan::Strided(StridedPlan {
-                column_blocks: 16,
+                column_blocks: 8,
                 chunks: 512
             })
         );

@@ -4,7 +4,7 @@ use gpu_kernels::element::Sum;
 use gpu_kernels::launch::{DevicePtr, DevicePtrMut};
 use gpu_kernels::scan::carry::{self, CarryArgs};
 use gpu_kernels::scan::columns::{
-    COLUMNS_PLAN_MIN_COLUMNS, ColumnCarries, ColumnsPlan, PIPELINE_MAX_PARTS, pipeline_chunk_width,
+    ColumnCarries, ColumnsPlan, PIPELINE_CHUNK_MIN_COLUMNS, pipeline_chunk_width,
 };
 use gpu_kernels::scan::segments::RowCarries;
 use gpu_kernels::scan::totals::{self, totals_parts};
@@ -22,7 +22,7 @@ use crate::scan::{ScanElement, ScanKind, scan_options, scan_problem};
 pub enum GroupScanPlan {
     /// Across the split axis, or a replicated array: each device scans its part.
     Local,
-    /// Along the split axis, of `inner > 1` and enough lanes for the columns kernel:
+    /// Along the split axis, of `inner > 1` and lanes for two chunks or more:
     /// the lanes cut into chunks `chunk_width` inner columns wide, which each rank
     /// scans once the rank before it (after it, reversed) has scanned them and sent
     /// their totals, so that every rank reads and writes its shard once.
@@ -95,7 +95,8 @@ impl GpuGroup {
         if self.len() == 1 || problem.elements() == 0 {
             return Ok(GroupScanPlan::CarryPass);
         }
-        if problem.inner > 1 && problem.columns() >= COLUMNS_PLAN_MIN_COLUMNS {
+        // Two chunks at least: with one, each rank would wait for the whole shard before.
+        if problem.inner > 1 && problem.columns() >= 2 * PIPELINE_CHUNK_MIN_COLUMNS {
             let chunk_width = pipeline_chunk_width(&problem);
             return Ok(GroupScanPlan::Pipelined {
                 chunk_width,
@@ -279,7 +280,7 @@ impl GpuGroup {
                     carry_in,
                     carry_out,
                 };
-                let plan = ColumnsPlan::new(&problem, size_of::<T>(), PIPELINE_MAX_PARTS);
+                let plan = ColumnsPlan::new(&problem, size_of::<T>());
                 gpu.launch(&plan.launch_carried(operands, carries))?;
             }
             first += width;
