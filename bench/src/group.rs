@@ -138,6 +138,45 @@ fn time_group(group: &GpuGroup, reps: usize) -> Result<Vec<(&'static str, &'stat
     Ok(rows)
 }
 
+/// The scans along the split axis on `group`: 65536 x 32768 along dim 0 and 2^30, split
+/// on dim 0 as in the table: (key, what, ms).
+fn time_split_scans(group: &GpuGroup, reps: usize) -> Result<Vec<(&'static str, String, f64)>> {
+    let mut rows = Vec::new();
+    for (key, shape) in [("scan_d0", vec![65536, 32768]), ("scan_1d", vec![1 << 30])] {
+        let x = group.upload_split(&data(&shape, 5), 0)?;
+        let mut y = group.alloc_like::<f32, _>(&x)?;
+        let plan = group.cumsum_plan(&x, 0)?;
+        let scan = || group.cumsum_into(&x, &mut y, 0, ScanKind::Inclusive, false);
+        rows.push((
+            key,
+            format!("cumsum {shape:?} dim 0, {plan:?}"),
+            wall_ms(group, reps, scan)?,
+        ));
+    }
+    Ok(rows)
+}
+
+/// The scans along the split axis on two ranks sharing the first device against the
+/// device alone: the work of the split path at one device's rate (1.0 when it reads
+/// and writes each element once; two thirds when it reads the shards once more).
+pub fn shared_device_scans(reps: usize) -> Result<Value> {
+    let one = time_split_scans(&GpuGroup::new(&[0])?, reps)?;
+    let shared = time_split_scans(&GpuGroup::on_one_device(0, 2)?, reps)?;
+    println!(
+        "
+scans along the split axis, two ranks sharing device 0; wall ms, median of {reps}"
+    );
+    let mut records = Vec::new();
+    for ((key, _, ms_one), (_, what, ms_shared)) in one.into_iter().zip(shared) {
+        println!(
+            "{what:<90} {ms_one:>9.3} {ms_shared:>9.3} {:>6.3}",
+            ms_one / ms_shared
+        );
+        records.push(json!({"key": key, "what": what, "one_gpu_ms": ms_one, "shared_ms": ms_shared}));
+    }
+    Ok(Value::Array(records))
+}
+
 /// Times every operation on the first device alone and on the whole machine; prints
 /// the table and returns its JSON.
 pub fn group_table(reps: usize, baseline: Option<&Value>) -> Result<Value> {

@@ -1,4 +1,4 @@
-//! `bench [--only scan,matvec,min,conv,layers,group] [--layers R1,R4] [--reps N] [--baseline torch.json] [--json OUT]`
+//! `bench [--only scan,matvec,min,conv,layers,group,group-shared] [--layers R1,R4] [--reps N] [--baseline torch.json] [--json OUT]`
 //!
 //! Runs each workload on its headline shape (../shared/WORKLOADS.md), checks the result,
 //! times it with CUDA events (warm-up, then the median of `--reps` runs) and prints one
@@ -309,8 +309,8 @@ fn scan_rows<T: BenchFloat>(gpu: &Gpu, reps: usize) -> Result<Vec<Row>> {
     use host::ScanKind::Exclusive;
     let mut rows = Vec::new();
     let square = [32768usize, 32768];
-    // Beyond the headline: rows of an odd length (look-back tiles laid end to end), and
-    // an axis of fewer columns than the columns kernel takes (look-back down columns).
+    // Beyond the headline: rows of an odd length, and an axis of 2048 columns (16
+    // threads a column).
     let cases: [(&str, &[usize], usize, &str); 5] = [
         ("scan1", &square, 1, "exclusive cumsum 32768x32768, dim 1"),
         ("scan0", &square, 0, "exclusive cumsum 32768x32768, dim 0"),
@@ -874,18 +874,28 @@ fn main() -> Result {
         rows.extend(conv_half_rows::<host::f16>(&gpu, opts.reps)?);
         eprintln!("conv: {:.1} s", started.elapsed().as_secs_f64());
     }
-    // Asked for by name only: it needs the whole machine and minutes of uploads.
-    if opts
-        .only
-        .as_ref()
-        .is_some_and(|only| only.iter().any(|o| o == "group"))
-    {
-        let table = group::group_table(opts.reps, opts.baseline.as_ref())?;
-        if let Some(path) = &opts.json {
-            std::fs::write(
-                format!("{path}.group.json"),
-                serde_json::to_string_pretty(&table)?,
-            )?;
+    // Asked for by name only: they need the whole machine, or one device for minutes
+    // of uploads.
+    let named = |name: &str| {
+        opts.only
+            .as_ref()
+            .is_some_and(|only| only.iter().any(|o| o == name))
+    };
+    for (name, table) in [
+        (
+            "group",
+            group::group_table as fn(usize, Option<&Value>) -> Result<Value>,
+        ),
+        ("group-shared", |reps, _| group::shared_device_scans(reps)),
+    ] {
+        if named(name) {
+            let table = table(opts.reps, opts.baseline.as_ref())?;
+            if let Some(path) = &opts.json {
+                std::fs::write(
+                    format!("{path}.{name}.json"),
+                    serde_json::to_string_pretty(&table)?,
+                )?;
+            }
         }
     }
     // Printed in a table of their own, after the main one.

@@ -43,7 +43,7 @@ pub use conv::{
 };
 pub use error::{Error, Result};
 pub use gpu::{DeviceInfo, Gpu};
-pub use group::{GpuGroup, ShardedArray, Sharding, even_lengths};
+pub use group::{GpuGroup, GroupScanPlan, ShardedArray, Sharding, even_lengths};
 /// The 16-bit float types every family takes (`half`'s, re-exported).
 pub use half::{bf16, f16};
 pub use matvec::{GemvElement, GemvSum, Op, gemv_problem};

@@ -2,6 +2,7 @@
 //! or inclusive, optionally from the end, in one pass over the data. Integers wrap on
 //! overflow, as torch's do.
 
+use gpu_kernels::element::Summed;
 use gpu_kernels::launch::{DevicePtr, DevicePtrMut};
 use gpu_kernels::scan::{self as kernel, EXCLUSIVE, REVERSE, ScanOperands, ScanPlan, ScanProblem, ScanType};
 use ndarray::{ArrayBase, ArrayD, Data, Dimension};
@@ -19,8 +20,9 @@ pub enum ScanKind {
     Inclusive,
 }
 
-/// Element types the scan handles.
-pub trait ScanElement: Element + ScanType {
+/// Element types the scan handles; their sums are elements too (a device group's
+/// carries).
+pub trait ScanElement: Element + ScanType + Summed<Sum: Element> {
     /// The type the CPU reference accumulates in: f64 for floats, the type itself
     /// (wrapping) for integers.
     type Accumulator: Copy + Default + Send + Sync;
@@ -71,6 +73,11 @@ macro_rules! scan_element_16 {
 }
 
 scan_element_16!(half::bf16, half::f16);
+
+/// The scan kernels' option bits of a scan.
+pub(crate) fn scan_options(kind: ScanKind, reverse: bool) -> u32 {
+    (if kind == ScanKind::Exclusive { EXCLUSIVE } else { 0 }) | if reverse { REVERSE } else { 0 }
+}
 
 /// Validates a scan along `axis` of `shape` and views it as `[outer, scan, inner]`.
 pub fn scan_problem(shape: &[usize], axis: usize) -> Result<ScanProblem> {
@@ -158,6 +165,29 @@ impl Gpu {
         Ok((problem.elements() > 0).then(|| kernel::plan(&problem, size_of::<T>(), &self.limits())))
     }
 
+    /// The problem and plan of a scan along `axis` of an array of `shape` (`None` when
+    /// empty), checked against the kernels' limits.
+    pub(crate) fn checked_scan_plan<T: ScanElement>(
+        &self,
+        shape: &[usize],
+        axis: usize,
+    ) -> Result<Option<(ScanProblem, ScanPlan)>> {
+        let problem = scan_problem(shape, axis)?;
+        let Some(plan) = self.cumsum_plan::<T>(shape, axis)? else {
+            return Ok(None);
+        };
+        log::debug!("cumsum {shape:?} axis {axis}: {problem:?} -> {plan:?}");
+        // Tile ids come from a 32-bit counter, which persistent blocks draw past the
+        // last tile once per stage.
+        if plan.tiles() >= (u32::MAX / 2) as u64 {
+            return Err(Error::TooLarge {
+                shape: shape.to_vec(),
+                detail: format!("{} scan tiles", plan.tiles()),
+            });
+        }
+        Ok(Some((problem, plan)))
+    }
+
     /// Scans the array of `shape` at `x` into `y`, which is `x` itself or another
     /// array of that shape.
     fn scan<T: ScanElement>(
@@ -169,26 +199,14 @@ impl Gpu {
         kind: ScanKind,
         reverse: bool,
     ) -> Result<()> {
-        let problem = scan_problem(shape, axis)?;
-        let Some(plan) = self.cumsum_plan::<T>(shape, axis)? else {
+        let Some((problem, plan)) = self.checked_scan_plan::<T>(shape, axis)? else {
             return Ok(());
         };
-        log::debug!("cumsum {shape:?} axis {axis}: {problem:?} -> {plan:?}");
-        // Tile ids come from a 32-bit counter, which persistent blocks draw past the
-        // last tile once per stage.
-        if plan.tiles() >= (u32::MAX / 2) as u64 {
-            return Err(Error::TooLarge {
-                shape: shape.to_vec(),
-                detail: format!("{} scan tiles", plan.tiles()),
-            });
-        }
-        let options =
-            if kind == ScanKind::Exclusive { EXCLUSIVE } else { 0 } | if reverse { REVERSE } else { 0 };
         let operands = ScanOperands {
             x,
             y,
             problem,
-            options,
+            options: scan_options(kind, reverse),
         };
         // The scratch stays reserved until the launch is queued; later users queue after.
         let (_scratch, scratch) = self.scratch(plan.scratch(size_of::<T>()))?;

@@ -33,6 +33,12 @@
 //!
 //! Reversal maps logical position `q` to `len - 1 - q` (flat for contiguous, per
 //! column for columns and strided).
+//!
+//! A device group's scan along the split axis starts each shard at the totals of the
+//! shards before it: the columns kernel takes a range of columns with carries in and
+//! out (a pipeline over column chunks), the segments kernel rows' carries after
+//! [`totals`] summed the shards before, and otherwise [`carry`] adds them in a second
+//! pass.
 
 pub mod carry;
 pub mod columns;
@@ -43,12 +49,11 @@ pub mod segments;
 pub mod strided;
 #[cfg(target_arch = "nvptx64")]
 pub(crate) mod tile;
+pub mod totals;
 
 use crate::element::sum_bytes;
 use crate::launch::{DeviceLimits, DevicePtr, DevicePtrMut, EntryPoint, ScratchLayout};
-use columns::{
-    COLUMN_MAX_PARTS, COLUMNS_PLAN_MIN_COLUMNS, ColumnsKernel, ColumnsPlan, column_target_threads,
-};
+use columns::{COLUMNS_PLAN_MIN_COLUMNS, ColumnsKernel, ColumnsPlan};
 use contiguous::{ContiguousKernel, ContiguousPlan};
 use packed_rows::{PackedRowsKernel, PackedRowsPlan};
 use rows::{ROWS_PLAN_MIN_ROWS, RowsKernel, RowsPlan, rows_items};
@@ -152,6 +157,7 @@ pub trait ScanType:
     + ColumnsKernel
     + StridedKernel
     + carry::CarryKernel
+    + totals::TotalsKernel
 {
 }
 
@@ -171,6 +177,7 @@ pub const ENTRY_POINTS: &[&[EntryPoint]] = &[
     contiguous::ENTRY_POINTS,
     segments::ENTRY_POINTS,
     strided::ENTRY_POINTS,
+    totals::ENTRY_POINTS,
 ];
 
 /// Which kernel runs a scan, and its geometry.
@@ -244,16 +251,7 @@ pub const fn plan(problem: &ScanProblem, element_bytes: usize, device: &DeviceLi
             vector: problem.elements().is_multiple_of(per_vector),
         })
     } else if problem.columns() >= COLUMNS_PLAN_MIN_COLUMNS {
-        let mut parts = 1;
-        while problem.columns() * (parts as u64) < column_target_threads(element_bytes)
-            && parts < COLUMN_MAX_PARTS
-        {
-            parts *= 2;
-        }
-        ScanPlan::Columns(ColumnsPlan {
-            column_blocks: problem.columns().div_ceil((BLOCK_THREADS / parts) as u64),
-            parts,
-        })
+        ScanPlan::Columns(ColumnsPlan::new(problem, element_bytes))
     } else {
         ScanPlan::Strided(StridedPlan {
             column_blocks: problem.columns().div_ceil(BLOCK_THREADS as u64),
@@ -410,7 +408,7 @@ mod tests {
             })
         );
         // Axis 0 of the headline: a thread per column; fewer columns share the rows
-        // among up to 8 threads each; under 4096, the look-back.
+        // among up to 16 threads each; under 2048, the look-back.
         assert_eq!(
             plan_of(1, 32768, 32768, 4, &H100),
             ScanPlan::Columns(ColumnsPlan {
@@ -426,9 +424,16 @@ mod tests {
             })
         );
         assert_eq!(
-            plan_of(1, 32768, 4095, 4, &H100),
+            plan_of(1, 65536, 2048, 4, &H100),
+            ScanPlan::Columns(ColumnsPlan {
+                column_blocks: 128,
+                parts: 16
+            })
+        );
+        assert_eq!(
+            plan_of(1, 32768, 2047, 4, &H100),
             ScanPlan::Strided(StridedPlan {
-                column_blocks: 16,
+                column_blocks: 8,
                 chunks: 512
             })
         );

@@ -114,6 +114,16 @@ impl SegmentsPlan {
         operands: ScanOperands<T>,
         scratch: DevicePtrMut<u8>,
     ) -> Launch<SegmentsArgs<T>> {
+        self.launch_carried(operands, scratch, RowCarries::NONE)
+    }
+
+    /// The launch of the scan with each row's sum starting at its `carries`.
+    pub fn launch_carried<T: SegmentsKernel>(
+        &self,
+        operands: ScanOperands<T>,
+        scratch: DevicePtrMut<u8>,
+        carries: RowCarries<T>,
+    ) -> Launch<SegmentsArgs<T>> {
         let (x, y, problem, options) = operands.parts();
         let status = LaunchStatus::in_scratch(scratch, self.tiles, 1);
         let kernels = [
@@ -136,14 +146,33 @@ impl SegmentsPlan {
                 options,
                 status,
                 stages,
+                carries: carries.carries,
+                terms: carries.terms,
             },
         )
     }
 }
 
+/// What a segments launch's rows start from: `terms` sums per row,
+/// `carries[term * outer + row]`, added in term order before the row's first element
+/// (the totals of a device group's shards before this one); none when `terms` is 0.
+#[derive(Debug, Clone, Copy)]
+pub struct RowCarries<T: Summed> {
+    pub carries: DevicePtr<Sum<T>>,
+    pub terms: u64,
+}
+
+impl<T: Summed> RowCarries<T> {
+    pub const NONE: Self = Self {
+        carries: DevicePtr::NULL,
+        terms: 0,
+    };
+}
+
 kernel_args! {
     /// The segments kernel's arguments: the scan operands, the look-back status of
-    /// every segment, and the stages of each block.
+    /// every segment, the stages of each block, and the rows' carries
+    /// ([`RowCarries`]).
     pub struct SegmentsArgs<T: Summed> {
         pub x: DevicePtr<T>,
         pub y: DevicePtrMut<T>,
@@ -151,6 +180,8 @@ kernel_args! {
         pub options: u32,
         pub status: LaunchStatus<Sum<T>>,
         pub stages: u32,
+        pub carries: DevicePtr<Sum<T>>,
+        pub terms: u64,
     }
     impl SegmentsKernel for f32 {
         const SEGMENTS = "scan_segments_f32"
@@ -235,6 +266,7 @@ mod kernel {
     };
     use crate::scan::tile::{ScanSum, ScanValue, Shared};
     use crate::scan::{EXCLUSIVE, LOOK_BACK_WINDOW};
+    use crate::warp;
 
     const _: () =
         assert!(SEGMENT_BARRIERS_OFFSET + STAGE_BARRIER_BYTES * SEGMENT_MAX_STAGES <= SEGMENT_HEADER_BYTES);
@@ -270,9 +302,10 @@ mod kernel {
             options,
             status,
             stages,
+            terms,
             ..
         } = args;
-        let (x, y) = (args.x.as_ptr(), args.y.as_mut_ptr());
+        let (x, y, carries) = (args.x.as_ptr(), args.y.as_mut_ptr(), args.carries.as_ptr());
         const GROUP_VECTORS: usize = 4;
         let group_items = GROUP_VECTORS * T::PER_VECTOR;
         let groups = RUN / group_items;
@@ -292,8 +325,10 @@ mod kernel {
         let thread = thread_idx_x();
         let per_vector = T::PER_VECTOR as u64;
 
-        // A segment: its position in its row and its physical elements `[low, high)`.
+        // A segment: its row, its position in the row and its physical elements `[low,
+        // high)`.
         struct SegmentSpan {
+            row: u64,
             index: u64,
             begin: u64,
             end: u64,
@@ -308,6 +343,7 @@ mod kernel {
             let base = row * scan;
             let low = base + if REVERSE_ORDER { scan - end } else { begin };
             SegmentSpan {
+                row,
                 index,
                 begin,
                 end,
@@ -429,9 +465,22 @@ mod kernel {
             unrotate(&mut vectors);
             vectors
         };
+        // A row's carry, the sum of its `terms` carries, in warp 0 (every lane of which
+        // calls it): each lane sums every 32nd term in order, then the warp its lanes'.
+        let row_carry = |row: u64| {
+            let mut carry = T::Sum::identity();
+            let mut term = thread as u64;
+            while term < terms {
+                // SAFETY: term < terms and row < outer.
+                carry = carry.combine(unsafe { *carries.add((term * problem.outer + row) as usize) });
+                term += 32;
+            }
+            warp::reduce(carry, |a, b| a.combine(b))
+        };
         // First pass over a landed segment: run totals, block-scanned, and the segment's
         // aggregate published (inclusive for a row's first segment, which ends every
-        // chain inside its row). Returns this run's offset in the segment and the total.
+        // chain inside its row, its row's carry included). Returns this run's offset in
+        // the segment and the total.
         let reduce = |stage: u32, tile: u64| {
             let s = segment_of(tile);
             let (first, vector_start) = run_of(&s);
@@ -455,10 +504,15 @@ mod kernel {
             // SAFETY: every thread calls it; the warp totals are this block's, large
             // enough for SEGMENT_WARPS values of T, and free since the last barrier.
             let (before, total) = unsafe { exclusive_scan::<T::Sum, SEGMENT_WARPS>(own, warp_totals) };
+            let carry = if s.index == 0 && terms > 0 && thread < 32 {
+                row_carry(s.row)
+            } else {
+                T::Sum::identity()
+            };
             if thread == 0 {
                 let flag = if s.index == 0 { INCLUSIVE } else { AGGREGATE };
                 // SAFETY: this segment's status.
-                unsafe { chain.publish(tile, total, flag) };
+                unsafe { chain.publish(tile, carry.combine(total), flag) };
             }
             (before, total)
         };
@@ -501,10 +555,18 @@ mod kernel {
             let stage = round % stages;
             let s = segment_of(tile);
             let (before, total) = reduced[0];
+            // A row's first segment starts at the row's carry, if any.
+            let carried = s.index == 0 && terms > 0;
             if s.index > 0 && thread < 32 {
                 // SAFETY: warp 0 entire; the row's first segment never waits; the prefix
                 // slot is read after the barrier below.
                 unsafe { chain.look_back_and_share::<LOOK_BACK_WINDOW>(tile, total, false, shared.prefix) };
+            } else if carried && thread < 32 {
+                let carry = row_carry(s.row);
+                if thread == 0 {
+                    // SAFETY: the prefix slot, read after the barrier below.
+                    unsafe { *shared.prefix = carry };
+                }
             }
             if thread == 0 {
                 // The id this stage is refilled with, shared by the barrier below (every
@@ -522,7 +584,7 @@ mod kernel {
             // SAFETY: every thread reaches the barrier; the prefix was written before it.
             let prefix = unsafe {
                 sync_threads();
-                if s.index > 0 {
+                if s.index > 0 || carried {
                     *shared.prefix
                 } else {
                     T::Sum::identity()

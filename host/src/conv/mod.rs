@@ -435,7 +435,9 @@ impl Gpu {
         self.change_layout(&y_native, y, output)
     }
 
-    /// The forward pass by `algorithm`, over tensors in its layout.
+    /// The forward pass by `algorithm`, over tensors in its layout. y is an array's
+    /// start (the few-channel kernel stores it in 8-byte pairs) except in the input
+    /// gradient's phases, whose algorithms are the GEMMs'.
     fn forward(
         &self,
         problem: &ConvProblem,
@@ -453,14 +455,7 @@ impl Gpu {
             ConvAlgorithm::TensorCore(plan) => {
                 self.tensor_core_forward(problem, plan, x, Weights::AsGiven(w), epilogue, y)
             }
-            // y is stored in 8-byte pairs; an unaligned view takes the general kernels.
-            ConvAlgorithm::FewChannels(plan) if y.address().is_multiple_of(8) => {
-                self.launch(&plan.launch(x, w, epilogue, y))
-            }
-            ConvAlgorithm::FewChannels(_) => {
-                let plan = TensorCorePlan::forward(problem, ConvLayout::Nhwc, &self.limits());
-                self.tensor_core_forward(problem, plan, x, Weights::AsGiven(w), epilogue, y)
-            }
+            ConvAlgorithm::FewChannels(plan) => self.launch(&plan.launch(x, w, epilogue, y)),
             ConvAlgorithm::TensorCoreWeightGrad(_)
             | ConvAlgorithm::WarpgroupWeightGrad(_)
             | ConvAlgorithm::Phases(_) => Err(invalid(

@@ -15,6 +15,8 @@ mod min;
 mod nccl;
 mod scan;
 
+pub use scan::GroupScanPlan;
+
 use ndarray::{ArrayBase, ArrayD, Axis, Data, Dimension, Slice};
 
 use crate::array::{DeviceArray, Element};

@@ -8,7 +8,8 @@
 //! and merges between ranks run on any GPU machine.
 
 use host::{
-    Conv2dParams, ConvGradients, Error, Gpu, GpuGroup, ScanKind, ShardedArray, Sharding, even_lengths,
+    Conv2dParams, ConvGradients, Error, Gpu, GpuGroup, GroupScanPlan, ScanKind, ShardedArray, Sharding,
+    even_lengths,
 };
 use ndarray::{ArrayD, IxDyn};
 use proptest::prelude::*;
@@ -327,6 +328,77 @@ fn group_cumsum_matches_one_device_exactly() {
     }
 }
 
+/// Scans along the split axis of `cases` (shape, axis), in every kind and direction,
+/// against one device, on even shards: each takes the path that `expected` accepts.
+fn check_split_axis_scans(test: &str, cases: &[(&[usize], usize)], expected: fn(&GroupScanPlan) -> bool) {
+    let (Some((nccl, three)), Some(gpu)) = (groups_or_skip(test), gpu_or_skip(test)) else {
+        return;
+    };
+    for group in [&*nccl, &*three] {
+        for (seed, &(shape, axis)) in cases.iter().enumerate() {
+            let split = group.upload_split(&random_f32(shape, seed as u64), axis).unwrap();
+            let plan = group.cumsum_plan(&split, axis).unwrap();
+            if group.len() == 1 {
+                assert_eq!(plan, GroupScanPlan::CarryPass, "one rank: nothing to exchange");
+                continue;
+            }
+            assert!(expected(&plan), "{shape:?} axis {axis}: {plan:?}");
+            for (case, (exclusive, reverse)) in [(false, false), (true, false), (false, true), (true, true)]
+                .into_iter()
+                .enumerate()
+            {
+                // Even seeds: even shards, each long enough for its path. f32, and the
+                // 16-bit and 64-bit paths of the carries (bf16 sums of small integers stay
+                // exact).
+                let c = (
+                    shape.to_vec(),
+                    axis,
+                    axis,
+                    exclusive,
+                    reverse,
+                    2 * (seed + case) as u64,
+                );
+                check_cumsum(
+                    group,
+                    &gpu,
+                    |b| ((b >> 40) % 7) as f32 / 32.0 - 3.0 / 32.0,
+                    c.clone(),
+                )
+                .unwrap();
+                check_cumsum(
+                    group,
+                    &gpu,
+                    |b| host::bf16::from_f32(((b >> 40) % 5) as f32 - 2.0),
+                    c.clone(),
+                )
+                .unwrap();
+                check_cumsum(group, &gpu, |b| b as i64, c).unwrap();
+            }
+        }
+    }
+}
+
+#[test]
+fn group_cumsum_along_the_split_axis_pipelines_chunks_of_columns() {
+    // Chunks of whole warps and a narrower last one (4 of 2080, the last 1960); outer
+    // slices in the lanes (3 x 1500 lanes: 2 chunks of 768 columns).
+    check_split_axis_scans(
+        "group_cumsum_along_the_split_axis_pipelines_chunks_of_columns",
+        &[(&[64, 8200], 0), (&[3, 50, 1500], 1)],
+        |plan| matches!(plan, GroupScanPlan::Pipelined { chunks, .. } if *chunks > 1),
+    );
+}
+
+#[test]
+fn group_cumsum_of_long_rows_along_the_split_axis_sums_the_shards_first() {
+    // One row (odd shard lengths: unaligned segments), and two rows.
+    check_split_axis_scans(
+        "group_cumsum_of_long_rows_along_the_split_axis_sums_the_shards_first",
+        &[(&[200_003], 0), (&[2, 120_000], 1)],
+        |plan| matches!(plan, GroupScanPlan::ReduceThenScan { .. }),
+    );
+}
+
 #[test]
 fn group_conv2d_matches_one_device_exactly() {
     let (Some((nccl, three)), Some(gpu)) = (
@@ -409,20 +481,29 @@ fn group_results_are_the_same_on_every_run() {
     let (m, k) = (1000, 777);
     let a = ArrayD::from_shape_fn(IxDyn(&[m, k]), |_| draw());
     let x = ArrayD::from_shape_fn(IxDyn(&[m]), |_| draw());
+    // Wide enough for the scan along the split axis to pipeline chunks of columns, and
+    // long enough to sum the shards first.
+    let wide = ArrayD::from_shape_fn(IxDyn(&[200, 5000]), |_| draw());
+    let long = ArrayD::from_shape_fn(IxDyn(&[300_000]), |_| draw());
     for group in [&*nccl, &*three] {
         let sa = group.upload_split(&a, 0).unwrap();
         let sx = group.upload_split(&x, 0).unwrap();
+        let sw = group.upload_split(&wide, 0).unwrap();
+        let sl = group.upload_split(&long, 0).unwrap();
         let product = || group.download(&group.matvec_t(&sa, &sx).unwrap()).unwrap();
-        let scan = || {
-            let y = group.cumsum(&sa, 0, ScanKind::Inclusive, false).unwrap();
+        let scan = |x: &ShardedArray<f32>| {
+            let y = group.cumsum(x, 0, ScanKind::Inclusive, false).unwrap();
             group.download(&y).unwrap()
         };
-        let (first_product, first_scan) = (product(), scan());
+        let (first_product, first_scan) = (product(), scan(&sa));
+        let (first_wide, first_long) = (scan(&sw), scan(&sl));
         for _ in 0..3 {
             let same =
                 |p: &ArrayD<f32>, q: &ArrayD<f32>| p.iter().zip(q).all(|(p, q)| p.to_bits() == q.to_bits());
             assert!(same(&first_product, &product()), "A^T x differs from run to run");
-            assert!(same(&first_scan, &scan()), "cumsum differs from run to run");
+            assert!(same(&first_scan, &scan(&sa)), "cumsum differs from run to run");
+            assert!(same(&first_wide, &scan(&sw)), "pipelined cumsum differs");
+            assert!(same(&first_long, &scan(&sl)), "cumsum of summed shards differs");
         }
     }
 }

@@ -282,8 +282,8 @@ fn cumsum_of_many_long_rows() {
     }
 }
 
-/// At least 4096 columns take the columns kernel: a thread per column from 2^15, else
-/// 2, 4 or 8 threads sharing each batch of rows; columns not a multiple of the block,
+/// At least 2048 columns take the columns kernel: a thread per column from 2^15, else
+/// 2 to 16 threads sharing each batch of rows; columns not a multiple of the block,
 /// axes of one row, of a batch and more, in place, reversed; leading and middle axes.
 /// Integers check the running sums exactly.
 #[test]
@@ -309,6 +309,7 @@ fn cumsum_down_many_columns() {
             (&[1, 32_768], 0, Exclusive, false, true),
             (&[1000, 20_000], 0, Inclusive, false, false),
             (&[3, 4096], 0, Exclusive, true, true),
+            (&[700, 2048], 0, Inclusive, true, false),
         ],
     );
     check_cases::<i64>(
@@ -317,6 +318,7 @@ fn cumsum_down_many_columns() {
         &[
             (&[40, 40_001], 0, Exclusive, true, false),
             (&[517, 4100], 0, Exclusive, false, true),
+            (&[2, 1500, 1100], 1, Inclusive, false, false),
         ],
     );
     check_cases::<f64>(
@@ -335,7 +337,14 @@ fn cumsum_down_many_columns() {
             (&[3, 77, 12_000], 1, Inclusive, true, true),
         ],
     );
-    check_cases::<f16>(&gpu, columns, &[(&[1000, 5000], 0, Inclusive, true, false)]);
+    check_cases::<f16>(
+        &gpu,
+        columns,
+        &[
+            (&[1000, 5000], 0, Inclusive, true, false),
+            (&[300, 2500], 0, Exclusive, false, true),
+        ],
+    );
 }
 
 /// `check_scan` of each `(shape, axis, kind, reverse, in_place)`, after checking that
