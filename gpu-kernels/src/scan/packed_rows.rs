@@ -214,7 +214,6 @@ mod kernel {
                 buffer,
                 vectors,
                 start,
-                valid: (0, 32),
             }
         };
 

@@ -133,7 +133,7 @@ mod kernel {
         SharedCarver, block_dim_x, block_idx_x, lane_id, shared_base, sync_threads, thread_idx_x,
     };
     use crate::scan::EXCLUSIVE;
-    use crate::scan::tile::{ScanValue, WarpRuns, narrow_run, scan_tile, widen_run};
+    use crate::scan::tile::{ScanValue, ValidRuns, WarpRuns, narrow_run, scan_tile, widen_run};
 
     /// Scans `ROWS_PER_BLOCK` consecutive rows per block (fewer in the last block), tile
     /// by tile, carrying each row's running sum: each tile is a block scan of `ITEMS`
@@ -188,32 +188,35 @@ mod kernel {
             } else {
                 0
             };
-            let (start, valid) = if REVERSE_ORDER {
+            let (start, first, end) = if REVERSE_ORDER {
                 (
                     (row * scan + scan).wrapping_sub(first + warp_items),
-                    (32 - inside, 32),
+                    32 - inside,
+                    32,
                 )
             } else {
-                (row * scan + first, (0, inside))
+                (row * scan + first, 0, inside)
             };
-            WarpRuns {
-                buffer,
-                vectors,
-                start,
-                valid,
-            }
+            (
+                WarpRuns {
+                    buffer,
+                    vectors,
+                    start,
+                },
+                ValidRuns { first, end },
+            )
         };
         let mut carry = T::Sum::identity();
         let mut at = (first_row, 0);
-        let mut current = runs(at);
+        let (mut current, mut valid) = runs(at);
         // SAFETY: the valid runs lie inside the rows, 16-byte aligned.
-        let mut words = unsafe { current.load(x) };
+        let mut words = unsafe { current.load(x, valid) };
         while at.0 < end_row {
             // The next tile's loads go out before this tile's scan and stores.
             let next = advance(at);
-            let next_runs = runs(next);
+            let (next_runs, next_valid) = runs(next);
             // SAFETY: as above.
-            let next_words = unsafe { next_runs.load(x) };
+            let next_words = unsafe { next_runs.load(x, next_valid) };
             if at.1 == 0 {
                 carry = T::Sum::identity();
             }
@@ -226,10 +229,10 @@ mod kernel {
             // SAFETY: as `gather`; then the valid runs, inside the rows.
             unsafe {
                 let striped = current.scatter(&narrow_run::<T, ITEMS, REVERSE_ORDER>(&items), own_run);
-                current.store(y, &striped);
+                current.store(y, valid, &striped);
             }
             carry = carry.combine(total);
-            (words, current, at) = (next_words, next_runs, next);
+            (words, current, valid, at) = (next_words, next_runs, next_valid, next);
             // SAFETY: every thread reaches it; the next tile rewrites the warp totals.
             unsafe { sync_threads() };
         }

@@ -292,8 +292,14 @@ pub(crate) struct WarpRuns {
     /// Physical position of the warp's first element (wrapping: a reversed tile that
     /// passes the row's start begins before it).
     pub(crate) start: u64,
-    /// The runs, in physical order, inside the row: `valid.0..valid.1`.
-    pub(crate) valid: (u32, u32),
+}
+
+/// The runs of a warp, in physical order, that lie inside a row: `0..32` for a tile
+/// within the row, fewer at its end.
+#[derive(Clone, Copy)]
+pub(crate) struct ValidRuns {
+    pub(crate) first: u32,
+    pub(crate) end: u32,
 }
 
 impl WarpRuns {
@@ -305,23 +311,23 @@ impl WarpRuns {
         self.buffer + (v ^ ((v >> 3) & (self.vectors - 1))) * 16
     }
 
-    /// Whether the warp's vector `v` lies inside the row.
+    /// Whether the warp's vector `v` lies in a run of `valid`.
     #[inline(always)]
-    fn holds(&self, v: u32) -> bool {
+    fn holds(&self, valid: ValidRuns, v: u32) -> bool {
         let run = v / self.vectors;
-        self.valid.0 <= run && run < self.valid.1
+        valid.first <= run && run < valid.end
     }
 
-    /// The lane's striped vectors (zero outside the row).
+    /// The lane's striped vectors of the runs `valid` names (zero elsewhere).
     ///
     /// # Safety
     /// `x` holds the valid runs' elements, 16-byte aligned.
     #[inline(always)]
-    pub(crate) unsafe fn load<T: ScanValue>(&self, x: *const T) -> RunWords {
+    pub(crate) unsafe fn load<T: ScanValue>(&self, x: *const T, valid: ValidRuns) -> RunWords {
         let mut words = ZERO_RUN;
         for (j, vector) in words.iter_mut().enumerate().take(self.vectors as usize) {
             let v = 32 * j as u32 + lane_id();
-            if self.holds(v) {
+            if self.holds(valid, v) {
                 let at = self.position::<T>(v);
                 // SAFETY: a valid run's vector, inside the row and aligned.
                 *vector = unsafe { load_global_v4(x.add(at as usize) as *const u32) };
@@ -330,15 +336,15 @@ impl WarpRuns {
         words
     }
 
-    /// Stores the lane's striped vectors that lie inside the row.
+    /// Stores the lane's striped vectors of the runs `valid` names.
     ///
     /// # Safety
     /// As [`WarpRuns::load`], writable.
     #[inline(always)]
-    pub(crate) unsafe fn store<T: ScanValue>(&self, y: *mut T, words: &RunWords) {
+    pub(crate) unsafe fn store<T: ScanValue>(&self, y: *mut T, valid: ValidRuns, words: &RunWords) {
         for (j, &vector) in words.iter().enumerate().take(self.vectors as usize) {
             let v = 32 * j as u32 + lane_id();
-            if self.holds(v) {
+            if self.holds(valid, v) {
                 let at = self.position::<T>(v);
                 // SAFETY: a valid run's vector, inside the row and aligned.
                 unsafe { store_global_v4(y.add(at as usize) as *mut u32, vector) };
