@@ -166,9 +166,10 @@ def main():
     del x, original, new
     torch.cuda.empty_cache()
 
-    # Per-call cost on a tiny input: the Rust API called from Rust in this process, the
-    # binding alone (the Rust API with its argument conversion, on torch's stream), the
-    # public function (eager: no dispatcher; allocating its output, and with out=), the
+    # Per-call cost on a tiny input: the Rust API called from Rust in this process (on
+    # the handle's own stream, and borrowing torch's stream each call), the binding
+    # alone (the Rust API with its argument conversion, on torch's stream), the public
+    # function (eager: no dispatcher; allocating its output, and with out=), the
     # registered operator (through PyTorch's dispatcher, as under autograd), and
     # torch's own op for scale.
     tiny = torch.rand(32, device="cuda")
@@ -181,6 +182,7 @@ def main():
     per_call, rounds = host_us_per_call(
         {
             "rust_api_us": lambda calls: _rust.rust_api_cumsum_us(device, calls, 1),
+            "rust_api_on_torch_stream_us": lambda calls: _rust.rust_api_cumsum_us(device, calls, 1, stream),
             "binding_us": batch_of(binding),
             "function_us": batch_of(lambda: gpu_kernels.cumsum(tiny, 0, exclusive=True)),
             "function_out_us": batch_of(lambda: gpu_kernels.cumsum(tiny, 0, exclusive=True, out=out)),

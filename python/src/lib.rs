@@ -309,15 +309,26 @@ fn device_info(py: Python<'_>, device: u32) -> PyResult<String> {
 }
 
 /// Host microseconds per call of the Rust API's `cumsum_into` (32 floats, exclusive)
-/// on device `device`'s own stream, timed as [`Gpu::host_us_per_call`] does: what the
-/// Python path's per-call cost is measured against, in the same process.
+/// on device `device`, timed as [`Gpu::host_us_per_call`] does: what the Python path's
+/// per-call cost is measured against, in the same process. On the device's own stream,
+/// or with `stream` each call borrows that stream (`Gpu::with_stream`), as the binding
+/// does: the two apart are the cost of borrowing.
 #[pyfunction]
-fn rust_api_cumsum_us(py: Python<'_>, device: u32, calls: usize, batches: usize) -> PyResult<f64> {
+#[pyo3(signature = (device, calls, batches, stream=None))]
+fn rust_api_cumsum_us(
+    py: Python<'_>,
+    device: u32,
+    calls: usize,
+    batches: usize,
+    stream: Option<usize>,
+) -> PyResult<f64> {
     tensor::with_gpu(py, device, |gpu| {
         let x = gpu.upload(&ndarray::Array1::<f32>::ones(32))?;
         let mut y = gpu.alloc::<f32>(&[32])?;
-        gpu.host_us_per_call(calls, batches, |gpu| {
-            gpu.cumsum_into(&x, &mut y, 0, ScanKind::Exclusive, false)
+        let mut scan = |gpu: &Gpu| gpu.cumsum_into(&x, &mut y, 0, ScanKind::Exclusive, false);
+        gpu.host_us_per_call(calls, batches, |gpu| match stream {
+            None => scan(gpu),
+            Some(stream) => tensor::on_stream(gpu, stream, &mut scan),
         })
     })
 }

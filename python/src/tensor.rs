@@ -42,14 +42,17 @@ pub(crate) fn on_device(
     stream: usize,
     f: impl FnOnce(&Gpu) -> Result<()> + Send,
 ) -> PyResult<()> {
-    with_gpu(py, device, |gpu| {
-        // SAFETY: PyTorch keeps its current stream alive while the Python call that
-        // passed it runs, which `with_gpu` waits for, and never destroys the streams
-        // of its pools, so a handle names one stream for the process (a stream wrapped
-        // by `torch.cuda.ExternalStream` is its owner's to keep so); the library checks
-        // that the stream is of the device's primary context, PyTorch's context.
-        unsafe { gpu.with_stream(stream as *mut c_void, f) }
-    })
+    with_gpu(py, device, |gpu| on_stream(gpu, stream, f))
+}
+
+/// Runs `f` on `gpu` with its work queued on `stream`, a PyTorch stream of its device.
+pub(crate) fn on_stream<R>(gpu: &Gpu, stream: usize, f: impl FnOnce(&Gpu) -> Result<R>) -> Result<R> {
+    // SAFETY: PyTorch keeps its current stream alive while the Python call that passed
+    // it runs, which `with_gpu` waits for, and never destroys the streams of its pools,
+    // so a handle names one stream for the process (a stream wrapped by
+    // `torch.cuda.ExternalStream` is its owner's to keep so); the library checks that
+    // the stream is of the device's primary context, PyTorch's context.
+    unsafe { gpu.with_stream(stream as *mut c_void, f) }
 }
 
 /// A tensor as the Python side passes it: `(data pointer, shape)`.
