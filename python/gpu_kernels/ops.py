@@ -192,7 +192,9 @@ def cumsum(
     once; integers wrap. Deterministic. With ``out`` (x's shape, dtype and device; x
     itself too), the sums are written there and it is returned, as torch's ``out=``."""
     if out is None:
-        return (_cumsum if _plain(x) else _cumsum_op)(x, dim, exclusive, reverse)
+        if _plain(x):
+            return _cumsum_into(x, dim, exclusive, reverse, None)
+        return _cumsum_op(x, dim, exclusive, reverse)
     if _plain(x, out):
         return _cumsum_into(x, dim, exclusive, reverse, out)
     return _copied_out("cumsum", "out", out, _cumsum_op(x, dim, exclusive, reverse))
