@@ -7,6 +7,7 @@
 //! sharing the first device (device copies for NCCL), so that the splits, exchanges
 //! and merges between ranks run on any GPU machine.
 
+use crate::scan::cumsum_into_poisoned;
 use host::{
     Conv2dParams, ConvGradients, Error, Gpu, GpuGroup, GroupScanPlan, ScanKind, ShardedArray, Sharding,
     even_lengths,
@@ -275,14 +276,7 @@ fn check_cumsum<T: host::ScanElement>(
     let sharded = distribute(group, &x, split_axis, seed);
     let y = group.cumsum(&sharded, axis, kind, reverse).unwrap();
     prop_assert_eq!(y.sharding(), sharded.sharding());
-    // Into a poisoned array: compute-sanitizer's initcheck does not see bulk stores
-    // (long rows leave their segments that way), so a fresh output read back would
-    // look unwritten to it.
-    let mut want = gpu.alloc::<T>(&shape).unwrap();
-    gpu.poison(&mut want).unwrap();
-    gpu.cumsum_into(&gpu.upload(&x).unwrap(), &mut want, axis, kind, reverse)
-        .unwrap();
-    let want = gpu.download(&want).unwrap();
+    let want = cumsum_into_poisoned(gpu, &gpu.upload(&x).unwrap(), axis, kind, reverse);
     let what = format!(
         "{shape:?} axis {axis} {kind:?} reverse {reverse} split {:?}",
         sharded.sharding()

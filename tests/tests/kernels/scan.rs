@@ -5,7 +5,7 @@
 //! the additions. Tests meant for one kernel check that the plan picks it.
 
 use host::plans::{ScanPlan, segment_items};
-use host::{Error, Gpu, ScanElement, ScanKind, bf16, f16, reference};
+use host::{DeviceArray, Error, Gpu, ScanElement, ScanKind, bf16, f16, reference};
 use ndarray::{ArrayD, IxDyn};
 use proptest::prelude::*;
 use proptest::sample::select;
@@ -128,11 +128,7 @@ fn check_scan<T: TestValue>(gpu: &Gpu, c: Case) -> Result<(), TestCaseError> {
         gpu.cumsum_in_place(&mut y, c.axis, c.kind, c.reverse).unwrap();
         gpu.download(&y).unwrap()
     } else {
-        let mut y = gpu.alloc::<T>(&c.shape).unwrap();
-        gpu.poison(&mut y).unwrap();
-        gpu.cumsum_into(&device_x, &mut y, c.axis, c.kind, c.reverse)
-            .unwrap();
-        gpu.download(&y).unwrap()
+        cumsum_into_poisoned(gpu, &device_x, c.axis, c.kind, c.reverse)
     };
     let first_difference = got.iter().zip(&want).position(|(g, w)| g != w);
     prop_assert!(
@@ -144,6 +140,23 @@ fn check_scan<T: TestValue>(gpu: &Gpu, c: Case) -> Result<(), TestCaseError> {
         want.iter().nth(first_difference.unwrap_or_default())
     );
     Ok(())
+}
+
+/// The scan of x into a new array poisoned first, downloaded: an element the kernel
+/// fails to write shows as the poison. (A fresh output would do for the values, but
+/// compute-sanitizer's initcheck does not see bulk stores, which the segments kernel
+/// leaves long rows by, and would report such an output as read unwritten.)
+pub(crate) fn cumsum_into_poisoned<T: ScanElement>(
+    gpu: &Gpu,
+    x: &DeviceArray<T>,
+    axis: usize,
+    kind: ScanKind,
+    reverse: bool,
+) -> ArrayD<T> {
+    let mut y = gpu.alloc::<T>(x.shape()).unwrap();
+    gpu.poison(&mut y).unwrap();
+    gpu.cumsum_into(x, &mut y, axis, kind, reverse).unwrap();
+    gpu.download(&y).unwrap()
 }
 
 /// Asserts that a scan of `shape` along `axis` takes the kernel `expected` names.
@@ -631,15 +644,15 @@ fn check_deterministic<T: NoisyFloat>(
     let device_x = gpu.upload(&x).unwrap();
     for reverse in [false, true] {
         let bits = |a: &ArrayD<T>| a.iter().map(|v| v.to_bits64()).collect::<Vec<_>>();
-        // Poisoned first: compute-sanitizer's initcheck does not see bulk stores (the
-        // segments kernel's), so a fresh output read back would look unwritten to it.
         let runs: Vec<Vec<u64>> = (0..2)
             .map(|_| {
-                let mut y = gpu.alloc::<T>(shape).unwrap();
-                gpu.poison(&mut y).unwrap();
-                gpu.cumsum_into(&device_x, &mut y, axis, ScanKind::Inclusive, reverse)
-                    .unwrap();
-                bits(&gpu.download(&y).unwrap())
+                bits(&cumsum_into_poisoned(
+                    gpu,
+                    &device_x,
+                    axis,
+                    ScanKind::Inclusive,
+                    reverse,
+                ))
             })
             .collect();
         let mut in_place = gpu.upload(&x).unwrap();
