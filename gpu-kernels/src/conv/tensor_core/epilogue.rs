@@ -94,6 +94,9 @@ pub trait Output: Copy {
     /// Whether the per-output epilogue (SiLU, GELU, a residual) has a path for it:
     /// only f32 (16-bit plans take a bias, ReLU or neither).
     const PER_OUTPUT: bool;
+    /// Whether this is f32, the type the parts of a split K write whatever y's is: a
+    /// kernel of f32 y then has one store path, not two copies of it.
+    const IS_F32: bool;
     fn from_f32(value: f32) -> Self;
 
     /// Writes `values` to the two elements at `at` with one access.
@@ -105,6 +108,7 @@ pub trait Output: Copy {
 
 impl Output for f32 {
     const PER_OUTPUT: bool = true;
+    const IS_F32: bool = true;
     #[inline(always)]
     fn from_f32(value: f32) -> Self {
         value
@@ -121,6 +125,7 @@ macro_rules! output_of_half {
     ($($t:ty),*) => {$(
         impl Output for $t {
             const PER_OUTPUT: bool = false;
+            const IS_F32: bool = false;
             #[inline(always)]
             fn from_f32(value: f32) -> Self {
                 <$t as crate::device::Float16>::narrow(value)

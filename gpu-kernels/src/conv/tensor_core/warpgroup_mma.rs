@@ -966,13 +966,14 @@ unsafe fn consume_in_turns<E: StripOperand, const Y_FIRST: bool>(
             warpgroup_wait::<0>();
             rings.a.release(last_a);
             rings.b.release(last_b);
-            // Split, the parts' sums are f32 whatever y's type.
-            if args.plan.splits > 1 {
-                store_channel_rows::<f32>(args, unit.tile, &sums);
-            } else if Y_FIRST {
+            // Split, the parts' sums are f32 whatever y's type (in the partials' layout).
+            let split = args.plan.splits > 1;
+            if Y_FIRST && !split {
                 E::store_rows_first(args, unit.tile, &sums);
-            } else {
+            } else if E::IS_F32 || !split {
                 store_channel_rows::<E>(args, unit.tile, &sums);
+            } else {
+                store_channel_rows::<f32>(args, unit.tile, &sums);
             }
         }
     }
@@ -1097,10 +1098,10 @@ unsafe fn consume<
                     row_step: 64,
                 };
                 // Split, the parts' sums are f32 whatever y's type.
-                if args.plan.splits > 1 {
-                    store_plain::<f32, 2, J>(args, tile, &warp_tiles);
-                } else {
+                if E::IS_F32 || args.plan.splits == 1 {
                     store_plain::<E, 2, J>(args, tile, &warp_tiles);
+                } else {
+                    store_plain::<f32, 2, J>(args, tile, &warp_tiles);
                 }
             } else {
                 // Through this consumer's part of the last A, which only it reads.
