@@ -521,6 +521,24 @@ pub unsafe fn store_plain<T: Output, const I: usize, const J: usize>(
     // Two neighbouring channels of a pixel are aligned to two elements in NHWC when the
     // first is even: the group's first channel is, and so the pixel's.
     let pairs = channels_last && out_group.is_multiple_of(2);
+    // Where each of the lane's rows starts in y (none past the tile's live pixels), found
+    // once: the tiles below are unrolled code in which each of their branches would
+    // otherwise divide the pixel index again.
+    let channel_stride = if channels_last { 1 } else { p.out_pixels() as usize };
+    let row_starts: [[Option<usize>; 2]; I] = core::array::from_fn(|i| {
+        [0, 1].map(|half| {
+            let row = warp.origin.0 + warp.row_step * i as u32 + g + 8 * half;
+            (row < live).then(|| {
+                let m = first + row;
+                if channels_last {
+                    m as usize * p.out_channels as usize
+                } else {
+                    let (image, pixel) = p.div_out_pixels.divmod(m);
+                    image as usize * p.out_channels as usize * channel_stride + pixel as usize
+                }
+            })
+        })
+    });
     // Every tile written out: a loop left rolled (the 16-bit stores are long enough for
     // the unroller to give up) would index the sums in local memory.
     let store_tile = |i: usize, j: usize| {
@@ -530,37 +548,20 @@ pub unsafe fn store_plain<T: Output, const I: usize, const J: usize>(
         let column = tile.n0 + warp.origin.1 + 8 * j as u32 + 2 * t;
         // The two output channels of this lane's column pair.
         let channels = [column, column + 1].map(|c| (c < out_group, tile.group * out_group + c));
-        for half in 0..2 {
-            let row = warp.origin.0 + warp.row_step * i as u32 + g + 8 * half;
-            if row >= live {
+        for (half, row_start) in row_starts[i].into_iter().enumerate() {
+            let Some(row_start) = row_start else { continue };
+            let values = [0, 1].map(|e| args.epilogue.rectify(sums[2 * half + e]));
+            let at = row_start + channels[0].1 as usize * channel_stride;
+            if pairs && channels[1].0 {
+                // SAFETY: both channels are outputs of the row's pixel, adjacent and
+                // aligned to two elements in NHWC.
+                unsafe { T::store_pair(y.add(at), values) };
                 continue;
             }
-            let m = first + row;
-            let values = [0, 1].map(|e| args.epilogue.rectify(sums[2 * half as usize + e]));
-            if channels_last {
-                let at = m as usize * p.out_channels as usize + channels[0].1 as usize;
-                if pairs && channels[1].0 {
-                    // SAFETY: both channels are outputs of pixel m, aligned to two
-                    // elements.
-                    unsafe { T::store_pair(y.add(at), values) };
-                    continue;
-                }
-                for (e, &(valid, _)) in channels.iter().enumerate() {
-                    if valid {
-                        // SAFETY: (m, channel) is an output of the problem, inside y.
-                        unsafe { *y.add(at + e) = T::from_f32(values[e]) };
-                    }
-                }
-            } else {
-                let (image, pixel) = p.div_out_pixels.divmod(m);
-                for (e, &(valid, channel)) in channels.iter().enumerate() {
-                    if valid {
-                        let at = (image as usize * p.out_channels as usize + channel as usize)
-                            * p.out_pixels() as usize
-                            + pixel as usize;
-                        // SAFETY: (m, channel) is an output of the problem, inside y.
-                        unsafe { *y.add(at) = T::from_f32(values[e]) };
-                    }
+            for (e, &(valid, _)) in channels.iter().enumerate() {
+                if valid {
+                    // SAFETY: (pixel, channel) is an output of the problem, inside y.
+                    unsafe { *y.add(at + e * channel_stride) = T::from_f32(values[e]) };
                 }
             }
         }
