@@ -3,8 +3,9 @@ the headline inputs, in one run; then the per-call cost of the Python path.
 
 Times are CUDA-event medians of 30 rounds after warm-up, the candidates of a row timed
 in turn (in a random order every round), 5 calls back to back each per round.
-`python bench.py [--json FILE]`; the seed models come from $SEED_MODELS (default
-../../shared/seed_models.py beside the repo).
+`python bench.py [--only models|per-call] [--json FILE]`; the seed models come from
+$SEED_MODELS (default ../../shared/seed_models.py beside the repo). `--only per-call`
+times the per-call cost in a process that has run nothing else.
 """
 
 import argparse
@@ -84,7 +85,17 @@ def conv_binding(model, x):
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--json")
+    parser.add_argument("--only", choices=["models", "per-call"])
     args = parser.parse_args()
+    rows = models() if args.only != "per-call" else []
+    per_call = per_call_us() if args.only != "models" else {}
+    if args.json:
+        pathlib.Path(args.json).write_text(json.dumps({"rows": rows, "per_call": per_call}, indent=1))
+
+
+def models():
+    """The models' rows: each workload's original model, ModelNew and built-in op, then
+    the convolution's training step."""
     seed = SimpleNamespace(**runpy.run_path(str(SEED_MODELS)))
     rows = []
 
@@ -165,13 +176,16 @@ def main():
     compare("conv fwd+bwd", {"original model": lambda: step(original), "ModelNew": lambda: step(new)}, reps=10)
     del x, original, new
     torch.cuda.empty_cache()
+    return rows
 
-    # Per-call cost on a tiny input: the Rust API called from Rust in this process (on
-    # the handle's own stream, and borrowing torch's stream each call), the binding
-    # alone (the Rust API with its argument conversion, on torch's stream), the public
-    # function (eager: no dispatcher; allocating its output, and with out=), the
-    # registered operator (through PyTorch's dispatcher, as under autograd), and
-    # torch's own op for scale.
+
+def per_call_us():
+    """Per-call cost on a tiny input: the Rust API called from Rust in this process (on
+    the handle's own stream, and borrowing torch's stream each call), the binding alone
+    (the Rust API with its argument conversion, on torch's stream), the public function
+    (eager: no dispatcher; allocating its output, and with out=), the registered
+    operator (through PyTorch's dispatcher, as under autograd), and torch's own op for
+    scale."""
     tiny = torch.rand(32, device="cuda")
     out = torch.empty_like(tiny)
     device, stream = tiny.device.index, torch.cuda.current_stream().cuda_stream
@@ -197,8 +211,7 @@ def main():
             f - r for f, r in zip(rounds[function], rounds["rust_api_us"])
         )
     print("per call, 32 floats (host us): " + ", ".join(f"{k[:-3]} {v:.2f}" for k, v in per_call.items()))
-    if args.json:
-        pathlib.Path(args.json).write_text(json.dumps({"rows": rows, "per_call": per_call}, indent=1))
+    return per_call
 
 
 if __name__ == "__main__":

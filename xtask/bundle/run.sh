@@ -40,6 +40,9 @@ if [ "$mode" = all ] || [ "$mode" = python ]; then
   export SEED_MODELS=$PWD/python/seed_models.py
   (cd "$out" && python3 -m pytest -q -rs -p no:cacheprovider "$OLDPWD/python/tests") 2>&1 | tee "$out/pytest.log"
   [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+  # The per-call cost first in a process of its own, then everything in one process.
+  python3 python/bench.py --only per-call --json "$out/python-per-call.json" | tee "$out/python-per-call.txt"
+  [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
   python3 python/bench.py --json "$out/python-bench.json" | tee "$out/python-bench.txt"
   [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
 fi
