@@ -261,14 +261,14 @@ fn one_mode<T: BenchFloat + ConvElement>(
         Row {
             key: key(layer.name, "fwd", name),
             what: what("fwd"),
-            times_ms: forward,
+            timing: forward,
             bytes: operands + (b.bytes() + y.bytes()) as f64,
             flops: mode.flops,
         },
         Row {
             key: key(layer.name, "bwd", name),
             what: what("bwd"),
-            times_ms: backward,
+            timing: backward,
             bytes: 2.0 * operands + (dy.bytes() + db.bytes()) as f64,
             flops: 2.0 * mode.flops,
         },
@@ -390,6 +390,7 @@ pub(crate) fn report(rows: &[Row], torch_ms: impl Fn(&str) -> Option<f64>) -> Va
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::Timing;
 
     /// The summary over made-up timings: torch twice as slow as ours everywhere but in
     /// R4's TF32 NHWC forward pass, where it is four times as fast.
@@ -402,7 +403,10 @@ mod tests {
             .map(|key| Row {
                 key,
                 what: String::new(),
-                times_ms: vec![1.0, 3.0, 2.0],
+                timing: Timing {
+                    ms: vec![1.0, 3.0, 2.0],
+                    window_s: [0.0; 2],
+                },
                 bytes: 0.0,
                 flops: 0.0,
             })

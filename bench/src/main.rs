@@ -29,7 +29,7 @@ struct Row {
     /// Matches the key in torch_baseline.py's JSON.
     key: String,
     what: String,
-    times_ms: Vec<f32>,
+    timing: Timing,
     /// Bytes that must move (read + written), for GB/s.
     bytes: f64,
     /// Floating-point operations, for TFLOP/s (0 for memory-bound workloads).
@@ -38,7 +38,7 @@ struct Row {
 
 impl Row {
     fn median_ms(&self) -> f64 {
-        let mut t = self.times_ms.clone();
+        let mut t = self.timing.ms.clone();
         t.sort_by(f32::total_cmp);
         t[t.len() / 2] as f64
     }
@@ -51,7 +51,8 @@ impl Row {
         json!({
             "key": self.key, "workload": self.what, "median_ms": ms, "gbps": gbps,
             "percent_of_copy": 100.0 * gbps / copy_bw, "torch_ms": torch_ms,
-            "tflops": self.flops / (ms * 1e-3) / 1e12, "times_ms": self.times_ms,
+            "tflops": self.flops / (ms * 1e-3) / 1e12, "times_ms": self.timing.ms,
+            "window_s": self.timing.window_s,
         })
     }
 }
@@ -88,13 +89,36 @@ fn parse_args() -> Result<Options> {
     })
 }
 
+/// The times of a row's runs, and when they ran.
+struct Timing {
+    ms: Vec<f32>,
+    /// Seconds since the Unix epoch at the first run's start and the last one's end, so
+    /// that the GPU's clocks and power sampled meanwhile (`run.sh bench`) can be told
+    /// per row.
+    window_s: [f64; 2],
+}
+
+/// Seconds since the Unix epoch.
+fn now_s() -> f64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64())
+}
+
 /// Times `reps` runs of `op` after a warm-up, one event pair per run.
-fn time(gpu: &Gpu, reps: usize, mut op: impl FnMut(&Gpu) -> host::Result<()>) -> Result<Vec<f32>> {
+fn time(gpu: &Gpu, reps: usize, mut op: impl FnMut(&Gpu) -> host::Result<()>) -> Result<Timing> {
     for _ in 0..WARMUP {
         op(gpu)?;
     }
     gpu.synchronize()?;
-    (0..reps).map(|_| Ok(gpu.time_ms(&mut op)?)).collect()
+    let start = now_s();
+    let ms = (0..reps)
+        .map(|_| Ok(gpu.time_ms(&mut op)?))
+        .collect::<Result<_>>()?;
+    Ok(Timing {
+        ms,
+        window_s: [start, now_s()],
+    })
 }
 
 /// Distinct, non-constant f32 values from an index hash, generated in parallel.
@@ -138,14 +162,14 @@ fn copy_rows(gpu: &Gpu, reps: usize) -> Result<Vec<Row>> {
         Row {
             key: "copy".into(),
             what: "copy kernel, 8 GiB f32".into(),
-            times_ms: kernel,
+            timing: kernel,
             bytes,
             flops: 0.0,
         },
         Row {
             key: "memcpy".into(),
             what: "cuMemcpyDtoD, 8 GiB f32".into(),
-            times_ms: driver,
+            timing: driver,
             bytes,
             flops: 0.0,
         },
@@ -258,7 +282,7 @@ fn min_rows<T: BenchFloat>(gpu: &Gpu, reps: usize) -> Result<Vec<Row>> {
         rows.push(Row {
             key: format!("min{axis}{}", T::KEY),
             what: format!("min (values+indices){}, dim {axis}", T::KEY),
-            times_ms: times,
+            timing: times,
             bytes: bytes + out_bytes + outputs as f64 * 8.0,
             flops: 0.0,
         });
@@ -266,7 +290,7 @@ fn min_rows<T: BenchFloat>(gpu: &Gpu, reps: usize) -> Result<Vec<Row>> {
         rows.push(Row {
             key: format!("amin{axis}{}", T::KEY),
             what: format!("amin{}, dim {axis}", T::KEY),
-            times_ms: times,
+            timing: times,
             bytes: bytes + out_bytes,
             flops: 0.0,
         });
@@ -343,7 +367,7 @@ fn scan_rows<T: BenchFloat>(gpu: &Gpu, reps: usize) -> Result<Vec<Row>> {
         rows.push(Row {
             key: format!("{key}{}", T::KEY),
             what: format!("{what}{}", T::KEY),
-            times_ms: times,
+            timing: times,
             bytes: 2.0 * x.bytes() as f64,
             flops: 0.0,
         });
@@ -398,7 +422,7 @@ fn gemv_row<T: BenchFloat>(
     Ok(Row {
         key,
         what,
-        times_ms: times,
+        timing: times,
         bytes: (a.bytes() + x.bytes() + y.bytes()) as f64,
         flops: 0.0,
     })
@@ -434,7 +458,7 @@ fn vectors_row(gpu: &Gpu, reps: usize, key: &str, shape: [usize; 2], vectors: us
     Ok(Row {
         key: key.into(),
         what: format!("A X, A {}x{} f32, X {vectors} columns", shape[0], shape[1]),
-        times_ms: times,
+        timing: times,
         bytes: (a.bytes() + x.bytes() + y.bytes()) as f64,
         flops: 0.0,
     })
@@ -538,7 +562,7 @@ fn conv_half_rows<T: BenchFloat + host::ConvElement>(gpu: &Gpu, reps: usize) -> 
         rows.push(Row {
             key: format!("{key}{}", T::KEY),
             what,
-            times_ms: time(gpu, reps, |g| g.conv2d_into(&x, &w, None, &params, &mut y))?,
+            timing: time(gpu, reps, |g| g.conv2d_into(&x, &w, None, &params, &mut y))?,
             bytes: (x.bytes() + w.bytes() + y.bytes()) as f64,
             flops,
         });
@@ -570,7 +594,7 @@ fn conv_half_rows<T: BenchFloat + host::ConvElement>(gpu: &Gpu, reps: usize) -> 
     rows.push(Row {
         key: format!("conv_bwd_nhwc{}", T::KEY),
         what,
-        times_ms: time(gpu, reps, |g| {
+        timing: time(gpu, reps, |g| {
             g.conv2d_backward_into(&x, &w, &dy, &nhwc, (Some(&mut dx), Some(&mut dw), None))
         })?,
         bytes: (2 * x.bytes() + w.bytes() + dy.bytes()) as f64,
@@ -681,7 +705,7 @@ fn conv_rows(gpu: &Gpu, reps: usize) -> Result<Vec<Row>> {
         tf32_rows.push(Row {
             key: key.into(),
             what: what.into(),
-            times_ms: times,
+            timing: times,
             bytes: (x.bytes() + w.bytes() + ys.bytes()) as f64,
             flops,
         });
@@ -723,28 +747,28 @@ fn conv_rows(gpu: &Gpu, reps: usize) -> Result<Vec<Row>> {
         Row {
             key: "conv_fwd".into(),
             what: "conv2d forward 8x64x512x1024, 3x3".into(),
-            times_ms: forward,
+            timing: forward,
             bytes,
             flops,
         },
         Row {
             key: "conv_bwd".into(),
             what: "conv2d backward (input + weight)".into(),
-            times_ms: backward,
+            timing: backward,
             bytes: bytes + x.bytes() as f64,
             flops: 2.0 * flops,
         },
         Row {
             key: "conv_bwd_input".into(),
             what: "  of which the input gradient".into(),
-            times_ms: input_only,
+            timing: input_only,
             bytes,
             flops,
         },
         Row {
             key: "conv_bwd_weight".into(),
             what: "  of which the weight gradient".into(),
-            times_ms: weight_only,
+            timing: weight_only,
             bytes,
             flops,
         },
@@ -794,15 +818,15 @@ fn conv_rows(gpu: &Gpu, reps: usize) -> Result<Vec<Row>> {
         rows.push(Row {
             key: key.into(),
             what: what.into(),
-            times_ms: times,
+            timing: times,
             bytes: bytes + x.bytes() as f64,
             flops: 2.0 * flops,
         });
-        for (which, times_ms) in [("input", input_only), ("weight", weight_only)] {
+        for (which, timing) in [("input", input_only), ("weight", weight_only)] {
             rows.push(Row {
                 key: format!("{key}_{which}"),
                 what: format!("  of which the {which} gradient"),
-                times_ms,
+                timing,
                 bytes,
                 flops,
             });

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs on a GPU machine that has no Rust toolchain: `run.sh [all|tests|bench|python|group]`.
-# tests: every GPU test binary; bench: PyTorch's baseline, then the benchmark beside it;
+# tests: every GPU test binary; bench: PyTorch's baseline, then the benchmark beside it
+# (and the GPU's clocks and power per row);
 # python: installs the wheel into this PyTorch environment (offline), runs its tests and
 # its benchmark (the seed models against the ModelNews); group (not in all): the
 # device group's tests, torch.distributed over every GPU, then the group's benchmark.
@@ -32,8 +33,14 @@ if [ "$mode" = all ] || [ "$mode" = bench ]; then
   only=()
   if [ -n "${ONLY:-}" ]; then only=(--only "$ONLY"); fi
   python3 torch_baseline.py "${only[@]}" --json "$out/torch.json" || status=1
+  # The clocks and power meanwhile, told per row afterwards (clocks.py).
+  nvidia-smi --query-gpu=timestamp,clocks.sm,power.draw,temperature.gpu,clocks_event_reasons.active \
+    --format=csv,noheader,nounits -lms 100 > "$out/clocks.csv" 2>&1 &
+  sampler=$!
   bin/bench "${only[@]}" --baseline "$out/torch.json" --json "$out/bench.json" | tee "$out/bench.txt"
   [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+  kill "$sampler" 2> /dev/null
+  python3 clocks.py "$out/bench.json" "$out/clocks.csv" | tee "$out/bench-clocks.txt"
 fi
 if [ "$mode" = all ] || [ "$mode" = python ]; then
   python3 -m pip install --quiet --no-index --force-reinstall --no-deps python/gpu_kernels-*.whl || status=1

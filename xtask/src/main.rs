@@ -182,7 +182,7 @@ fn bundle() -> Result<PathBuf> {
     for script in ["run.sh", "sanitize.sh"] {
         fs::copy(scripts.join(script), dir.join(script))?;
     }
-    for script in ["torch_baseline.py", "torch_distributed.py"] {
+    for script in ["torch_baseline.py", "torch_distributed.py", "clocks.py"] {
         fs::copy(root.join("bench").join(script), dir.join(script))?;
     }
     bundle_python(&root, &dir.join("python"))?;
