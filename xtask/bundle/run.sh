@@ -40,7 +40,7 @@ if [ "$mode" = all ] || [ "$mode" = bench ]; then
   bin/bench "${only[@]}" --baseline "$out/torch.json" --json "$out/bench.json" | tee "$out/bench.txt"
   [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
   kill "$sampler" 2> /dev/null
-  python3 clocks.py "$out/bench.json" "$out/clocks.csv" | tee "$out/bench-clocks.txt"
+  [ -f "$out/bench.json" ] && python3 clocks.py "$out/bench.json" "$out/clocks.csv" | tee "$out/bench-clocks.txt"
 fi
 if [ "$mode" = all ] || [ "$mode" = python ]; then
   python3 -m pip install --quiet --no-index --force-reinstall --no-deps python/gpu_kernels-*.whl || status=1
