@@ -3,7 +3,7 @@
 
 `python3 clocks.py BENCH_JSON SAMPLES_CSV`, the samples from
 `nvidia-smi --query-gpu=timestamp,clocks.sm,power.draw,temperature.gpu,clocks_event_reasons.active
---format=csv,noheader,nounits -lms 100` on the same machine (its timestamps are local
+--format=csv,noheader,nounits -lms 50` on the same machine (its timestamps are local
 time, as `datetime.timestamp` reads them). Prints a row per benchmark row: the median
 SM clock, power and temperature over its window and the clock-event reasons seen most.
 """

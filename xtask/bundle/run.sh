@@ -35,7 +35,7 @@ if [ "$mode" = all ] || [ "$mode" = bench ]; then
   python3 torch_baseline.py "${only[@]}" --json "$out/torch.json" || status=1
   # The clocks and power meanwhile, told per row afterwards (clocks.py).
   nvidia-smi --query-gpu=timestamp,clocks.sm,power.draw,temperature.gpu,clocks_event_reasons.active \
-    --format=csv,noheader,nounits -lms 100 > "$out/clocks.csv" 2>&1 &
+    --format=csv,noheader,nounits -lms 50 > "$out/clocks.csv" 2>&1 &
   sampler=$!
   bin/bench "${only[@]}" --baseline "$out/torch.json" --json "$out/bench.json" | tee "$out/bench.txt"
   [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
