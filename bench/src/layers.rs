@@ -1,7 +1,9 @@
 //! The convolution layer suite: ResNet-50, UNet and depthwise layers in FP32 and TF32,
 //! NCHW and NHWC, and in bf16 NHWC, forward (with a bias) and backward (all three gradients), each
 //! checked at sampled elements against f64 sums, then timed; torch_baseline.py's
-//! `layers` times cuDNN on the same table.
+//! `layers` times cuDNN on the same table. The backward pass's two parts (the input
+//! gradient; the weight and bias gradients) are timed alone too, ours only, to tell
+//! which part limits a layer.
 
 use host::{Conv2dParams, ConvElement, ConvLayout, ConvPrecision, DeviceArray, Gpu};
 use ndarray::{Array1, Array4, ArrayD, Ix4};
@@ -68,6 +70,10 @@ const MODES: [(ConvPrecision, ConvLayout, &str); 5] = [
 ];
 
 const PASSES: [&str; 2] = ["fwd", "bwd"];
+
+/// The backward pass's parts, timed alone: the input gradient, and the weight and bias
+/// gradients (keys `layer_R1_bwd_input_fp32_nchw`, ...; ours only).
+const BACKWARD_PARTS: [&str; 2] = ["bwd_input", "bwd_weight"];
 
 /// Sampled elements per checked tensor (each bias gradient is checked whole).
 const SAMPLES: usize = 500;
@@ -196,7 +202,7 @@ fn one_mode<T: BenchFloat + ConvElement>(
     mode: &Mode,
     [hx, hw, hdy]: [&Array4<f32>; 3],
     wanted: &Wanted,
-) -> Result<[Row; 2]> {
+) -> Result<[Row; 4]> {
     let (p, name) = (&mode.params, mode.name);
     let layout = p.layout;
     let (x, w, dy) = (
@@ -254,6 +260,12 @@ fn one_mode<T: BenchFloat + ConvElement>(
     let backward = time(gpu, reps, |g| {
         g.conv2d_backward_into(&x, &w, &dy, p, (Some(&mut dx), Some(&mut dw), Some(&mut db)))
     })?;
+    let input_part = time(gpu, reps, |g| {
+        g.conv2d_backward_into(&x, &w, &dy, p, (Some(&mut dx), None, None))
+    })?;
+    let weight_part = time(gpu, reps, |g| {
+        g.conv2d_backward_into(&x, &w, &dy, p, (None, Some(&mut dw), Some(&mut db)))
+    })?;
 
     let operands = (x.bytes() + w.bytes()) as f64;
     let what = |pass| format!("{} {} {pass} {}", layer.name, layer.what, label(name));
@@ -271,6 +283,20 @@ fn one_mode<T: BenchFloat + ConvElement>(
             timing: backward,
             bytes: 2.0 * operands + (dy.bytes() + db.bytes()) as f64,
             flops: 2.0 * mode.flops,
+        },
+        Row {
+            key: key(layer.name, BACKWARD_PARTS[0], name),
+            what: what("bwd, input gradient"),
+            timing: input_part,
+            bytes: (w.bytes() + dy.bytes() + dx.bytes()) as f64,
+            flops: mode.flops,
+        },
+        Row {
+            key: key(layer.name, BACKWARD_PARTS[1], name),
+            what: what("bwd, weight and bias gradients"),
+            timing: weight_part,
+            bytes: (x.bytes() + dy.bytes() + dw.bytes() + db.bytes()) as f64,
+            flops: mode.flops,
         },
     ])
 }
@@ -341,6 +367,26 @@ pub(crate) fn report(rows: &[Row], torch_ms: impl Fn(&str) -> Option<f64>) -> Va
         }
     }
 
+    if rows.iter().any(|r| r.key.contains(BACKWARD_PARTS[0])) {
+        println!("\nbackward parts, ours alone (ms): input gradient / weight and bias gradients");
+        for layer in &LAYERS {
+            let cells: String = MODES
+                .iter()
+                .map(|(.., mode)| {
+                    let [input, weight] =
+                        BACKWARD_PARTS.map(|part| medians(rows, &|_| None, &key(layer.name, part, mode)).0);
+                    format!(
+                        " {:>9}: {} / {} |",
+                        label(mode),
+                        show(input, ""),
+                        show(weight, "")
+                    )
+                })
+                .collect();
+            println!("| {:<16} |{cells}", format!("{} {}", layer.name, layer.what));
+        }
+    }
+
     let mut summaries = Vec::new();
     for pass in PASSES {
         for (.., mode) in MODES {
@@ -393,23 +439,29 @@ mod tests {
     use crate::Timing;
 
     /// The summary over made-up timings: torch twice as slow as ours everywhere but in
-    /// R4's TF32 NHWC forward pass, where it is four times as fast.
+    /// R4's TF32 NHWC forward pass, where it is four times as fast; the backward parts,
+    /// far slower, count in no summary.
     #[test]
     fn summary_has_the_geomean_and_the_lowest_layer() {
-        let rows: Vec<Row> = LAYERS
-            .iter()
-            .flat_map(|l| PASSES.map(|pass| (l, pass)))
-            .flat_map(|(l, pass)| MODES.map(|(.., mode)| key(l.name, pass, mode)))
-            .map(|key| Row {
-                key,
-                what: String::new(),
-                timing: Timing {
-                    ms: vec![1.0, 3.0, 2.0],
-                    window_s: [0.0; 2],
-                },
-                bytes: 0.0,
-                flops: 0.0,
-            })
+        let row = |key, ms: Vec<f32>| Row {
+            key,
+            what: String::new(),
+            timing: Timing {
+                ms,
+                window_s: [0.0; 2],
+            },
+            bytes: 0.0,
+            flops: 0.0,
+        };
+        let keys = |passes: &'static [&'static str]| {
+            LAYERS
+                .iter()
+                .flat_map(move |l| passes.iter().map(move |pass| (l, pass)))
+                .flat_map(|(l, pass)| MODES.map(|(.., mode)| key(l.name, pass, mode)))
+        };
+        let rows: Vec<Row> = keys(&PASSES)
+            .map(|key| row(key, vec![1.0, 3.0, 2.0]))
+            .chain(keys(&BACKWARD_PARTS).map(|key| row(key, vec![100.0])))
             .collect();
         let torch_ms = |key: &str| Some(if key == "layer_R4_fwd_tf32_nhwc" { 0.5 } else { 4.0 });
         let summary = report(&rows, torch_ms);
