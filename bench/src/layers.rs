@@ -303,10 +303,12 @@ fn one_mode<T: BenchFloat + ConvElement>(
 
 /// Ours and torch's median ms for a key, each where it was timed.
 fn medians(rows: &[Row], torch_ms: &impl Fn(&str) -> Option<f64>, key: &str) -> (Option<f64>, Option<f64>) {
-    (
-        rows.iter().find(|r| r.key == key).map(Row::median_ms),
-        torch_ms(key),
-    )
+    (ours_ms(rows, key), torch_ms(key))
+}
+
+/// Our median ms for a key, where it was timed.
+fn ours_ms(rows: &[Row], key: &str) -> Option<f64> {
+    rows.iter().find(|r| r.key == key).map(Row::median_ms)
 }
 
 /// torch / ours over the layers for one pass and mode.
@@ -374,7 +376,7 @@ pub(crate) fn report(rows: &[Row], torch_ms: impl Fn(&str) -> Option<f64>) -> Va
                 .iter()
                 .map(|(.., mode)| {
                     let [input, weight] =
-                        BACKWARD_PARTS.map(|part| medians(rows, &|_| None, &key(layer.name, part, mode)).0);
+                        BACKWARD_PARTS.map(|part| ours_ms(rows, &key(layer.name, part, mode)));
                     format!(
                         " {:>9}: {} / {} |",
                         label(mode),
