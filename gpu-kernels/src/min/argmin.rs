@@ -47,6 +47,13 @@ fn is_nan<K: PartialOrd>(key: K) -> bool {
     key != key
 }
 
+/// Whether two elements are the same to the min kernels: equal keys, or both NaN.
+#[inline(always)]
+pub fn same_key<T: MinValue>(a: T, b: T) -> bool {
+    let (a, b) = (a.key(), b.key());
+    a == b || (is_nan(a) && is_nan(b))
+}
+
 /// A running minimum and, when `INDEX`, where it is. `index == u64::MAX` marks an
 /// empty state (no element seen), which every real element beats.
 #[derive(Clone, Copy)]

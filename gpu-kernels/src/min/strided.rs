@@ -9,8 +9,13 @@ use crate::launch::{DevicePtr, DevicePtrMut, Kernel, Launch, LaunchGeometry, ker
 pub const STRIDED_TX: u32 = 32;
 /// Slices of the reduced axis in a strided block.
 pub const STRIDED_TY: u32 = BLOCK_THREADS / STRIDED_TX;
-/// Rows each strided thread loads before it uses the first.
-pub const STRIDED_ROWS: usize = 4;
+/// Rows each strided thread loads before it uses the first: enough that a lane keeps
+/// 64 bytes of its columns in flight (16-bit lanes take 8 bytes a row: with 4 rows,
+/// 32 bytes in flight held both their paths near 92% of the bandwidth).
+pub const fn run_rows(element_bytes: usize) -> usize {
+    let row_bytes = lane_columns(element_bytes) as usize * element_bytes;
+    if row_bytes >= 16 { 4 } else { 64 / row_bytes }
+}
 /// Strided blocks that fit on one SM at once (64 registers a thread): with three, rows
 /// of 16-bit columns loaded one by one kept too few loads in flight.
 pub const STRIDED_BLOCKS_PER_SM: u32 = 4;
@@ -57,24 +62,24 @@ kernel_args! {
         pub vector: u32,
     }
     impl StridedKernel for f32 {
-        const MIN_STRIDED = "min_strided_f32" => kernel::strided_rows::<f32, true, { super::VECTOR_BYTES / 4 }>, bounds(BLOCK_THREADS, STRIDED_BLOCKS_PER_SM);
-        const AMIN_STRIDED = "amin_strided_f32" => kernel::strided_rows::<f32, false, { super::VECTOR_BYTES / 4 }>, bounds(BLOCK_THREADS, STRIDED_BLOCKS_PER_SM);
+        const MIN_STRIDED = "min_strided_f32" => kernel::strided_rows::<f32, true, { super::VECTOR_BYTES / 4 }, { run_rows(4) }>, bounds(BLOCK_THREADS, STRIDED_BLOCKS_PER_SM);
+        const AMIN_STRIDED = "amin_strided_f32" => kernel::strided_rows::<f32, false, { super::VECTOR_BYTES / 4 }, { run_rows(4) }>, bounds(BLOCK_THREADS, STRIDED_BLOCKS_PER_SM);
     }
     impl StridedKernel for f64 {
-        const MIN_STRIDED = "min_strided_f64" => kernel::strided_rows::<f64, true, { super::VECTOR_BYTES / 8 }>, bounds(BLOCK_THREADS, STRIDED_BLOCKS_PER_SM);
-        const AMIN_STRIDED = "amin_strided_f64" => kernel::strided_rows::<f64, false, { super::VECTOR_BYTES / 8 }>, bounds(BLOCK_THREADS, STRIDED_BLOCKS_PER_SM);
+        const MIN_STRIDED = "min_strided_f64" => kernel::strided_rows::<f64, true, { super::VECTOR_BYTES / 8 }, { run_rows(8) }>, bounds(BLOCK_THREADS, STRIDED_BLOCKS_PER_SM);
+        const AMIN_STRIDED = "amin_strided_f64" => kernel::strided_rows::<f64, false, { super::VECTOR_BYTES / 8 }, { run_rows(8) }>, bounds(BLOCK_THREADS, STRIDED_BLOCKS_PER_SM);
     }
     impl StridedKernel for i32 {
-        const MIN_STRIDED = "min_strided_i32" => kernel::strided_rows::<i32, true, { super::VECTOR_BYTES / 4 }>, bounds(BLOCK_THREADS, STRIDED_BLOCKS_PER_SM);
-        const AMIN_STRIDED = "amin_strided_i32" => kernel::strided_rows::<i32, false, { super::VECTOR_BYTES / 4 }>, bounds(BLOCK_THREADS, STRIDED_BLOCKS_PER_SM);
+        const MIN_STRIDED = "min_strided_i32" => kernel::strided_rows::<i32, true, { super::VECTOR_BYTES / 4 }, { run_rows(4) }>, bounds(BLOCK_THREADS, STRIDED_BLOCKS_PER_SM);
+        const AMIN_STRIDED = "amin_strided_i32" => kernel::strided_rows::<i32, false, { super::VECTOR_BYTES / 4 }, { run_rows(4) }>, bounds(BLOCK_THREADS, STRIDED_BLOCKS_PER_SM);
     }
     impl StridedKernel for half::bf16 {
-        const MIN_STRIDED = "min_strided_bf16" => kernel::strided_rows::<half::bf16, true, 4>, bounds(BLOCK_THREADS, STRIDED_BLOCKS_PER_SM);
-        const AMIN_STRIDED = "amin_strided_bf16" => kernel::strided_rows::<half::bf16, false, 4>, bounds(BLOCK_THREADS, STRIDED_BLOCKS_PER_SM);
+        const MIN_STRIDED = "min_strided_bf16" => kernel::strided_rows::<half::bf16, true, 4, { run_rows(2) }>, bounds(BLOCK_THREADS, STRIDED_BLOCKS_PER_SM);
+        const AMIN_STRIDED = "amin_strided_bf16" => kernel::strided_rows::<half::bf16, false, 4, { run_rows(2) }>, bounds(BLOCK_THREADS, STRIDED_BLOCKS_PER_SM);
     }
     impl StridedKernel for half::f16 {
-        const MIN_STRIDED = "min_strided_f16" => kernel::strided_rows::<half::f16, true, 4>, bounds(BLOCK_THREADS, STRIDED_BLOCKS_PER_SM);
-        const AMIN_STRIDED = "amin_strided_f16" => kernel::strided_rows::<half::f16, false, 4>, bounds(BLOCK_THREADS, STRIDED_BLOCKS_PER_SM);
+        const MIN_STRIDED = "min_strided_f16" => kernel::strided_rows::<half::f16, true, 4, { run_rows(2) }>, bounds(BLOCK_THREADS, STRIDED_BLOCKS_PER_SM);
+        const AMIN_STRIDED = "amin_strided_f16" => kernel::strided_rows::<half::f16, false, 4, { run_rows(2) }>, bounds(BLOCK_THREADS, STRIDED_BLOCKS_PER_SM);
     }
     entry points in ENTRY_POINTS;
 }
@@ -127,21 +132,23 @@ mod kernel {
         thread_idx_x,
     };
     use crate::launch::chunk;
-    use crate::min::argmin::{ArgMin, MinValue};
+    use crate::min::argmin::{ArgMin, MinValue, same_key};
 
     /// [`strided`], aligned or not as `args.vector` says.
     ///
     /// # Safety
-    /// As [`strided`]; `COLUMNS` is [`lane_columns`] of the element size; `vector` only
-    /// when `inner` is a multiple of it.
+    /// As [`strided`]; `COLUMNS` is [`lane_columns`] and `ROWS` [`run_rows`] of the
+    /// element size; `vector` only when `inner` is a multiple of `COLUMNS`.
     #[inline(always)]
-    pub unsafe fn strided_rows<T: MinValue, const INDEX: bool, const COLUMNS: usize>(args: StridedArgs<T>) {
+    pub unsafe fn strided_rows<T: MinValue, const INDEX: bool, const COLUMNS: usize, const ROWS: usize>(
+        args: StridedArgs<T>,
+    ) {
         // SAFETY: forwarded from the caller.
         unsafe {
             if args.vector != 0 {
-                strided::<T, INDEX, COLUMNS, true>(args)
+                strided::<T, INDEX, COLUMNS, ROWS, true>(args)
             } else {
-                strided::<T, INDEX, COLUMNS, false>(args)
+                strided::<T, INDEX, COLUMNS, ROWS, false>(args)
             }
         }
     }
@@ -150,8 +157,8 @@ mod kernel {
     /// takes `COLUMNS` consecutive columns ([`lane_columns`]: one 128- or 64-bit load
     /// per row when `ALIGNED`, else one load per column, so that a warp still reads whole
     /// sectors when rows are not aligned); each of the `STRIDED_TY` slices takes
-    /// every `STRIDED_TY`-th row of its chunk, by runs of `STRIDED_ROWS` rows, then the
-    /// lanes merge the slices through shared memory (one barrier).
+    /// every `STRIDED_TY`-th row of its chunk, by runs of `ROWS` rows, then the lanes
+    /// merge the slices through shared memory (one barrier).
     ///
     /// Block (x, y): x = outer index * tiles_per_outer + tile, y = chunk of the reduced
     /// axis. Output column `m = outer * inner + column`; with `split > 1` the partial
@@ -163,7 +170,13 @@ mod kernel {
     /// `COLUMNS`; the output holds `outer * inner * split` slots; the block has
     /// `BLOCK_THREADS` threads and `STRIDED_SHARED_BYTES` of dynamic shared memory.
     #[inline(always)]
-    unsafe fn strided<T: MinValue, const INDEX: bool, const COLUMNS: usize, const ALIGNED: bool>(
+    unsafe fn strided<
+        T: MinValue,
+        const INDEX: bool,
+        const COLUMNS: usize,
+        const ROWS: usize,
+        const ALIGNED: bool,
+    >(
         args: StridedArgs<T>,
     ) {
         let StridedArgs {
@@ -222,34 +235,30 @@ mod kernel {
                 }
                 out
             };
-            // Per column, the least element of the runs of rows so far, the first row of
-            // its first run, and (for `min`) the column's elements in that run. A run past
-            // the last row repeats its first.
-            let mut runs = states;
-            let mut best = [[fill; STRIDED_ROWS]; COLUMNS];
-            let take_run = |runs: &mut [ArgMin<T, INDEX>; COLUMNS],
-                            best: &mut [[T; STRIDED_ROWS]; COLUMNS],
-                            held: [[T; COLUMNS]; STRIDED_ROWS],
-                            r: u64| {
-                for (i, (run, best)) in runs.iter_mut().zip(best).enumerate() {
+            let step = STRIDED_TY as u64;
+            // Per column, the least element so far and where it first is. A run's least
+            // is found with packed `min.NaN`; only a run that holds a new least (a few
+            // runs of a column, on most data) is searched for where, so no run's
+            // elements stay in registers. A run past the last row repeats its first.
+            let take_run = |states: &mut [ArgMin<T, INDEX>; COLUMNS], held: [[T; COLUMNS]; ROWS], r: u64| {
+                for (i, state) in states.iter_mut().enumerate() {
                     let least = held[1..]
                         .iter()
                         .fold(held[0][i], |least, row| least.least(row[i]));
-                    if (i as u64) < valid && run.push(least, r) && INDEX {
-                        *best = core::array::from_fn(|u| held[u][i]);
+                    if (i as u64) < valid && state.push(least, r) && INDEX {
+                        let at = held.iter().position(|row| same_key(row[i], least));
+                        state.index = r + at.unwrap_or(0) as u64 * step;
                     }
                 }
             };
-            let step = STRIDED_TY as u64;
             let mut r = begin + ty as u64;
-            while r + (STRIDED_ROWS as u64 - 1) * step < end {
+            while r + (ROWS as u64 - 1) * step < end {
                 take_run(
-                    &mut runs,
-                    &mut best,
+                    &mut states,
                     core::array::from_fn(|u| load(r + u as u64 * step)),
                     r,
                 );
-                r += STRIDED_ROWS as u64 * step;
+                r += ROWS as u64 * step;
             }
             if r < end {
                 let first = load(r);
@@ -257,22 +266,7 @@ mod kernel {
                     let row = r + u as u64 * step;
                     if u > 0 && row < end { load(row) } else { first }
                 });
-                take_run(&mut runs, &mut best, held, r);
-            }
-            if !INDEX {
-                states = runs;
-            } else {
-                // Indexed, not zipped: three zipped arrays stayed in local memory.
-                for i in 0..COLUMNS {
-                    if !runs[i].is_empty() {
-                        for (u, &value) in best[i].iter().enumerate() {
-                            let row = runs[i].index + u as u64 * step;
-                            if row < end {
-                                states[i].push(value, row);
-                            }
-                        }
-                    }
-                }
+                take_run(&mut states, held, r);
             }
         }
 
