@@ -13,11 +13,10 @@
 //!
 //! Both kernels take their elements by runs (a few vectors of a row, a few rows of a
 //! column) and keep only each run's least element, found with packed `min.NaN` (two
-//! 16-bit elements an instruction), and where the first run holding the least of all
-//! starts. For `min`, the rows kernel keeps that run's elements in registers and
-//! searches it once, at the end; the strided kernel searches a column's run only when
-//! it holds a new least. Comparing every element's value and index ran 16-bit rows at
-//! 80% of the bandwidth.
+//! 16-bit elements an instruction). For `min`, a run holding a new least (a few runs of
+//! a row or column, on most data) is searched at once for where it first is, so no
+//! run's elements stay in registers. Comparing every element's value and index ran
+//! 16-bit rows at 80% of the bandwidth.
 //!
 //! When the output alone cannot fill the GPU, the reduced axis is also split over
 //! `split` work items per output; those write `[output][split]` partials that the

@@ -96,7 +96,7 @@ mod kernel {
     use super::*;
     use crate::device::{block_dim_x, block_idx_x, load_global_nc_v4, thread_idx_x};
     use crate::launch::chunk;
-    use crate::min::argmin::{ArgMin, MinValue};
+    use crate::min::argmin::{ArgMin, MinValue, same_key};
 
     /// Reduces one row segment per group of `group_lanes` lanes.
     ///
@@ -148,9 +148,8 @@ mod kernel {
     /// adding to it; the head then joins through `merge`, which takes any order.
     ///
     /// The vectors go by runs of `UNROLL`: of each run only its least element is kept
-    /// (packed `min.NaN`, two 16-bit elements per instruction), with the run's first
-    /// vector. For `min`, the first run holding the least of all is kept in registers and
-    /// searched element by element at the end.
+    /// (packed `min.NaN`, two 16-bit elements per instruction). For `min`, a run whose
+    /// least is new is searched element by element for where it first is, at once.
     ///
     /// # Safety
     /// The elements lie inside `x`, which is 16-byte aligned.
@@ -181,16 +180,26 @@ mod kernel {
         let (head_first, tail_first) = (flat_begin + lane, tail + lane);
         let head_value = (head_first < aligned).then(|| element(head_first));
         let tail_value = (tail_first < flat_end).then(|| element(tail_first));
-        // The least element of the runs so far, the first vector of its first run, and
-        // (for `min`) that run's vectors. A run past the last vector repeats its first.
+        // The least element of the runs so far and (for `min`) where it first is: a run
+        // holding a new least (a few runs of a row, on most data) is searched while its
+        // vectors are still in registers. A run past the last vector repeats its first.
         let mut runs = ArgMin::<T, INDEX>::empty(state.value);
-        let mut best = [[0u32; 4]; UNROLL];
         let mut take_run = |held: [[u32; 4]; UNROLL], v: u64| {
             let least = held[1..]
                 .iter()
                 .fold(held[0], |least, words| T::least_of_vectors(least, *words));
-            if runs.push(T::least_in_vector(least), v) && INDEX {
-                best = held;
+            let least = T::least_in_vector(least);
+            if runs.push(least, v) && INDEX {
+                let (u, i) = held
+                    .iter()
+                    .enumerate()
+                    .find_map(|(u, words)| {
+                        (0..T::PER_VECTOR)
+                            .position(|i| same_key(T::from_words(*words, i), least))
+                            .map(|i| (u, i))
+                    })
+                    .unwrap_or((0, 0));
+                runs.index = aligned + (v + u as u64 * lanes) * per_vector + i as u64 - row_start;
             }
         };
         let mut v = lane;
@@ -206,19 +215,7 @@ mod kernel {
             });
             take_run(held, v);
         }
-        if !INDEX {
-            *state = runs;
-        } else if !runs.is_empty() {
-            for (u, words) in best.iter().enumerate() {
-                let v = runs.index + u as u64 * lanes;
-                if v < vectors {
-                    let first = aligned + v * per_vector - row_start;
-                    for i in 0..T::PER_VECTOR {
-                        state.push(T::from_words(*words, i), first + i as u64);
-                    }
-                }
-            }
-        }
+        *state = runs;
         // Head and tail hold fewer than PER_VECTOR elements each, but a group may be
         // narrower: then a lane takes more than one.
         let mut head = ArgMin::<T, INDEX>::empty(state.value);
