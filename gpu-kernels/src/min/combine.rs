@@ -82,11 +82,7 @@ fn launch_strided<T: CombineKernel>(
     index_offsets: DevicePtr<i64>,
     to: MinOutputs<T>,
 ) -> Launch<CombineArgs<T>> {
-    let kernel = if to.with_index() {
-        T::MIN_COMBINE
-    } else {
-        T::AMIN_COMBINE
-    };
+    let kernel = to.pick(T::MIN_COMBINE, T::AMIN_COMBINE);
     let args = CombineArgs {
         partial_values: partials.values.as_const(),
         partial_indices: partials.indices.as_const(),

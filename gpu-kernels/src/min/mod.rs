@@ -28,7 +28,7 @@ pub mod combine;
 pub mod rows;
 pub mod strided;
 
-use crate::launch::{DeviceLimits, DevicePtrMut, EntryPoint, Launch, ScratchLayout, THREADS_PER_SM};
+use crate::launch::{DeviceLimits, DevicePtrMut, EntryPoint, Kernel, Launch, ScratchLayout, THREADS_PER_SM};
 use combine::{CombineArgs, CombineKernel};
 use rows::{RowsKernel, RowsPlan};
 use strided::{STRIDED_TX, StridedKernel, StridedPlan, lane_columns};
@@ -82,6 +82,11 @@ impl<T> MinOutputs<T> {
     /// Whether indices are wanted (`min`, not `amin`).
     pub fn with_index(&self) -> bool {
         !self.indices.is_null()
+    }
+
+    /// The kernel of a pair that writes these outputs: `min` with indices, else `amin`.
+    pub fn pick<A>(&self, min: Kernel<A>, amin: Kernel<A>) -> Kernel<A> {
+        if self.with_index() { min } else { amin }
     }
 }
 

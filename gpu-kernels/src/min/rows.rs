@@ -71,11 +71,7 @@ impl RowsPlan {
         x: DevicePtr<T>,
         outputs: MinOutputs<T>,
     ) -> Launch<RowsArgs<T>> {
-        let kernel = if outputs.with_index() {
-            T::MIN_ROWS
-        } else {
-            T::AMIN_ROWS
-        };
+        let kernel = outputs.pick(T::MIN_ROWS, T::AMIN_ROWS);
         let skew = x.address() % VECTOR_BYTES as u64 / size_of::<T>() as u64;
         let args = RowsArgs {
             x: DevicePtr::from_address(x.address() - skew * size_of::<T>() as u64),

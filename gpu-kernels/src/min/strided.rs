@@ -100,11 +100,7 @@ impl StridedPlan {
         x: DevicePtr<T>,
         outputs: MinOutputs<T>,
     ) -> Launch<StridedArgs<T>> {
-        let kernel = if outputs.with_index() {
-            T::MIN_STRIDED
-        } else {
-            T::AMIN_STRIDED
-        };
+        let kernel = outputs.pick(T::MIN_STRIDED, T::AMIN_STRIDED);
         let geometry = LaunchGeometry {
             grid: [problem.outer * self.tiles_per_outer, self.split, 1],
             threads: BLOCK_THREADS,
