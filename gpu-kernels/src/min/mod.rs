@@ -31,7 +31,7 @@ pub mod strided;
 use crate::launch::{DeviceLimits, DevicePtrMut, EntryPoint, Kernel, Launch, ScratchLayout, THREADS_PER_SM};
 use combine::{CombineArgs, CombineKernel};
 use rows::{RowsKernel, RowsPlan};
-use strided::{STRIDED_TX, StridedKernel, StridedPlan, lane_columns};
+use strided::{NARROW_SLICES, STRIDED_BLOCKS_PER_SM, StridedKernel, StridedPlan, lane_columns};
 
 /// Threads per block of every min kernel.
 pub const BLOCK_THREADS: u32 = 256;
@@ -162,11 +162,12 @@ pub fn plan(problem: &MinProblem, element_bytes: usize, device: &DeviceLimits) -
 /// (`pitch >= inner`): the whole array (`pitch == inner`), or a window of the columns of
 /// a wider one, which the strided kernel reduces whatever `inner`.
 pub fn plan_window(problem: &MinProblem, pitch: u64, element_bytes: usize, device: &DeviceLimits) -> MinPlan {
-    let target_threads = device.multiprocessors as u64 * THREADS_PER_SM;
     let per_vector = (VECTOR_BYTES / element_bytes) as u64;
-    // More work items per output only while each stays long, and never past grid y.
-    let split_for = |threads: u64| {
-        let wanted = target_threads.div_ceil(threads.max(1));
+    // More work items per output (`threads` of them without a split) only while the
+    // GPU holds twice as many or more (`threads_per_sm` each SM; a second wave of
+    // blocks would run alone), each stays long, and never past grid y.
+    let split_for = |threads: u64, threads_per_sm: u64| {
+        let wanted = device.multiprocessors as u64 * threads_per_sm / threads.max(1);
         let split = wanted.min(problem.reduce / MIN_SPLIT_CHUNK).clamp(1, 65535);
         even_split(problem.reduce, split)
     };
@@ -174,7 +175,7 @@ pub fn plan_window(problem: &MinProblem, pitch: u64, element_bytes: usize, devic
         // Enough lanes that each loads a few vectors; whole warps for long rows.
         let vectors = problem.reduce.div_ceil(per_vector * rows::UNROLL as u64);
         let group_lanes = vectors.next_power_of_two().clamp(1, 32) as u32;
-        let split = split_for(problem.outer * group_lanes as u64);
+        let split = split_for(problem.outer * group_lanes as u64, THREADS_PER_SM);
         let threads = problem.outer * split * group_lanes as u64;
         MinPlan::Rows(RowsPlan {
             group_lanes,
@@ -184,12 +185,20 @@ pub fn plan_window(problem: &MinProblem, pitch: u64, element_bytes: usize, devic
     } else {
         let columns = lane_columns(element_bytes);
         let vector = problem.inner.is_multiple_of(columns) && pitch.is_multiple_of(columns);
-        let columns_per_block = STRIDED_TX as u64 * columns;
-        let tiles_per_outer = problem.inner.div_ceil(columns_per_block);
-        let split = split_for(problem.outer * tiles_per_outer * BLOCK_THREADS as u64);
+        // Rows that fill a block's lanes side by side take one slice.
+        let wide_columns = BLOCK_THREADS as u64 * columns;
+        let slices = if problem.inner >= wide_columns {
+            1
+        } else {
+            NARROW_SLICES
+        };
+        let tiles_per_outer = problem.inner.div_ceil(wide_columns / slices as u64);
+        let resident = (STRIDED_BLOCKS_PER_SM * BLOCK_THREADS) as u64;
+        let split = split_for(problem.outer * tiles_per_outer * BLOCK_THREADS as u64, resident);
         MinPlan::Strided(StridedPlan {
             vector,
             split,
+            slices,
             tiles_per_outer,
         })
     }
@@ -226,7 +235,8 @@ mod tests {
             MinPlan::Strided(StridedPlan {
                 vector: false,
                 split: 1,
-                tiles_per_outer: 32
+                slices: 1,
+                tiles_per_outer: 4
             })
         );
         assert_eq!(
@@ -234,7 +244,8 @@ mod tests {
             MinPlan::Strided(StridedPlan {
                 vector: true,
                 split: 1,
-                tiles_per_outer: 4096 * 4095 / 128
+                slices: 1,
+                tiles_per_outer: 4096 * 4095 / 1024
             })
         );
     }

@@ -1,14 +1,16 @@
-//! The strided kernel of the min reduction (`inner > 1`): blocks of `STRIDED_TX` lanes
-//! along `inner` by `STRIDED_TY` slices of the reduced axis, merged through shared
-//! memory.
+//! The strided kernel of the min reduction (`inner > 1`): blocks of lanes along `inner`
+//! by `slices` slices of the reduced axis, merged through shared memory. Wide rows take
+//! one slice, every lane of the block side by side along a row: a block then reads
+//! `BLOCK_THREADS * lane_columns` consecutive columns of a row, and where rows are not
+//! aligned the sector shared by two lanes' columns is read by one SM rather than by two
+//! blocks (narrow blocks' 128 columns of unaligned 16-bit rows read 9 sectors of L2
+//! for 8 of data).
 
 use super::{BLOCK_THREADS, MinOutputs, MinProblem};
 use crate::launch::{DevicePtr, DevicePtrMut, Kernel, Launch, LaunchGeometry, kernel_args};
 
-/// Lanes of a strided block along `inner`.
-pub const STRIDED_TX: u32 = 32;
-/// Slices of the reduced axis in a strided block.
-pub const STRIDED_TY: u32 = BLOCK_THREADS / STRIDED_TX;
+/// Slices of the reduced axis in a block over narrow rows (a warp's lanes along `inner`).
+pub const NARROW_SLICES: u32 = BLOCK_THREADS / 32;
 /// Rows each strided thread loads before it uses the first: enough that a lane keeps
 /// 64 bytes of its columns in flight (16-bit lanes take 8 bytes a row: with 4 rows,
 /// 32 bytes in flight held both their paths near 92% of the bandwidth).
@@ -20,8 +22,8 @@ pub const fn run_rows(element_bytes: usize) -> usize {
 /// of 16-bit columns loaded one by one kept too few loads in flight.
 pub const STRIDED_BLOCKS_PER_SM: u32 = 4;
 /// Dynamic shared memory of a strided block: a value (at most 8 bytes) and an index per
-/// slice and column, for the most columns per lane (4).
-pub const STRIDED_SHARED_BYTES: u32 = STRIDED_TY * STRIDED_TX * 4 * 16;
+/// thread and column, for the most columns per lane (4).
+pub const STRIDED_SHARED_BYTES: u32 = BLOCK_THREADS * 4 * 16;
 
 /// Columns each lane takes: 16 bytes' worth, but at most 4. Eight 16-bit columns per
 /// lane would keep eight running minima and their loads in flight in some 120
@@ -31,8 +33,6 @@ pub const fn lane_columns(element_bytes: usize) -> u64 {
     if columns > 4 { 4 } else { columns }
 }
 
-const _: () = assert!(STRIDED_TX == 32);
-
 /// Blocks of columns by slices of the reduced axis.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct StridedPlan {
@@ -41,6 +41,9 @@ pub struct StridedPlan {
     pub vector: bool,
     /// Work items per output column (grid y).
     pub split: u64,
+    /// Slices of the reduced axis in a block: 1 (every lane along `inner`) or
+    /// [`NARROW_SLICES`] (a warp's lanes).
+    pub slices: u32,
     /// Blocks along `inner` for one `outer` index.
     pub tiles_per_outer: u64,
 }
@@ -59,6 +62,7 @@ kernel_args! {
         pub pitch: u64,
         pub split: u64,
         pub tiles_per_outer: u64,
+        pub slices: u32,
         pub vector: u32,
     }
     impl StridedKernel for f32 {
@@ -114,6 +118,7 @@ impl StridedPlan {
             pitch,
             split: self.split,
             tiles_per_outer: self.tiles_per_outer,
+            slices: self.slices,
             vector: self.vector as u32,
         };
         Launch::new(kernel, geometry, args)
@@ -130,30 +135,33 @@ mod kernel {
     use crate::launch::chunk;
     use crate::min::argmin::{ArgMin, MinValue, same_key};
 
-    /// [`strided`], aligned or not as `args.vector` says.
+    /// [`strided`], aligned or not as `args.vector` says, in wide or narrow blocks as
+    /// `args.slices` does (constants, so that rows a slice apart cost no multiply).
     ///
     /// # Safety
     /// As [`strided`]; `COLUMNS` is [`lane_columns`] and `ROWS` [`run_rows`] of the
-    /// element size; `vector` only when `inner` is a multiple of `COLUMNS`.
+    /// element size; `vector` only when `inner` is a multiple of `COLUMNS`; `slices` 1
+    /// or [`NARROW_SLICES`].
     #[inline(always)]
     pub unsafe fn strided_rows<T: MinValue, const INDEX: bool, const COLUMNS: usize, const ROWS: usize>(
         args: StridedArgs<T>,
     ) {
         // SAFETY: forwarded from the caller.
         unsafe {
-            if args.vector != 0 {
-                strided::<T, INDEX, COLUMNS, ROWS, true>(args)
-            } else {
-                strided::<T, INDEX, COLUMNS, ROWS, false>(args)
+            match (args.vector != 0, args.slices == 1) {
+                (true, true) => strided::<T, INDEX, COLUMNS, ROWS, true, 1>(args),
+                (false, true) => strided::<T, INDEX, COLUMNS, ROWS, false, 1>(args),
+                (true, false) => strided::<T, INDEX, COLUMNS, ROWS, true, NARROW_SLICES>(args),
+                (false, false) => strided::<T, INDEX, COLUMNS, ROWS, false, NARROW_SLICES>(args),
             }
         }
     }
 
-    /// Reduces `reduce` rows of `STRIDED_TX * COLUMNS` columns per block: each lane
-    /// takes `COLUMNS` consecutive columns ([`lane_columns`]: one 128- or 64-bit load
-    /// per row when `ALIGNED`, else one load per column, so that a warp still reads whole
-    /// sectors when rows are not aligned); each of the `STRIDED_TY` slices takes
-    /// every `STRIDED_TY`-th row of its chunk, by runs of `ROWS` rows, then the lanes
+    /// Reduces `reduce` rows of `BLOCK_THREADS / SLICES * COLUMNS` columns per block:
+    /// each lane takes `COLUMNS` consecutive columns ([`lane_columns`]: one 128- or
+    /// 64-bit load per row when `ALIGNED`, else one load per column, so that a warp
+    /// still reads whole sectors when rows are not aligned); each of the `SLICES` slices
+    /// takes every `SLICES`-th row of its chunk, by runs of `ROWS` rows, then the lanes
     /// merge the slices through shared memory (one barrier).
     ///
     /// Block (x, y): x = outer index * tiles_per_outer + tile, y = chunk of the reduced
@@ -163,8 +171,9 @@ mod kernel {
     /// # Safety
     /// `x` holds `outer * reduce` rows of `inner` elements, `pitch` apart (`pitch >=
     /// inner`), 16-byte aligned; `ALIGNED` only when `inner` and `pitch` are multiples of
-    /// `COLUMNS`; the output holds `outer * inner * split` slots; the block has
-    /// `BLOCK_THREADS` threads and `STRIDED_SHARED_BYTES` of dynamic shared memory.
+    /// `COLUMNS`; `SLICES` divides `BLOCK_THREADS` by a multiple of 32; the output holds
+    /// `outer * inner * split` slots; the block has `BLOCK_THREADS` threads and
+    /// `STRIDED_SHARED_BYTES` of dynamic shared memory.
     #[inline(always)]
     unsafe fn strided<
         T: MinValue,
@@ -172,6 +181,7 @@ mod kernel {
         const COLUMNS: usize,
         const ROWS: usize,
         const ALIGNED: bool,
+        const SLICES: u32,
     >(
         args: StridedArgs<T>,
     ) {
@@ -193,8 +203,9 @@ mod kernel {
             block_idx_x() as u64 % tiles_per_outer,
         );
         let part = block_idx_y() as u64;
-        let (tx, ty) = (thread_idx_x() % STRIDED_TX, thread_idx_x() / STRIDED_TX);
-        let block_columns = STRIDED_TX as u64 * COLUMNS as u64;
+        let lanes = BLOCK_THREADS / SLICES;
+        let (tx, ty) = (thread_idx_x() % lanes, thread_idx_x() / lanes);
+        let block_columns = lanes as u64 * COLUMNS as u64;
         let column = tile * block_columns + tx as u64 * COLUMNS as u64;
         let (begin, end) = chunk(reduce, split, part, 1);
 
@@ -231,7 +242,7 @@ mod kernel {
                 }
                 out
             };
-            let step = STRIDED_TY as u64;
+            let step = SLICES as u64;
             // Per column, the least element so far and where it first is. A run's least
             // is found with packed `min.NaN`; only a run that holds a new least (a few
             // runs of a column, on most data) is searched for where, so no run's
@@ -266,17 +277,17 @@ mod kernel {
             }
         }
 
-        // Shared: [STRIDED_TY][block_columns] values, then the same of indices.
+        // Shared: [SLICES][block_columns] values, then the same of indices.
         let mut carver = SharedCarver::new();
         // SAFETY: the launch gives STRIDED_SHARED_BYTES, enough for both regions at the
         // widest vector; each thread writes only its own slots before the barrier.
         let (shared_values, shared_indices) = unsafe {
-            let slots = (STRIDED_TY as u64 * block_columns) as usize;
+            let slots = (SLICES as u64 * block_columns) as usize;
             (carver.take::<T>(slots), carver.take::<u64>(slots))
         };
         for (v, s) in states.iter().enumerate() {
             let slot = (ty as u64 * block_columns + tx as u64 * COLUMNS as u64 + v as u64) as usize;
-            // SAFETY: slot < STRIDED_TY * block_columns.
+            // SAFETY: slot < SLICES * block_columns.
             unsafe {
                 *shared_values.add(slot) = s.value;
                 *shared_indices.add(slot) = s.index;
@@ -299,7 +310,7 @@ mod kernel {
                     }
                 };
                 let mut merged = read(0);
-                for slice in 1..STRIDED_TY as u64 {
+                for slice in 1..SLICES as u64 {
                     merged = merged.merge(read(slice));
                 }
                 let m = outer * inner + column;

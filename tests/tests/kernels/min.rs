@@ -256,8 +256,9 @@ fn invalid_reductions_are_errors_on_the_gpu_too() {
 }
 
 /// One case per kernel path and element width, each checked to take it: the rows
-/// kernel with and without a split of the reduced axis, the strided kernel with 128-bit
-/// and scalar loads, and split (partials merged by the combine kernel).
+/// kernel with and without a split of the reduced axis, the strided kernel with vector
+/// and scalar loads, in narrow blocks (a warp's lanes along a row) and wide ones (the
+/// block's), each split (partials merged by the combine kernel) and not.
 #[test]
 fn every_min_kernel_path_matches_the_reference() {
     let Some(gpu) = gpu_or_skip("every_min_kernel_path_matches_the_reference") else {
@@ -270,7 +271,7 @@ fn every_min_kernel_path_matches_the_reference() {
 fn check_paths<T: TestValue>(gpu: &Gpu) {
     let per_vector = 16 / size_of::<T>();
     type Path = fn(&MinPlan) -> bool;
-    let cases: [(Vec<usize>, usize, Path); 6] = [
+    let cases: [(Vec<usize>, usize, Path); 10] = [
         (
             vec![1000, 17],
             1,
@@ -284,22 +285,43 @@ fn check_paths<T: TestValue>(gpu: &Gpu) {
         (
             vec![40, 1000, 64],
             1,
-            |p| matches!(p, MinPlan::Strided(s) if s.vector && s.split == 1),
+            |p| matches!(p, MinPlan::Strided(s) if s.vector && s.split == 1 && s.slices > 1),
         ),
         (
             vec![40, 1000, 33],
             1,
-            |p| matches!(p, MinPlan::Strided(s) if !s.vector && s.split == 1),
+            |p| matches!(p, MinPlan::Strided(s) if !s.vector && s.split == 1 && s.slices > 1),
         ),
         (
             vec![200_003, per_vector],
             0,
-            |p| matches!(p, MinPlan::Strided(s) if s.vector && s.split > 1),
+            |p| matches!(p, MinPlan::Strided(s) if s.vector && s.split > 1 && s.slices > 1),
         ),
         (
             vec![200_003, 3],
             0,
-            |p| matches!(p, MinPlan::Strided(s) if !s.vector && s.split > 1),
+            |p| matches!(p, MinPlan::Strided(s) if !s.vector && s.split > 1 && s.slices > 1),
+        ),
+        // Rows of at least 1024 columns fill a wide block (4 columns a lane).
+        (
+            vec![3, 999, 1032],
+            1,
+            |p| matches!(p, MinPlan::Strided(s) if s.vector && s.split == 1 && s.slices == 1),
+        ),
+        (
+            vec![3, 999, 1030],
+            1,
+            |p| matches!(p, MinPlan::Strided(s) if !s.vector && s.split == 1 && s.slices == 1),
+        ),
+        (
+            vec![20_000, 1024],
+            0,
+            |p| matches!(p, MinPlan::Strided(s) if s.vector && s.split > 1 && s.slices == 1),
+        ),
+        (
+            vec![20_000, 1030],
+            0,
+            |p| matches!(p, MinPlan::Strided(s) if !s.vector && s.split > 1 && s.slices == 1),
         ),
     ];
     for (shape, axis, expected) in cases {
