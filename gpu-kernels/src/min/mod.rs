@@ -7,9 +7,10 @@
 //! - [`rows`] (`inner == 1`, the reduced axis contiguous): a group of `group_lanes` lanes
 //!   (1..=32, a power of two) per row, 128-bit loads after a scalar head that reaches
 //!   alignment, then a shuffle reduction inside the group;
-//! - [`strided`] (`inner > 1`): a block of `TX` lanes along `inner` (each lane 16 bytes of
-//!   consecutive columns, one 128-bit load when `inner` keeps rows aligned) by `TY`
-//!   slices of the reduced axis, combined through shared memory.
+//! - [`strided`] (`inner > 1`): a block of lanes along `inner` (each lane up to 16 bytes
+//!   of consecutive columns, one vector load when `inner` keeps rows aligned) by slices
+//!   of the reduced axis (8, or 1 for wide rows in enough blocks), combined through
+//!   shared memory.
 //!
 //! Both kernels take their elements by runs (a few vectors of a row, a few rows of a
 //! column) and keep only each run's least element, found with packed `min.NaN` (two
@@ -185,9 +186,14 @@ pub fn plan_window(problem: &MinProblem, pitch: u64, element_bytes: usize, devic
     } else {
         let columns = lane_columns(element_bytes);
         let vector = problem.inner.is_multiple_of(columns) && pitch.is_multiple_of(columns);
-        // Rows that fill a block's lanes side by side take one slice.
+        // Rows that fill a block's lanes side by side take one slice (a block then
+        // shares only its edge sectors with others) where such blocks fill the GPU
+        // twice over. Fewer each walk the whole axis: 512 of them (128 x 4096 x 4095
+        // along dim 1, one wave) read at 74% of the copy rate, narrow blocks at 90%.
         let wide_columns = BLOCK_THREADS as u64 * columns;
-        let slices = if problem.inner >= wide_columns {
+        let wide_blocks = problem.outer * problem.inner.div_ceil(wide_columns);
+        let blocks_at_once = device.multiprocessors as u64 * STRIDED_BLOCKS_PER_SM as u64;
+        let slices = if problem.inner >= wide_columns && wide_blocks >= 2 * blocks_at_once {
             1
         } else {
             NARROW_SLICES
@@ -235,8 +241,8 @@ mod tests {
             MinPlan::Strided(StridedPlan {
                 vector: false,
                 split: 1,
-                slices: 1,
-                tiles_per_outer: 4
+                slices: NARROW_SLICES,
+                tiles_per_outer: 32
             })
         );
         assert_eq!(

@@ -1,10 +1,10 @@
 //! The strided kernel of the min reduction (`inner > 1`): blocks of lanes along `inner`
-//! by `slices` slices of the reduced axis, merged through shared memory. Wide rows take
-//! one slice, every lane of the block side by side along a row: a block then reads
-//! `BLOCK_THREADS * lane_columns` consecutive columns of a row, and where rows are not
-//! aligned the sector shared by two lanes' columns is read by one SM rather than by two
-//! blocks (narrow blocks' 128 columns of unaligned 16-bit rows read 9 sectors of L2
-//! for 8 of data).
+//! by `slices` slices of the reduced axis, merged through shared memory. Wide rows, in
+//! enough blocks to fill the GPU twice, take one slice, every lane of the block side by
+//! side along a row: a block then reads `BLOCK_THREADS * lane_columns` consecutive
+//! columns of a row, and where rows are not aligned the sector shared by two lanes'
+//! columns is read by one SM rather than by two blocks (narrow blocks' 128 columns of
+//! unaligned 16-bit rows read 9 sectors of L2 for 8 of data).
 
 use super::{BLOCK_THREADS, MinOutputs, MinProblem};
 use crate::launch::{DevicePtr, DevicePtrMut, Kernel, Launch, LaunchGeometry, kernel_args};

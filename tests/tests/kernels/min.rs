@@ -257,8 +257,8 @@ fn invalid_reductions_are_errors_on_the_gpu_too() {
 
 /// One case per kernel path and element width, each checked to take it: the rows
 /// kernel with and without a split of the reduced axis, the strided kernel with vector
-/// and scalar loads, in narrow blocks (a warp's lanes along a row) and wide ones (the
-/// block's), each split (partials merged by the combine kernel) and not.
+/// and scalar loads, in narrow blocks (a warp's lanes along a row; split, partials
+/// merged by the combine kernel, and not) and wide ones (the block's lanes).
 #[test]
 fn every_min_kernel_path_matches_the_reference() {
     let Some(gpu) = gpu_or_skip("every_min_kernel_path_matches_the_reference") else {
@@ -270,8 +270,9 @@ fn every_min_kernel_path_matches_the_reference() {
 
 fn check_paths<T: TestValue>(gpu: &Gpu) {
     let per_vector = 16 / size_of::<T>();
+    let wide_outer = 4 * gpu.info().multiprocessors as usize;
     type Path = fn(&MinPlan) -> bool;
-    let cases: [(Vec<usize>, usize, Path); 10] = [
+    let cases: [(Vec<usize>, usize, Path); 9] = [
         (
             vec![1000, 17],
             1,
@@ -302,26 +303,23 @@ fn check_paths<T: TestValue>(gpu: &Gpu) {
             0,
             |p| matches!(p, MinPlan::Strided(s) if !s.vector && s.split > 1 && s.slices > 1),
         ),
-        // Rows of at least 1024 columns fill a wide block (4 columns a lane).
+        // Rows of at least 1024 columns (4 a lane) fill wide blocks where those fill
+        // the GPU twice: 2 wide blocks a row of `outer` rows, 4 blocks an SM.
         (
-            vec![3, 999, 1032],
+            vec![wide_outer, 7, 1032],
             1,
             |p| matches!(p, MinPlan::Strided(s) if s.vector && s.split == 1 && s.slices == 1),
         ),
         (
-            vec![3, 999, 1030],
+            vec![wide_outer, 7, 1030],
             1,
             |p| matches!(p, MinPlan::Strided(s) if !s.vector && s.split == 1 && s.slices == 1),
         ),
+        // Too few to fill it twice: narrow blocks.
         (
-            vec![20_000, 1024],
-            0,
-            |p| matches!(p, MinPlan::Strided(s) if s.vector && s.split > 1 && s.slices == 1),
-        ),
-        (
-            vec![20_000, 1030],
-            0,
-            |p| matches!(p, MinPlan::Strided(s) if !s.vector && s.split > 1 && s.slices == 1),
+            vec![wide_outer - 1, 7, 1030],
+            1,
+            |p| matches!(p, MinPlan::Strided(s) if !s.vector && s.slices > 1),
         ),
     ];
     for (shape, axis, expected) in cases {
