@@ -257,6 +257,21 @@ mod tests {
     }
 
     #[test]
+    fn wide_blocks_only_where_they_fill_the_gpu_twice() {
+        let slices = |outer, inner, bytes| match plan_of(outer, 7, inner, bytes) {
+            MinPlan::Strided(p) => (p.slices, p.split),
+            other => panic!("{other:?}"),
+        };
+        // H100: 132 SMs of 4 blocks; 1030 columns are 2 wide blocks (1024 columns each).
+        assert_eq!(slices(528, 1030, 2), (1, 1));
+        assert_eq!(slices(528, 1030, 4), (1, 1));
+        assert_eq!(slices(527, 1030, 2).0, NARROW_SLICES);
+        assert_eq!(slices(4000, 1023, 4).0, NARROW_SLICES);
+        // f64 lanes take 2 columns: 512 make a wide block.
+        assert_eq!(slices(1056, 512, 8), (1, 1));
+    }
+
+    #[test]
     fn few_outputs_split_the_axis_into_nonempty_chunks() {
         for (outer, reduce, inner, bytes) in [
             (1, 1 << 31, 1, 4),
