@@ -303,21 +303,22 @@ fn check_paths<T: TestValue>(gpu: &Gpu) {
             0,
             |p| matches!(p, MinPlan::Strided(s) if !s.vector && s.split > 1 && s.slices > 1),
         ),
-        // Rows of at least 1024 columns (4 a lane) fill wide blocks where those fill
-        // the GPU twice: 2 wide blocks a row of `outer` rows, 4 blocks an SM.
+        // Rows of at least 1024 columns (4 a lane) take wide blocks where those fill
+        // the GPU twice: 2 blocks a row, 4 an SM. 37 rows: whole runs of rows and a
+        // last part run.
         (
-            vec![wide_outer, 7, 1032],
+            vec![wide_outer, 37, 1032],
             1,
             |p| matches!(p, MinPlan::Strided(s) if s.vector && s.split == 1 && s.slices == 1),
         ),
         (
-            vec![wide_outer, 7, 1030],
+            vec![wide_outer, 37, 1030],
             1,
             |p| matches!(p, MinPlan::Strided(s) if !s.vector && s.split == 1 && s.slices == 1),
         ),
         // Too few to fill it twice: narrow blocks.
         (
-            vec![wide_outer - 1, 7, 1030],
+            vec![wide_outer - 1, 37, 1030],
             1,
             |p| matches!(p, MinPlan::Strided(s) if !s.vector && s.slices > 1),
         ),
