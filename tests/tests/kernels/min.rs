@@ -114,10 +114,14 @@ fn check_min<T: TestValue>(
     let (want_values, want_indices) = reference::min::min(&x, axis, keepdim).unwrap();
     let device_x = gpu.upload(&x).unwrap();
     let (mut values, mut indices) = gpu.min(&device_x, axis, keepdim).unwrap();
-    // Poison and run again: every output element must be written by the kernels.
+    let mut amin = gpu.amin(&device_x, axis, keepdim).unwrap();
+    // Poison and run again into the same arrays: every output element must be written
+    // by the kernels.
     gpu.poison(&mut values).unwrap();
     gpu.poison(&mut indices).unwrap();
-    let (values, indices) = gpu.min(&device_x, axis, keepdim).unwrap();
+    gpu.poison(&mut amin).unwrap();
+    gpu.min_into(&device_x, axis, &mut values, &mut indices).unwrap();
+    gpu.amin_into(&device_x, axis, &mut amin).unwrap();
     let (got_values, got_indices) = (gpu.download(&values).unwrap(), gpu.download(&indices).unwrap());
     prop_assert!(
         same_values(&got_values, &want_values),
@@ -130,9 +134,7 @@ fn check_min<T: TestValue>(
         shape,
         axis
     );
-    let amin = gpu
-        .download(&gpu.amin(&device_x, axis, keepdim).unwrap())
-        .unwrap();
+    let amin = gpu.download(&amin).unwrap();
     prop_assert!(
         same_values(&amin, &want_values),
         "amin differs for {shape:?} axis {axis}"
