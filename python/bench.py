@@ -56,15 +56,7 @@ def burst_ms(fn, reps=30):
     for _ in range(3):
         fn()
     torch.cuda.synchronize()
-    times = []
-    for _ in range(reps):
-        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        stop.record()
-        stop.synchronize()
-        times.append(start.elapsed_time(stop))
-    return statistics.median(times)
+    return statistics.median(event_ms(fn, calls=1) for _ in range(reps))
 
 
 def host_us_per_call(candidates, calls=1000, batches=7):
