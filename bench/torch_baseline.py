@@ -5,16 +5,27 @@ Each operation: warm-up, then the median of many runs, each timed with CUDA even
 """
 import argparse
 import json
+import time
 
 import torch
 
+# Warm-up as the Rust benchmark's: at least WARMUP runs, for at least WARMUP_S seconds
+# (the clocks fall ~8% some 50 ms into heavy work and stay there: every row is timed in
+# that sustained regime).
 WARMUP = 3
+WARMUP_S = 0.2
+
+
+def warm_up(fn):
+    started, runs = time.perf_counter(), 0
+    while runs < WARMUP or time.perf_counter() - started < WARMUP_S:
+        fn()
+        torch.cuda.synchronize()
+        runs += 1
 
 
 def median_ms(fn, reps):
-    for _ in range(WARMUP):
-        fn()
-    torch.cuda.synchronize()
+    warm_up(fn)
     times = []
     for _ in range(reps):
         start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)

@@ -34,10 +34,20 @@ def main():
     def ints(*shape):
         return torch.randint(-4, 5, shape, device=dev, dtype=torch.float32)
 
-    def timed(key, op):
-        for _ in range(3):
+    def warm_up(op):
+        # As the Rust bench: at least 3 runs and 0.2 s of them (the clocks settle some
+        # 50 ms into heavy work); every rank runs while any rank still warms up.
+        started, runs = time.perf_counter(), 0
+        more = torch.ones(1, device=dev)
+        while more.item():
             op()
-        torch.cuda.synchronize()
+            torch.cuda.synchronize()
+            runs += 1
+            more[0] = float(runs < 3 or time.perf_counter() - started < 0.2)
+            dist.all_reduce(more, op=dist.ReduceOp.MAX)
+
+    def timed(key, op):
+        warm_up(op)
         times = []
         slowest = torch.zeros(1, device=dev)
         for _ in range(args.reps):

@@ -13,14 +13,14 @@ use ndarray::{ArrayD, IxDyn};
 use rayon::prelude::*;
 use serde_json::{Value, json};
 
-use crate::{Result, WARMUP};
+use crate::{Result, warm_up};
 
 /// Median wall milliseconds of `op` followed by a synchronize of the group.
 fn wall_ms(group: &GpuGroup, reps: usize, mut op: impl FnMut() -> host::Result<()>) -> Result<f64> {
-    for _ in 0..WARMUP {
+    warm_up(|| {
         op()?;
-    }
-    group.synchronize()?;
+        Ok(group.synchronize()?)
+    })?;
     let mut times: Vec<f64> = (0..reps)
         .map(|_| {
             let start = Instant::now();

@@ -22,7 +22,13 @@ use conv_reference::{ConvReference, Samples, as_nchw, tolerance};
 
 type Result<T = ()> = std::result::Result<T, Box<dyn Error>>;
 
+/// Before a row is timed: at least this many runs, and runs for at least `WARMUP_S`.
 const WARMUP: usize = 3;
+/// Seconds of warm-up runs. On the H100 the clocks fall ~8% some 50 ms into heavy work
+/// (tensor-core convolutions, ours and cuDNN's alike) and stay there while it lasts; a
+/// row timed from an idle GPU would mix the two regimes, so every row (and PyTorch's,
+/// `torch_baseline.py`) is timed in the sustained one.
+const WARMUP_S: f64 = 0.2;
 
 /// One timed operation.
 struct Row {
@@ -105,12 +111,24 @@ fn now_s() -> f64 {
         .map_or(0.0, |d| d.as_secs_f64())
 }
 
+/// Runs `run` (an operation and a wait for it) at least `WARMUP` times and for at least
+/// `WARMUP_S` seconds.
+fn warm_up(mut run: impl FnMut() -> Result) -> Result {
+    let started = Instant::now();
+    let mut runs = 0;
+    while runs < WARMUP || started.elapsed().as_secs_f64() < WARMUP_S {
+        run()?;
+        runs += 1;
+    }
+    Ok(())
+}
+
 /// Times `reps` runs of `op` after a warm-up, one event pair per run.
 fn time(gpu: &Gpu, reps: usize, mut op: impl FnMut(&Gpu) -> host::Result<()>) -> Result<Timing> {
-    for _ in 0..WARMUP {
+    warm_up(|| {
         op(gpu)?;
-    }
-    gpu.synchronize()?;
+        Ok(gpu.synchronize()?)
+    })?;
     let start = now_s();
     let ms = (0..reps)
         .map(|_| Ok(gpu.time_ms(&mut op)?))
@@ -982,7 +1000,7 @@ fn main() -> Result {
         }
     }
     println!(
-        "\ncopy bandwidth (cuMemcpyDtoD, read + write): {copy_bw:.0} GB/s; median of {} runs after {WARMUP} warm-up",
+        "\ncopy bandwidth (cuMemcpyDtoD, read + write): {copy_bw:.0} GB/s; median of {} runs after {WARMUP_S} s of warm-up",
         opts.reps
     );
     let layer_summary = (!layer_rows.is_empty()).then(|| layers::report(&layer_rows, torch_ms));
