@@ -9,19 +9,21 @@ import time
 
 import torch
 
-# Warm-up as the Rust benchmark's: at least WARMUP runs, for at least WARMUP_S seconds
-# (the clocks fall ~8% some 50 ms into heavy work and stay there: every row is timed in
-# that sustained regime).
+# Warm-up as the Rust benchmark's: WARMUP runs (cuDNN's algorithm search among them),
+# then WARMUP_S seconds of runs (heavy work reaches the power cap within 50-300 ms and
+# its clocks stay lower while it lasts: every row is timed in that sustained regime).
 WARMUP = 3
-WARMUP_S = 0.2
+WARMUP_S = 0.3
 
 
 def warm_up(fn):
-    started, runs = time.perf_counter(), 0
-    while runs < WARMUP or time.perf_counter() - started < WARMUP_S:
+    for _ in range(WARMUP):
+        fn()
+    torch.cuda.synchronize()
+    started = time.perf_counter()
+    while time.perf_counter() - started < WARMUP_S:
         fn()
         torch.cuda.synchronize()
-        runs += 1
 
 
 def median_ms(fn, reps):

@@ -35,15 +35,17 @@ def main():
         return torch.randint(-4, 5, shape, device=dev, dtype=torch.float32)
 
     def warm_up(op):
-        # As the Rust bench: at least 3 runs and 0.2 s of them (the clocks settle some
-        # 50 ms into heavy work); every rank runs while any rank still warms up.
-        started, runs = time.perf_counter(), 0
+        # As the Rust bench: 3 runs, then 0.3 s of them (the clocks settle at the power
+        # cap within 50-300 ms of heavy work); every rank runs while any still warms up.
+        for _ in range(3):
+            op()
+        torch.cuda.synchronize()
+        started = time.perf_counter()
         more = torch.ones(1, device=dev)
         while more.item():
             op()
             torch.cuda.synchronize()
-            runs += 1
-            more[0] = float(runs < 3 or time.perf_counter() - started < 0.2)
+            more[0] = float(time.perf_counter() - started < 0.3)
             dist.all_reduce(more, op=dist.ReduceOp.MAX)
 
     def timed(key, op):

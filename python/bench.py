@@ -48,15 +48,17 @@ def event_ms(fn, calls=5):
 
 def burst_ms(fn, reps=30):
     """Milliseconds of one call as the Rust benchmark (and `torch_baseline.py`) times its
-    rows: at least 3 warm-up calls and 0.2 s of them, then the median of `reps`
-    single-call event pairs. On the H100 the clocks fall ~8% some 50 ms into heavy
-    tensor-core work and stay there; the warm-up puts every timed call in that
-    sustained regime."""
-    started, calls = time.perf_counter(), 0
-    while calls < 3 or time.perf_counter() - started < 0.2:
+    rows: 3 warm-up calls, then 0.3 s of them, then the median of `reps` single-call
+    event pairs. On the H100 heavy tensor-core work reaches the power cap within
+    50-300 ms and its clocks stay lower while it lasts; the warm-up puts every timed
+    call in that sustained regime."""
+    for _ in range(3):
+        fn()
+    torch.cuda.synchronize()
+    started = time.perf_counter()
+    while time.perf_counter() - started < 0.3:
         fn()
         torch.cuda.synchronize()
-        calls += 1
     return statistics.median(event_ms(fn, calls=1) for _ in range(reps))
 
 

@@ -22,13 +22,15 @@ use conv_reference::{ConvReference, Samples, as_nchw, tolerance};
 
 type Result<T = ()> = std::result::Result<T, Box<dyn Error>>;
 
-/// Before a row is timed: at least this many runs, and runs for at least `WARMUP_S`.
+/// Before a row is timed: this many runs (where PyTorch's first ones pick cuDNN's
+/// algorithm), then runs for `WARMUP_S`.
 const WARMUP: usize = 3;
-/// Seconds of warm-up runs. On the H100 the clocks fall ~8% some 50 ms into heavy work
-/// (tensor-core convolutions, ours and cuDNN's alike) and stay there while it lasts; a
-/// row timed from an idle GPU would mix the two regimes, so every row (and PyTorch's,
-/// `torch_baseline.py`) is timed in the sustained one.
-const WARMUP_S: f64 = 0.2;
+/// Seconds of steady warm-up runs. On the H100 heavy work (tensor-core convolutions,
+/// ours and cuDNN's alike) reaches the 700 W power cap within 50-300 ms and its clocks
+/// fall 5-17% there while it lasts; a row timed from an idle GPU would mix the two
+/// regimes, so every row (and PyTorch's, `torch_baseline.py`) is timed in the sustained
+/// one.
+const WARMUP_S: f64 = 0.3;
 
 /// One timed operation.
 struct Row {
@@ -111,14 +113,15 @@ fn now_s() -> f64 {
         .map_or(0.0, |d| d.as_secs_f64())
 }
 
-/// Runs `run` (an operation and a wait for it) at least `WARMUP` times and for at least
-/// `WARMUP_S` seconds.
+/// Runs `run` (an operation and a wait for it) `WARMUP` times, then for `WARMUP_S`
+/// seconds.
 fn warm_up(mut run: impl FnMut() -> Result) -> Result {
-    let started = Instant::now();
-    let mut runs = 0;
-    while runs < WARMUP || started.elapsed().as_secs_f64() < WARMUP_S {
+    for _ in 0..WARMUP {
         run()?;
-        runs += 1;
+    }
+    let started = Instant::now();
+    while started.elapsed().as_secs_f64() < WARMUP_S {
+        run()?;
     }
     Ok(())
 }
@@ -1000,7 +1003,7 @@ fn main() -> Result {
         }
     }
     println!(
-        "\ncopy bandwidth (cuMemcpyDtoD, read + write): {copy_bw:.0} GB/s; median of {} runs after {WARMUP_S} s of warm-up",
+        "\ncopy bandwidth (cuMemcpyDtoD, read + write): {copy_bw:.0} GB/s; median of {} runs after {WARMUP} + {WARMUP_S} s of warm-up",
         opts.reps
     );
     let layer_summary = (!layer_rows.is_empty()).then(|| layers::report(&layer_rows, torch_ms));
