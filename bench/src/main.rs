@@ -244,18 +244,36 @@ impl BenchFloat for host::f16 {
 /// The min headline: 128 x 4096 x 4095 (0.02% under 2^31 elements), `min` and `amin`
 /// along each axis, checked at sampled outputs against a CPU scan of their lanes.
 fn min_rows<T: BenchFloat>(gpu: &Gpu, reps: usize) -> Result<Vec<Row>> {
-    const SHAPE: [usize; 3] = [128, 4096, 4095];
+    min_shape_rows::<T>(gpu, reps, &[128, 4096, 4095], &[0, 1, 2], "")
+}
+
+/// Beyond the headline: `min` and `amin` of 16-bit 128 x 4096 x 4096 along dim 1, rows
+/// of whole 16-byte vectors (the headline's rows of 4095 are not), the same bytes.
+fn aligned_min_rows<T: BenchFloat>(gpu: &Gpu, reps: usize) -> Result<Vec<Row>> {
+    min_shape_rows::<T>(gpu, reps, &[128, 4096, 4096], &[1], "_aligned")
+}
+
+/// `min` and `amin` of a 3-D array along each of `axes`, checked at sampled outputs
+/// against a CPU scan of their lanes; row keys `min{axis}{tag}{type}`.
+fn min_shape_rows<T: BenchFloat>(
+    gpu: &Gpu,
+    reps: usize,
+    shape: &[usize; 3],
+    axes: &[usize],
+    tag: &str,
+) -> Result<Vec<Row>> {
     const SAMPLES: usize = 20_000;
-    let host = random_f32(&SHAPE, 2).mapv_into_any(T::from_f32);
+    let host = random_f32(shape, 2).mapv_into_any(T::from_f32);
     let x = gpu.upload(&host)?;
     let flat = host.as_slice().expect("standard layout");
     let element_bytes = size_of::<T>() as f64;
+    let [d0, d1, d2] = *shape;
     let mut rows = Vec::new();
-    for axis in 0..3 {
-        let problem = host::min_problem("min", &SHAPE, axis)?;
-        let shape = host::reduced_shape(&SHAPE, axis, false);
-        let (mut values, mut indices) = (gpu.alloc::<T>(&shape)?, gpu.alloc::<i64>(&shape)?);
-        let mut amin_values = gpu.alloc::<T>(&shape)?;
+    for &axis in axes {
+        let problem = host::min_problem("min", shape, axis)?;
+        let out_shape = host::reduced_shape(shape, axis, false);
+        let (mut values, mut indices) = (gpu.alloc::<T>(&out_shape)?, gpu.alloc::<i64>(&out_shape)?);
+        let mut amin_values = gpu.alloc::<T>(&out_shape)?;
         for array in [&mut values, &mut amin_values] {
             gpu.poison(array)?;
         }
@@ -292,25 +310,30 @@ fn min_rows<T: BenchFloat>(gpu: &Gpu, reps: usize) -> Result<Vec<Row>> {
             .count();
         if bad > 0 {
             return Err(format!(
-                "min{} along axis {axis}: {bad} of {SAMPLES} sampled outputs differ from the CPU",
+                "min{tag}{} along axis {axis}: {bad} of {SAMPLES} sampled outputs differ from the CPU",
                 T::KEY
             )
             .into());
         }
         let out_bytes = outputs as f64 * element_bytes;
         let bytes = x.bytes() as f64;
+        let of = if tag.is_empty() {
+            String::new()
+        } else {
+            format!(" of {d0}x{d1}x{d2}")
+        };
         let times = time(gpu, reps, |g| g.min_into(&x, axis, &mut values, &mut indices))?;
         rows.push(Row {
-            key: format!("min{axis}{}", T::KEY),
-            what: format!("min (values+indices){}, dim {axis}", T::KEY),
+            key: format!("min{axis}{tag}{}", T::KEY),
+            what: format!("min (values+indices){}{of}, dim {axis}", T::KEY),
             timing: times,
             bytes: bytes + out_bytes + outputs as f64 * 8.0,
             flops: 0.0,
         });
         let times = time(gpu, reps, |g| g.amin_into(&x, axis, &mut amin_values))?;
         rows.push(Row {
-            key: format!("amin{axis}{}", T::KEY),
-            what: format!("amin{}, dim {axis}", T::KEY),
+            key: format!("amin{axis}{tag}{}", T::KEY),
+            what: format!("amin{}{of}, dim {axis}", T::KEY),
             timing: times,
             bytes: bytes + out_bytes,
             flops: 0.0,
@@ -910,6 +933,7 @@ fn main() -> Result {
         rows.extend(min_rows::<f32>(&gpu, opts.reps)?);
         rows.extend(min_rows::<host::bf16>(&gpu, opts.reps)?);
         rows.extend(min_rows::<host::f16>(&gpu, opts.reps)?);
+        rows.extend(aligned_min_rows::<host::bf16>(&gpu, opts.reps)?);
         eprintln!("min: {:.1} s", started.elapsed().as_secs_f64());
     }
     if wanted("conv") {
