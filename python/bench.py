@@ -174,14 +174,14 @@ def models():
             if workload == "conv":
                 # Three alternating bursts each, the median of their medians: on the
                 # seed's inputs (uniform in [0, 1)) and on the Rust benchmark's (uniform
-                # in [-1, 1)), the power-bound kernels' clocks depending on the data.
+                # in [-1, 1)), so that its ratio has a like-for-like row here too.
                 (x,) = inputs
                 data = {"": x, ", x in [-1, 1)": torch.rand_like(x) * 2 - 1}
-                models = {"original model": original, "ModelNew": new}
-                times = {(model, kind): [] for kind in data for model in models}
+                conv_models = {"original model": original, "ModelNew": new}
+                times = {(model, kind): [] for kind in data for model in conv_models}
                 for _ in range(3):
                     for (model, kind), samples in times.items():
-                        samples.append(burst_ms(lambda m=models[model], d=data[kind]: m(d)))
+                        samples.append(burst_ms(lambda m=conv_models[model], d=data[kind]: m(d)))
                 for (model, kind), samples in times.items():
                     base = statistics.median(times[("original model", kind)])
                     row(workload, f"{model}{kind}, burst", statistics.median(samples), base)
