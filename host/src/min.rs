@@ -209,7 +209,8 @@ impl Gpu {
         pitch: u64,
         outputs: MinOutputs<T>,
     ) -> Result<()> {
-        let mut plan = kernel::plan_window(problem, pitch, size_of::<T>(), &self.limits());
+        let aligned = x.address().is_multiple_of(16);
+        let mut plan = kernel::plan_window(problem, pitch, size_of::<T>(), aligned, &self.limits());
         if let MinPlan::Strided(strided) = &mut plan {
             // A window may start between two lanes' vectors.
             let vector_bytes = kernel::strided::lane_columns(size_of::<T>()) * size_of::<T>() as u64;
@@ -223,6 +224,7 @@ impl Gpu {
         match plan {
             MinPlan::Rows(rows) => self.launch(&rows.launch(problem, x, first))?,
             MinPlan::Strided(strided) => self.launch(&strided.launch(problem, pitch, x, first))?,
+            MinPlan::Slab(slab) => self.launch(&slab.launch(problem, x, first))?,
         }
         if let Some(combine) = plan.combine(problem, first, outputs) {
             self.launch(&combine)?;

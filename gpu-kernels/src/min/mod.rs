@@ -3,16 +3,19 @@
 //! reduces to NaN and the index of its first NaN.
 //!
 //! The array is seen as `[outer, reduce, inner]` (row-major), the output as
-//! `[outer, inner]`. Two layouts, two kernels:
+//! `[outer, inner]`. Two layouts, three kernels:
 //! - [`rows`] (`inner == 1`, the reduced axis contiguous): a group of `group_lanes` lanes
 //!   (1..=32, a power of two) per row, 128-bit loads after a scalar head that reaches
 //!   alignment, then a shuffle reduction inside the group;
 //! - [`strided`] (`inner > 1`): a block of lanes along `inner` (each lane up to 16 bytes
 //!   of consecutive columns, one vector load when `inner` keeps rows aligned) by slices
 //!   of the reduced axis (8, or 1 for wide rows in enough blocks), combined through
-//!   shared memory.
+//!   shared memory;
+//! - [`slab`] (`inner > 1`, rows not vector-aligned, of 1025 to 4096 elements): a block
+//!   takes whole rows of a chunk of the reduced axis, copied as one span into a ring of
+//!   shared-memory stages, each thread 4 columns.
 //!
-//! Both kernels take their elements by runs (a few vectors of a row, a few rows of a
+//! The rows and strided kernels take their elements by runs (a few vectors of a row, a few rows of a
 //! column) and keep only each run's least element, found with packed `min.NaN` (two
 //! 16-bit elements an instruction). For `min`, a run holding a new least (a few runs of
 //! a row or column, on most data) is searched at once for where it first is, so no
@@ -27,11 +30,13 @@
 mod argmin;
 pub mod combine;
 pub mod rows;
+pub mod slab;
 pub mod strided;
 
 use crate::launch::{DeviceLimits, DevicePtrMut, EntryPoint, Kernel, Launch, ScratchLayout, THREADS_PER_SM};
 use combine::{CombineArgs, CombineKernel};
 use rows::{RowsKernel, RowsPlan};
+use slab::{SLAB_THREADS, SlabKernel, SlabPlan};
 use strided::{NARROW_SLICES, STRIDED_BLOCKS_PER_SM, StridedKernel, StridedPlan, lane_columns};
 
 /// Threads per block of every min kernel.
@@ -60,7 +65,7 @@ impl MinProblem {
 }
 
 /// An element type of `min` and `amin`: every min entry point exists for it.
-pub trait MinType: RowsKernel + StridedKernel + CombineKernel {}
+pub trait MinType: RowsKernel + StridedKernel + SlabKernel + CombineKernel {}
 
 impl MinType for f32 {}
 impl MinType for f64 {}
@@ -69,8 +74,12 @@ impl MinType for half::bf16 {}
 impl MinType for half::f16 {}
 
 /// Every min entry point.
-pub const ENTRY_POINTS: &[&[EntryPoint]] =
-    &[rows::ENTRY_POINTS, strided::ENTRY_POINTS, combine::ENTRY_POINTS];
+pub const ENTRY_POINTS: &[&[EntryPoint]] = &[
+    rows::ENTRY_POINTS,
+    strided::ENTRY_POINTS,
+    slab::ENTRY_POINTS,
+    combine::ENTRY_POINTS,
+];
 
 /// Where a reduction writes: values, and indices (null for `amin`).
 #[derive(Debug, Clone, Copy)]
@@ -96,6 +105,7 @@ impl<T> MinOutputs<T> {
 pub enum MinPlan {
     Rows(RowsPlan),
     Strided(StridedPlan),
+    Slab(SlabPlan),
 }
 
 impl MinPlan {
@@ -104,6 +114,7 @@ impl MinPlan {
         match self {
             MinPlan::Rows(p) => p.split,
             MinPlan::Strided(p) => p.split,
+            MinPlan::Slab(p) => p.split,
         }
     }
 
@@ -153,16 +164,23 @@ impl MinPlan {
     }
 }
 
-/// The launch plan for a problem of `element_bytes`-byte elements. The problem must be
-/// non-empty.
+/// The launch plan for a problem of `element_bytes`-byte elements in a 16-byte aligned
+/// array. The problem must be non-empty.
 pub fn plan(problem: &MinProblem, element_bytes: usize, device: &DeviceLimits) -> MinPlan {
-    plan_window(problem, problem.inner, element_bytes, device)
+    plan_window(problem, problem.inner, element_bytes, true, device)
 }
 
 /// The launch plan for a problem whose rows of `inner` elements lie `pitch` apart
 /// (`pitch >= inner`): the whole array (`pitch == inner`), or a window of the columns of
-/// a wider one, which the strided kernel reduces whatever `inner`.
-pub fn plan_window(problem: &MinProblem, pitch: u64, element_bytes: usize, device: &DeviceLimits) -> MinPlan {
+/// a wider one, which the strided kernel reduces whatever `inner`; `aligned` when the
+/// array starts at a 16-byte boundary.
+pub fn plan_window(
+    problem: &MinProblem,
+    pitch: u64,
+    element_bytes: usize,
+    aligned: bool,
+    device: &DeviceLimits,
+) -> MinPlan {
     let per_vector = (VECTOR_BYTES / element_bytes) as u64;
     // More work items per output (`threads` of them without a split) only while the
     // GPU holds twice as many or more (`threads_per_sm` each SM; a second wave of
@@ -186,6 +204,17 @@ pub fn plan_window(problem: &MinProblem, pitch: u64, element_bytes: usize, devic
     } else {
         let columns = lane_columns(element_bytes);
         let vector = problem.inner.is_multiple_of(columns) && pitch.is_multiple_of(columns);
+        // Unaligned rows that a block can take whole are read as one span a block (the
+        // strided kernel read 128 x 4096 x 4095 bf16 along dim 1 at 91-95% of the copy
+        // rate), a block an SM.
+        if !vector
+            && aligned
+            && pitch == problem.inner
+            && slab::fits(problem.inner, device.max_shared_bytes_per_block)
+        {
+            let split = split_for(problem.outer * SLAB_THREADS as u64, SLAB_THREADS as u64);
+            return MinPlan::Slab(SlabPlan { split });
+        }
         // Rows that fill a block's lanes side by side take one slice (a block then
         // shares only its edge sectors with others) where such blocks fill the GPU
         // twice over. Fewer each walk the whole axis: 512 of them (128 x 4096 x 4095
@@ -236,15 +265,7 @@ mod tests {
                 blocks: 65536
             })
         );
-        assert_eq!(
-            plan_of(128, 4096, 4095, 4),
-            MinPlan::Strided(StridedPlan {
-                vector: false,
-                split: 1,
-                slices: NARROW_SLICES,
-                tiles_per_outer: 32
-            })
-        );
+        assert_eq!(plan_of(128, 4096, 4095, 4), MinPlan::Slab(SlabPlan { split: 1 }));
         assert_eq!(
             plan_of(1, 128, 4096 * 4095, 4),
             MinPlan::Strided(StridedPlan {
@@ -262,13 +283,61 @@ mod tests {
             MinPlan::Strided(p) => (p.slices, p.split),
             other => panic!("{other:?}"),
         };
-        // H100: 132 SMs of 4 blocks; 1030 columns are 2 wide blocks (1024 columns each).
-        assert_eq!(slices(528, 1030, 2), (1, 1));
-        assert_eq!(slices(528, 1030, 4), (1, 1));
-        assert_eq!(slices(527, 1030, 2).0, NARROW_SLICES);
+        // H100: 132 SMs of 4 blocks; 1032 columns are 2 wide blocks (1024 columns each),
+        // unaligned rows of 4102 (past the slab kernel's) 5.
+        assert_eq!(slices(528, 1032, 2), (1, 1));
+        assert_eq!(slices(528, 1032, 4), (1, 1));
+        assert_eq!(slices(527, 1032, 2).0, NARROW_SLICES);
+        assert_eq!(slices(212, 4102, 2), (1, 1));
+        assert_eq!(slices(211, 4102, 4).0, NARROW_SLICES);
         assert_eq!(slices(4000, 1023, 4).0, NARROW_SLICES);
         // f64 lanes take 2 columns: 512 make a wide block.
         assert_eq!(slices(1056, 512, 8), (1, 1));
+    }
+
+    #[test]
+    fn unaligned_rows_of_whole_blocks_take_the_slab_kernel() {
+        let problem = |outer, reduce, inner| MinProblem { outer, reduce, inner };
+        assert_eq!(plan_of(128, 4096, 4095, 2), MinPlan::Slab(SlabPlan { split: 1 }));
+        assert_eq!(plan_of(2, 33, 1025, 8), MinPlan::Slab(SlabPlan { split: 1 }));
+        // Few outputs: a block an SM, chunks of at least MIN_SPLIT_CHUNK rows.
+        assert_eq!(
+            plan_of(3, 100_000, 2047, 2),
+            MinPlan::Slab(SlabPlan { split: 44 })
+        );
+        assert_eq!(plan_of(3, 5000, 1029, 4), MinPlan::Slab(SlabPlan { split: 2 }));
+        let strided = |plan: MinPlan| matches!(plan, MinPlan::Strided(_));
+        // Too short, too long, vector-aligned, or the array not 16-byte aligned.
+        assert!(strided(plan_of(128, 4096, 1023, 2)));
+        assert!(strided(plan_of(128, 4096, 4097, 2)));
+        assert!(strided(plan_of(128, 4096, 4096, 2)));
+        assert!(strided(plan_window(
+            &problem(128, 4096, 4095),
+            4095,
+            2,
+            false,
+            &H100
+        )));
+        // A window of a wider array.
+        assert!(strided(plan_window(
+            &problem(128, 4096, 4095),
+            4097,
+            2,
+            true,
+            &H100
+        )));
+        // A device without the ring's shared memory.
+        let small = DeviceLimits {
+            max_shared_bytes_per_block: 99 * 1024,
+            ..H100
+        };
+        assert!(strided(plan_window(
+            &problem(128, 4096, 4095),
+            4095,
+            2,
+            true,
+            &small
+        )));
     }
 
     #[test]

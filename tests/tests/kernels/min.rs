@@ -260,7 +260,8 @@ fn invalid_reductions_are_errors_on_the_gpu_too() {
 /// One case per kernel path and element width, each checked to take it: the rows
 /// kernel with and without a split of the reduced axis, the strided kernel with vector
 /// and scalar loads, in narrow blocks (a warp's lanes along a row; split, partials
-/// merged by the combine kernel, and not) and wide ones (the block's lanes).
+/// merged by the combine kernel, and not) and wide ones (the block's lanes), and the
+/// slab kernel (whole unaligned rows a block) with and without a split.
 #[test]
 fn every_min_kernel_path_matches_the_reference() {
     let Some(gpu) = gpu_or_skip("every_min_kernel_path_matches_the_reference") else {
@@ -273,8 +274,10 @@ fn every_min_kernel_path_matches_the_reference() {
 fn check_paths<T: TestValue>(gpu: &Gpu) {
     let per_vector = 16 / size_of::<T>();
     let wide_outer = 4 * gpu.info().multiprocessors as usize;
+    // Unaligned rows past the slab kernel's longest: 5 wide blocks a row.
+    let narrow_outer = (2 * wide_outer - 1) / 5;
     type Path = fn(&MinPlan) -> bool;
-    let cases: [(Vec<usize>, usize, Path); 9] = [
+    let cases: [(Vec<usize>, usize, Path); 13] = [
         (
             vec![1000, 17],
             1,
@@ -314,15 +317,35 @@ fn check_paths<T: TestValue>(gpu: &Gpu) {
             |p| matches!(p, MinPlan::Strided(s) if s.vector && s.split == 1 && s.slices == 1),
         ),
         (
-            vec![wide_outer, 37, 1030],
+            vec![(2 * wide_outer).div_ceil(5), 37, 4102],
             1,
             |p| matches!(p, MinPlan::Strided(s) if !s.vector && s.split == 1 && s.slices == 1),
         ),
         // Too few to fill it twice: narrow blocks.
         (
-            vec![wide_outer - 1, 37, 1030],
+            vec![narrow_outer, 37, 4102],
             1,
             |p| matches!(p, MinPlan::Strided(s) if !s.vector && s.slices > 1),
+        ),
+        // Unaligned rows of 1025 to 4096 columns: the slab kernel, its rows crossing
+        // the ring's stages, the first outer's span starting at a 16-byte boundary and
+        // the others not, the array's last 16 bytes partly past its end.
+        (
+            vec![5, 300, 2047],
+            1,
+            |p| matches!(p, MinPlan::Slab(s) if s.split == 1),
+        ),
+        (vec![2, 33, 4095], 1, |p| matches!(p, MinPlan::Slab(_))),
+        (
+            vec![3, 5000, 1029],
+            1,
+            |p| matches!(p, MinPlan::Slab(s) if s.split > 1),
+        ),
+        // A 2-D array reduced along dim 0: outer 1.
+        (
+            vec![777, 3001],
+            0,
+            |p| matches!(p, MinPlan::Slab(s) if s.split == 1),
         ),
     ];
     for (shape, axis, expected) in cases {
