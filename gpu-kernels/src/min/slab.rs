@@ -180,9 +180,11 @@ mod kernel {
             }
             // The stage holding the last byte of row r.
             let last_stage = |r: u64| (row_at(r + 1) - 1 - start) / STAGE_BYTES as u64;
-            // Element `column` of row r, which has landed.
-            let element = |r: u64, column: u64| {
-                let at = (row_at(r) - start + column * size) % SLAB_SHARED_BYTES as u64;
+            // Where row r starts in the ring, modulo 2^32 (the ring's size divides it).
+            let ring_row = |r: u64| (row_at(r) - start) as u32;
+            // The element `bytes` into a landed row that starts at ring offset `row`.
+            let element = |row: u32, bytes: u32| {
+                let at = row.wrapping_add(bytes) % SLAB_SHARED_BYTES;
                 // SAFETY: the row lies in the two stages the caller waited for, and `at`
                 // is an aligned element of the ring.
                 unsafe { *ring.add(at as usize).cast::<T>() }
@@ -203,15 +205,15 @@ mod kernel {
                     last += 1;
                 }
                 while r + 4 <= last {
-                    take_run::<T, INDEX, 4>(&mut states, r, inner, &element);
+                    take_run::<T, INDEX, 4>(&mut states, r, inner, ring_row, &element);
                     r += 4;
                 }
                 if r + 2 <= last {
-                    take_run::<T, INDEX, 2>(&mut states, r, inner, &element);
+                    take_run::<T, INDEX, 2>(&mut states, r, inner, ring_row, &element);
                     r += 2;
                 }
                 if r < last {
-                    take_run::<T, INDEX, 1>(&mut states, r, inner, &element);
+                    take_run::<T, INDEX, 1>(&mut states, r, inner, ring_row, &element);
                     r += 1;
                 }
             }
@@ -236,18 +238,22 @@ mod kernel {
 
     /// Rows `r..r + N` of this thread's columns: each column's least (`min.NaN`, packed
     /// for 16-bit elements), pushed once; a run holding a new least is searched for
-    /// where it first is. `element(row, column)` reads a landed element.
+    /// where it first is. `ring_row(r)` is where row r starts in the ring,
+    /// `element(start, bytes)` reads the landed element `bytes` past a row's start.
     #[inline(always)]
     fn take_run<T: MinValue, const INDEX: bool, const N: usize>(
         states: &mut [ArgMin<T, INDEX>; SLAB_COLUMNS],
         r: u64,
         inner: u64,
-        element: &impl Fn(u64, u64) -> T,
+        ring_row: impl Fn(u64) -> u32,
+        element: &impl Fn(u32, u32) -> T,
     ) {
+        let rows: [u32; N] = core::array::from_fn(|u| ring_row(r + u as u64));
         for (j, state) in states.iter_mut().enumerate() {
             let column = column_of(j);
             if column < inner {
-                let held: [T; N] = core::array::from_fn(|u| element(r + u as u64, column));
+                let bytes = column as u32 * size_of::<T>() as u32;
+                let held: [T; N] = core::array::from_fn(|u| element(rows[u], bytes));
                 let least = held[1..].iter().fold(held[0], |least, &value| least.least(value));
                 if state.push(least, r) && INDEX {
                     let at = held.iter().position(|&value| same_key(value, least));
