@@ -160,14 +160,16 @@ mod kernel {
                         let vector = i * SLAB_THREADS + thread_idx_x();
                         let from = start + k * STAGE_BYTES as u64 + vector as u64 * 16;
                         let valid = stop.saturating_sub(from).min(16) as u32;
-                        // SAFETY: `from` is 16-byte aligned in x, and its first `valid`
-                        // bytes lie inside the chunk's span (none past it: nothing is
+                        // Past the span (the last stage's tail): zeros, from x itself.
+                        let source = if valid > 0 { from } else { 0 };
+                        // SAFETY: `source` is 16-byte aligned in x, and its first `valid`
+                        // bytes lie inside the chunk's span (none past it; nothing is
                         // read where `valid == 0`); the slot is not read until the
                         // barrier after its wait, nor written while rows read it.
                         unsafe {
                             async_copy::<16>(
                                 ring_address + slot + vector * 16,
-                                x.cast::<u8>().wrapping_add(from as usize),
+                                x.cast::<u8>().wrapping_add(source as usize),
                                 valid,
                             )
                         };
