@@ -34,8 +34,8 @@ pub use mma::{
 #[cfg(target_feature = "sm_90")]
 pub use pipeline::{PIPELINE_BARRIER_BYTES, StagePipeline, StageSignal, fence_tensor_map};
 pub use shared::{
-    SharedCarver, load_shared_f32, load_shared_u16, load_shared_u32, load_shared_v4_f32, shared_base,
-    store_shared_f32, store_shared_u16, store_shared_v2_f32, store_shared_v4_f32,
+    SharedCarver, load_shared_element, load_shared_f32, load_shared_u16, load_shared_u32, load_shared_v4_f32,
+    shared_base, store_shared_f32, store_shared_u16, store_shared_v2_f32, store_shared_v4_f32,
 };
 pub use shuffle::{Lane, Shuffle, WARP_SIZE, ballot};
 pub use thread::{

@@ -4,6 +4,7 @@
 //! count) and hands out aligned regions from it; regions of different phases may reuse
 //! the same bytes between barriers.
 
+use super::VectorElement;
 use core::arch::{asm, global_asm};
 use core::mem::{align_of, size_of};
 
@@ -132,6 +133,24 @@ pub unsafe fn load_shared_u16(address: u32) -> u16 {
         )
     };
     value
+}
+
+/// Loads one 2-, 4- or 8-byte element from shared memory (`ld.shared.b16`, `.b32`, or
+/// two `.b32` for 8 bytes, which need only 4-byte alignment that way).
+///
+/// # Safety
+/// As [`load_shared_v4_f32`], with the element's alignment.
+#[inline(always)]
+pub unsafe fn load_shared_element<T: VectorElement>(address: u32) -> T {
+    // SAFETY: forwarded from the caller.
+    let words = unsafe {
+        match T::PER_VECTOR {
+            8 => [load_shared_u16(address) as u32, 0, 0, 0],
+            4 => [load_shared_u32(address), 0, 0, 0],
+            _ => [load_shared_u32(address), load_shared_u32(address + 4), 0, 0],
+        }
+    };
+    T::from_words(words, 0)
 }
 
 /// Stores one 16-bit value to shared memory: `st.shared.b16`.

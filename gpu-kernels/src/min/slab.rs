@@ -1,9 +1,9 @@
 //! The slab kernel of the min reduction: strided problems whose rows are not
 //! vector-aligned and short enough for one block to take them whole (`inner` up to
 //! [`SLAB_MAX_INNER`]). A block takes a chunk of consecutive rows of one `outer` index,
-//! which lie in memory as one span; its threads copy the span, from the 16-byte
-//! boundary at or before it, into a ring of shared-memory stages by 16-byte `cp.async`
-//! copies, and each thread reduces its columns of each row as soon as the row has
+//! which lie in memory as one span; one thread bulk-copies the span (the TMA), from the
+//! 16-byte boundary at or before it, into a ring of shared-memory stages, and each
+//! thread reduces its columns of each row from shared memory as soon as the row has
 //! landed. So the array is read as a copy reads it, each sector once, where the
 //! strided kernel's blocks read the sectors they share at their tiles' edges twice and
 //! load unaligned columns one element at a time.
@@ -27,8 +27,10 @@ pub const STAGE_BYTES: u32 = 32 * 1024;
 /// at most two), so the stages filled meanwhile must be others.
 pub const RING_STAGES: u32 = 4;
 pub const PREFETCH: u32 = 2;
-/// Dynamic shared memory of a slab block: the ring.
-pub const SLAB_SHARED_BYTES: u32 = STAGE_BYTES * RING_STAGES;
+/// Bytes of the ring.
+pub const RING_BYTES: u32 = STAGE_BYTES * RING_STAGES;
+/// Dynamic shared memory of a slab block: the ring, then an 8-byte mbarrier per stage.
+pub const SLAB_SHARED_BYTES: u32 = RING_BYTES + RING_STAGES * 8;
 
 const _: () = assert!(SLAB_MAX_INNER * 8 <= STAGE_BYTES as u64);
 const _: () = assert!(RING_STAGES.is_power_of_two() && PREFETCH + 2 <= RING_STAGES);
@@ -115,11 +117,13 @@ impl SlabPlan {
 mod kernel {
     use super::*;
     use crate::device::{
-        SharedCarver, async_copy, async_copy_commit, async_copy_wait, block_idx_x, block_idx_y, shared_base,
-        sync_threads, thread_idx_x,
+        STAGE_BARRIER_BYTES, StagedCopy, block_idx_x, block_idx_y, load_shared_element, shared_base,
+        store_shared_u16, sync_threads, thread_idx_x,
     };
     use crate::launch::chunk;
     use crate::min::argmin::{ArgMin, MinValue, same_key};
+
+    const _: () = assert!(RING_BYTES + RING_STAGES * STAGE_BARRIER_BYTES <= SLAB_SHARED_BYTES);
 
     /// Block (x, y) reduces rows `chunk(reduce, split, y)` of outer index x: output
     /// column `m = x * inner + column`, with `split > 1` into slot `m * split + y`.
@@ -131,92 +135,106 @@ mod kernel {
     /// shared memory.
     #[inline(always)]
     pub unsafe fn slab<T: MinValue, const INDEX: bool>(args: SlabArgs<T>) {
-        let MinProblem { reduce, inner, .. } = args.problem;
+        let MinProblem {
+            outer: outers,
+            reduce,
+            inner,
+        } = args.problem;
         let (outer, part) = (block_idx_x() as u64, block_idx_y() as u64);
         let (begin, end) = chunk(reduce, args.split, part, 1);
         let size = size_of::<T>() as u64;
-        let x = args.x.as_ptr();
         // SAFETY: `x` holds at least one element.
-        let fill = unsafe { *x };
+        let fill = unsafe { *args.x.as_ptr() };
+        let x = args.x.as_ptr().cast::<u8>();
         let mut states = [ArgMin::<T, INDEX>::empty(fill); SLAB_COLUMNS];
+        let ring = shared_base();
+        // SAFETY: every thread sets up the same mbarriers, in the launch's shared memory
+        // past the ring; the barrier below comes before the first copy.
+        let copies = unsafe { StagedCopy::new(ring + RING_BYTES, RING_STAGES) };
+        // SAFETY: every thread of the block reaches it.
+        unsafe { sync_threads() };
         if begin < end {
             // The chunk's rows as one span of bytes from x, read from the 16-byte
             // boundary at or before its start; stage k holds the STAGE_BYTES from
             // `start + k * STAGE_BYTES` at ring offset `(k % RING_STAGES) * STAGE_BYTES`,
-            // so a byte at `offset` from `start` lies at `offset % SLAB_SHARED_BYTES`.
+            // so a byte at `offset` from `start` lies at `offset % RING_BYTES`.
             let row_bytes = inner * size;
             let row_at = |r: u64| (outer * reduce + r) * row_bytes;
             let start = row_at(begin) & !15;
             let stop = row_at(end);
+            // Whole 16-byte vectors are bulk-copied (past `stop` where the array goes
+            // on); the array's last bytes after its last whole vector, threads copy.
+            let bulk_stop = stop.next_multiple_of(16).min((outers * reduce * row_bytes) & !15);
             let stages = (stop - start).div_ceil(STAGE_BYTES as u64);
-            let ring_address = shared_base();
-            // SAFETY: the launch gives SLAB_SHARED_BYTES; copies land in it between
-            // barriers (below).
-            let ring: *const u8 = unsafe { SharedCarver::new().take::<u8>(SLAB_SHARED_BYTES as usize) };
             let fill_stage = |k: u64| {
                 if k < stages {
-                    let slot = (k % RING_STAGES as u64) as u32 * STAGE_BYTES;
-                    for i in 0..STAGE_BYTES / 16 / SLAB_THREADS {
-                        let vector = i * SLAB_THREADS + thread_idx_x();
-                        let from = start + k * STAGE_BYTES as u64 + vector as u64 * 16;
-                        let valid = stop.saturating_sub(from).min(16) as u32;
-                        // Past the span (the last stage's tail): zeros, from x itself.
-                        let source = if valid > 0 { from } else { 0 };
-                        // SAFETY: `source` is 16-byte aligned in x, and its first `valid`
-                        // bytes lie inside the chunk's span (none past it; nothing is
-                        // read where `valid == 0`); the slot is not read until the
-                        // barrier after its wait, nor written while rows read it.
+                    let slot = (k % RING_STAGES as u64) as u32;
+                    let from = start + k * STAGE_BYTES as u64;
+                    let to = from + STAGE_BYTES as u64;
+                    let bulk = bulk_stop.min(to).saturating_sub(from);
+                    let destination = ring + slot * STAGE_BYTES;
+                    // SAFETY: every thread passes the same arguments; `from` and `bulk`
+                    // are multiples of 16, the bytes lie in x (below its last whole
+                    // vector) and land in the slot, which no thread reads before its
+                    // wait; the slot's earlier fill was waited for (its rows taken).
+                    unsafe { copies.start(slot, destination, x.wrapping_add(from as usize), bulk as u32) };
+                    let half = from + bulk + 2 * thread_idx_x() as u64;
+                    if half < stop.min(to) {
+                        // SAFETY: a 2-byte aligned half-element inside the span; its slot
+                        // is read after the barrier that ends this iteration.
                         unsafe {
-                            async_copy::<16>(
-                                ring_address + slot + vector * 16,
-                                x.cast::<u8>().wrapping_add(source as usize),
-                                valid,
-                            )
-                        };
+                            let bits = *x.add(half as usize).cast::<u16>();
+                            store_shared_u16(destination + (half - from) as u32, bits);
+                        }
                     }
                 }
-                async_copy_commit();
             };
             for k in 0..PREFETCH as u64 {
                 fill_stage(k);
             }
-            // The stage holding the last byte of row r.
-            let last_stage = |r: u64| (row_at(r + 1) - 1 - start) / STAGE_BYTES as u64;
-            // Where row r starts in the ring, modulo 2^32 (the ring's size divides it).
-            let ring_row = |r: u64| (row_at(r) - start) as u32;
-            // The element `bytes` into a landed row that starts at ring offset `row`.
-            let element = |row: u32, bytes: u32| {
-                let at = row.wrapping_add(bytes) % SLAB_SHARED_BYTES;
-                // SAFETY: the row lies in the two stages the caller waited for, and `at`
-                // is an aligned element of the ring.
-                unsafe { *ring.add(at as usize).cast::<T>() }
-            };
+            // This thread's columns, as byte offsets in a row, and whether they exist.
+            let columns: [u32; SLAB_COLUMNS] = core::array::from_fn(|j| column_of(j) as u32 * size as u32);
+            let valid: [bool; SLAB_COLUMNS] = core::array::from_fn(|j| column_of(j) < inner);
+            // Row r, where it starts in the ring (modulo 2^32, which the ring divides)
+            // and where it ends from `start`.
             let mut r = begin;
+            let mut row = (row_at(begin) - start) as u32;
+            let mut row_end = row_at(begin + 1) - start;
+            let run = Run {
+                ring,
+                row_bytes: row_bytes as u32,
+                columns,
+                valid,
+            };
             for k in 0..stages {
-                // Stage k has landed for this thread's copies, and after the barrier for
-                // every thread's; every thread is done with the rows before it, so the
-                // slot of stage k + PREFETCH (neither k nor k - 1) may be refilled.
-                async_copy_wait::<{ PREFETCH - 1 }>();
+                let slot = (k % RING_STAGES as u64) as u32;
+                // SAFETY: every thread waits for the fill of stage k, started earlier.
+                unsafe { copies.wait(slot, (k / RING_STAGES as u64) as u32) };
+                // Every thread is done with the rows before stage k, so the slot of
+                // stage k + PREFETCH (neither k nor k - 1) may be refilled; the threads'
+                // own copies of stage k are visible.
                 // SAFETY: every thread of the block runs the same number of stages.
                 unsafe { sync_threads() };
                 fill_stage(k + PREFETCH as u64);
                 // The rows that end in stage k (those ending before were taken in their
                 // own stage's turn), each in stages k - 1 and k, in runs of up to 4.
+                let landed = (k + 1) * STAGE_BYTES as u64;
                 let mut last = r;
-                while last < end && last_stage(last) <= k {
+                while last < end && row_end <= landed {
                     last += 1;
+                    row_end += row_bytes;
                 }
                 while r + 4 <= last {
-                    take_run::<T, INDEX, 4>(&mut states, r, inner, ring_row, &element);
-                    r += 4;
+                    run.take::<T, INDEX, 4>(&mut states, r, row);
+                    (r, row) = (r + 4, row.wrapping_add(4 * run.row_bytes));
                 }
                 if r + 2 <= last {
-                    take_run::<T, INDEX, 2>(&mut states, r, inner, ring_row, &element);
-                    r += 2;
+                    run.take::<T, INDEX, 2>(&mut states, r, row);
+                    (r, row) = (r + 2, row.wrapping_add(2 * run.row_bytes));
                 }
                 if r < last {
-                    take_run::<T, INDEX, 1>(&mut states, r, inner, ring_row, &element);
-                    r += 1;
+                    run.take::<T, INDEX, 1>(&mut states, r, row);
+                    (r, row) = (r + 1, row.wrapping_add(run.row_bytes));
                 }
             }
         }
@@ -232,34 +250,47 @@ mod kernel {
     }
 
     /// This thread's `j`-th column: `SLAB_THREADS` apart, so that a warp reads 32
-    /// consecutive elements of a row.
+    /// consecutive elements of a row from shared memory.
     #[inline(always)]
     fn column_of(j: usize) -> u64 {
         thread_idx_x() as u64 + (j * SLAB_THREADS as usize) as u64
     }
 
-    /// Rows `r..r + N` of this thread's columns: each column's least (`min.NaN`, packed
-    /// for 16-bit elements), pushed once; a run holding a new least is searched for
-    /// where it first is. `ring_row(r)` is where row r starts in the ring,
-    /// `element(start, bytes)` reads the landed element `bytes` past a row's start.
-    #[inline(always)]
-    fn take_run<T: MinValue, const INDEX: bool, const N: usize>(
-        states: &mut [ArgMin<T, INDEX>; SLAB_COLUMNS],
-        r: u64,
-        inner: u64,
-        ring_row: impl Fn(u64) -> u32,
-        element: &impl Fn(u32, u32) -> T,
-    ) {
-        let rows: [u32; N] = core::array::from_fn(|u| ring_row(r + u as u64));
-        for (j, state) in states.iter_mut().enumerate() {
-            let column = column_of(j);
-            if column < inner {
-                let bytes = column as u32 * size_of::<T>() as u32;
-                let held: [T; N] = core::array::from_fn(|u| element(rows[u], bytes));
-                let least = held[1..].iter().fold(held[0], |least, &value| least.least(value));
-                if state.push(least, r) && INDEX {
-                    let at = held.iter().position(|&value| same_key(value, least));
-                    state.index = r + at.unwrap_or(0) as u64;
+    /// A thread's view of the landed rows.
+    struct Run {
+        /// Shared-window address of the ring.
+        ring: u32,
+        row_bytes: u32,
+        /// The thread's columns as byte offsets in a row, and whether each exists.
+        columns: [u32; SLAB_COLUMNS],
+        valid: [bool; SLAB_COLUMNS],
+    }
+
+    impl Run {
+        /// Rows `r..r + N`, the first at ring offset `row` (modulo 2^32): each column's
+        /// least (`min.NaN`, packed for 16-bit elements), pushed once; a run holding a
+        /// new least is searched for where it first is.
+        #[inline(always)]
+        fn take<T: MinValue, const INDEX: bool, const N: usize>(
+            &self,
+            states: &mut [ArgMin<T, INDEX>; SLAB_COLUMNS],
+            r: u64,
+            row: u32,
+        ) {
+            let rows: [u32; N] = core::array::from_fn(|u| row.wrapping_add(u as u32 * self.row_bytes));
+            for (j, state) in states.iter_mut().enumerate() {
+                if self.valid[j] {
+                    let held: [T; N] = core::array::from_fn(|u| {
+                        let at = rows[u].wrapping_add(self.columns[j]) % RING_BYTES;
+                        // SAFETY: the row lies in the two stages the caller waited for,
+                        // and `at` is an aligned element of the ring.
+                        unsafe { load_shared_element(self.ring + at) }
+                    });
+                    let least = held[1..].iter().fold(held[0], |least, &value| least.least(value));
+                    if state.push(least, r) && INDEX {
+                        let at = held.iter().position(|&value| same_key(value, least));
+                        state.index = r + at.unwrap_or(0) as u64;
+                    }
                 }
             }
         }

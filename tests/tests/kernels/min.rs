@@ -110,9 +110,20 @@ fn check_min<T: TestValue>(
     case: (Vec<usize>, usize, bool, u64, u32),
 ) -> Result<(), TestCaseError> {
     let (shape, axis, keepdim, seed, nan) = case;
-    let x = random::<T>(&shape, seed, nan);
-    let (want_values, want_indices) = reference::min::min(&x, axis, keepdim).unwrap();
-    let device_x = gpu.upload(&x).unwrap();
+    check_min_of(gpu, &random::<T>(&shape, seed, nan), axis, keepdim)
+}
+
+/// `min` and `amin` of `x` along `axis` against the reference, into fresh and poisoned
+/// outputs.
+fn check_min_of<T: TestValue>(
+    gpu: &Gpu,
+    x: &ArrayD<T>,
+    axis: usize,
+    keepdim: bool,
+) -> Result<(), TestCaseError> {
+    let shape = x.shape();
+    let (want_values, want_indices) = reference::min::min(x, axis, keepdim).unwrap();
+    let device_x = gpu.upload(x).unwrap();
     let (mut values, mut indices) = gpu.min(&device_x, axis, keepdim).unwrap();
     let mut amin = gpu.amin(&device_x, axis, keepdim).unwrap();
     // Poison and run again into the same arrays: every output element must be written
@@ -255,6 +266,33 @@ fn invalid_reductions_are_errors_on_the_gpu_too() {
     assert!(matches!(gpu.min(&empty, 1, false), Err(Error::EmptyAxis { .. })));
     let (v, i) = gpu.min(&empty, 2, true).unwrap();
     assert_eq!((v.shape(), i.shape()), (&[4, 0, 1][..], &[4, 0, 1][..]));
+}
+
+/// The slab kernel reads each span whole, from its first row to the array's last bytes
+/// (past its last whole 16-byte vector, which threads copy): every column's least in
+/// the first row, then in the last.
+#[test]
+fn slab_spans_are_read_from_first_to_last_byte() {
+    let Some(gpu) = gpu_or_skip("slab_spans_are_read_from_first_to_last_byte") else {
+        return;
+    };
+    check_span_ends::<f32>(&gpu, |v| v);
+    check_span_ends::<bf16>(&gpu, bf16::from_f32);
+}
+
+fn check_span_ends<T: TestValue>(gpu: &Gpu, from_f32: fn(f32) -> T) {
+    // 620_487 elements: the last vector 12 (4-byte) or 14 (2-byte) bytes past the end.
+    let (rows, shape) = (201, [3, 201, 1029]);
+    let plan = gpu.min_plan::<T>(&shape, 1).unwrap();
+    assert!(matches!(plan, Some(MinPlan::Slab(_))), "{plan:?}");
+    for descending in [false, true] {
+        // Small integers: exact in every element type.
+        let x = ArrayD::from_shape_fn(IxDyn(&shape), |i| {
+            let row = if descending { rows - i[1] } else { i[1] };
+            from_f32((row + i[2] % 7) as f32)
+        });
+        check_min_of(gpu, &x, 1, false).unwrap();
+    }
 }
 
 /// One case per kernel path and element width, each checked to take it: the rows
