@@ -101,6 +101,19 @@ impl<T: MinValue, const INDEX: bool> ArgMin<T, INDEX> {
         wins
     }
 
+    /// Takes a run of elements, `step` apart from index `first` on, all after every
+    /// element seen so far: the run's least (`min.NaN`, packed for 16-bit elements) is
+    /// pushed once, and only a run holding a new least is searched for where that first
+    /// is, so that no run's elements stay in registers.
+    #[inline(always)]
+    pub fn push_run<const N: usize>(&mut self, run: [T; N], first: u64, step: u64) {
+        let least = run[1..].iter().fold(run[0], |least, &value| least.least(value));
+        if self.push(least, first) && INDEX {
+            let at = run.iter().position(|&value| same_key(value, least));
+            self.index = first + at.unwrap_or(0) as u64 * step;
+        }
+    }
+
     /// Combines with a state over other elements, in any order: NaN first, then the
     /// smaller value, then (with indices) the smaller index.
     #[inline(always)]

@@ -15,7 +15,7 @@
 //!   takes whole rows of a chunk of the reduced axis, copied as one span into a ring of
 //!   shared-memory stages, each thread 4 columns.
 //!
-//! The rows and strided kernels take their elements by runs (a few vectors of a row, a few rows of a
+//! Every kernel takes its elements by runs (a few vectors of a row, a few rows of a
 //! column) and keep only each run's least element, found with packed `min.NaN` (two
 //! 16-bit elements an instruction). For `min`, a run holding a new least (a few runs of
 //! a row or column, on most data) is searched at once for where it first is, so no
@@ -204,9 +204,9 @@ pub fn plan_window(
     } else {
         let columns = lane_columns(element_bytes);
         let vector = problem.inner.is_multiple_of(columns) && pitch.is_multiple_of(columns);
-        // Unaligned rows that a block can take whole are read as one span a block (the
-        // strided kernel read 128 x 4096 x 4095 bf16 along dim 1 at 91-95% of the copy
-        // rate), a block an SM.
+        // Unaligned rows that a block can take whole are read as one span a block, a
+        // block an SM: 128 x 4096 x 4095 along dim 1 at 103% of the copy rate in bf16
+        // (the strided kernel: 95%), 105% in f32 (101%) on an H100.
         if !vector
             && aligned
             && pitch == problem.inner

@@ -20,7 +20,8 @@ pub const SLAB_COLUMNS: usize = 4;
 pub const SLAB_MAX_INNER: u64 = SLAB_THREADS as u64 * SLAB_COLUMNS as u64;
 /// Rows shorter than this keep the strided kernel (a slab block's threads would idle).
 pub const SLAB_MIN_INNER: u64 = 1025;
-/// Bytes of one stage of the ring: 2 16-byte copies a thread.
+/// Bytes of one stage of the ring (one bulk copy): at least the longest row, so that a
+/// row lies in at most two stages.
 pub const STAGE_BYTES: u32 = 32 * 1024;
 /// Stages of the ring, and how many are in flight while the block reduces another:
 /// rows read from the stage that just landed and from the one before it (a row spans
@@ -34,7 +35,6 @@ pub const SLAB_SHARED_BYTES: u32 = RING_BYTES + RING_STAGES * 8;
 
 const _: () = assert!(SLAB_MAX_INNER * 8 <= STAGE_BYTES as u64);
 const _: () = assert!(RING_STAGES.is_power_of_two() && PREFETCH + 2 <= RING_STAGES);
-const _: () = assert!((STAGE_BYTES / 16).is_multiple_of(SLAB_THREADS));
 
 kernel_args! {
     /// The slab kernel's arguments: `x` as `[outer, reduce, inner]` (16-byte aligned,
@@ -121,7 +121,7 @@ mod kernel {
         store_shared_u16, sync_threads, thread_idx_x,
     };
     use crate::launch::chunk;
-    use crate::min::argmin::{ArgMin, MinValue, same_key};
+    use crate::min::argmin::{ArgMin, MinValue};
 
     const _: () = assert!(RING_BYTES + RING_STAGES * STAGE_BARRIER_BYTES <= SLAB_SHARED_BYTES);
 
@@ -267,9 +267,8 @@ mod kernel {
     }
 
     impl Run {
-        /// Rows `r..r + N`, the first at ring offset `row` (modulo 2^32): each column's
-        /// least (`min.NaN`, packed for 16-bit elements), pushed once; a run holding a
-        /// new least is searched for where it first is.
+        /// Rows `r..r + N`, the first at ring offset `row` (modulo 2^32), as a run of
+        /// each column.
         #[inline(always)]
         fn take<T: MinValue, const INDEX: bool, const N: usize>(
             &self,
@@ -286,11 +285,7 @@ mod kernel {
                         // and `at` is an aligned element of the ring.
                         unsafe { load_shared_element(self.ring + at) }
                     });
-                    let least = held[1..].iter().fold(held[0], |least, &value| least.least(value));
-                    if state.push(least, r) && INDEX {
-                        let at = held.iter().position(|&value| same_key(value, least));
-                        state.index = r + at.unwrap_or(0) as u64;
-                    }
+                    state.push_run(held, r, 1);
                 }
             }
         }

@@ -133,7 +133,7 @@ mod kernel {
         thread_idx_x,
     };
     use crate::launch::chunk;
-    use crate::min::argmin::{ArgMin, MinValue, same_key};
+    use crate::min::argmin::{ArgMin, MinValue};
 
     /// [`strided`], aligned or not as `args.vector` says, in wide or narrow blocks as
     /// `args.slices` does (constants, so that rows a slice apart cost no multiply).
@@ -243,18 +243,12 @@ mod kernel {
                 out
             };
             let step = SLICES as u64;
-            // Per column, the least element so far and where it first is. A run's least
-            // is found with packed `min.NaN`; only a run that holds a new least (a few
-            // runs of a column, on most data) is searched for where, so no run's
-            // elements stay in registers. A run past the last row repeats its first.
+            // Per column, the least element so far and where it first is, taken a run of
+            // rows at a time. A run past the last row repeats its first.
             let take_run = |states: &mut [ArgMin<T, INDEX>; COLUMNS], held: [[T; COLUMNS]; ROWS], r: u64| {
                 for (i, state) in states.iter_mut().enumerate() {
-                    let least = held[1..]
-                        .iter()
-                        .fold(held[0][i], |least, row| least.least(row[i]));
-                    if (i as u64) < valid && state.push(least, r) && INDEX {
-                        let at = held.iter().position(|row| same_key(row[i], least));
-                        state.index = r + at.unwrap_or(0) as u64 * step;
+                    if (i as u64) < valid {
+                        state.push_run(core::array::from_fn::<T, ROWS, _>(|u| held[u][i]), r, step);
                     }
                 }
             };
