@@ -157,6 +157,10 @@ def min_reductions(reps):
     results["amin1_aligned_bf16"] = {"ms": median_ms(lambda: torch.amin(x, 1), reps), "op": "torch.amin(x, 1), 128x4096x4096 bfloat16"}
     del x
     torch.cuda.empty_cache()
+    # Beyond the headline: unaligned rows of one outer index.
+    x = torch.rand(1, 65536, 1030, device="cuda")
+    results["min1_1x65536x1030"] = {"ms": median_ms(lambda: torch.min(x, 1), reps), "op": "torch.min(x, 1), 1x65536x1030 float32"}
+    results["amin1_1x65536x1030"] = {"ms": median_ms(lambda: torch.amin(x, 1), reps), "op": "torch.amin(x, 1), 1x65536x1030 float32"}
     return results
 
 

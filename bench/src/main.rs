@@ -253,6 +253,12 @@ fn aligned_min_rows<T: BenchFloat>(gpu: &Gpu, reps: usize) -> Result<Vec<Row>> {
     min_shape_rows::<T>(gpu, reps, &[128, 4096, 4096], &[1], "_aligned")
 }
 
+/// Beyond the headline: `min` and `amin` of f32 1 x 65536 x 1030 along dim 1, unaligned
+/// rows of one outer index (the slab kernel split over the SMs).
+fn few_outer_min_rows(gpu: &Gpu, reps: usize) -> Result<Vec<Row>> {
+    min_shape_rows::<f32>(gpu, reps, &[1, 65536, 1030], &[1], "_1x65536x1030")
+}
+
 /// `min` and `amin` of a 3-D array along each of `axes`, checked at sampled outputs
 /// against a CPU scan of their lanes; row keys `min{axis}{tag}{type}`.
 fn min_shape_rows<T: BenchFloat>(
@@ -934,6 +940,7 @@ fn main() -> Result {
         rows.extend(min_rows::<host::bf16>(&gpu, opts.reps)?);
         rows.extend(min_rows::<host::f16>(&gpu, opts.reps)?);
         rows.extend(aligned_min_rows::<host::bf16>(&gpu, opts.reps)?);
+        rows.extend(few_outer_min_rows(&gpu, opts.reps)?);
         eprintln!("min: {:.1} s", started.elapsed().as_secs_f64());
     }
     if wanted("conv") {

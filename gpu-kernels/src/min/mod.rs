@@ -184,17 +184,22 @@ pub fn plan_window(
     let per_vector = (VECTOR_BYTES / element_bytes) as u64;
     // More work items per output (`threads` of them without a split) only while the
     // GPU holds twice as many or more (`threads_per_sm` each SM; a second wave of
-    // blocks would run alone), each stays long, and never past grid y.
-    let split_for = |threads: u64, threads_per_sm: u64| {
+    // blocks would run alone), each at least `min_chunk` elements of the reduced axis
+    // long, and never past grid y.
+    let split_for = |threads: u64, threads_per_sm: u64, min_chunk: u64| {
         let wanted = device.multiprocessors as u64 * threads_per_sm / threads.max(1);
-        let split = wanted.min(problem.reduce / MIN_SPLIT_CHUNK).clamp(1, 65535);
+        let split = wanted.min(problem.reduce / min_chunk).clamp(1, 65535);
         even_split(problem.reduce, split)
     };
     if problem.inner == 1 && pitch == 1 {
         // Enough lanes that each loads a few vectors; whole warps for long rows.
         let vectors = problem.reduce.div_ceil(per_vector * rows::UNROLL as u64);
         let group_lanes = vectors.next_power_of_two().clamp(1, 32) as u32;
-        let split = split_for(problem.outer * group_lanes as u64, THREADS_PER_SM);
+        let split = split_for(
+            problem.outer * group_lanes as u64,
+            THREADS_PER_SM,
+            MIN_SPLIT_CHUNK,
+        );
         let threads = problem.outer * split * group_lanes as u64;
         MinPlan::Rows(RowsPlan {
             group_lanes,
@@ -212,7 +217,11 @@ pub fn plan_window(
             && pitch == problem.inner
             && slab::fits(problem.inner, device.max_shared_bytes_per_block)
         {
-            let split = split_for(problem.outer * SLAB_THREADS as u64, SLAB_THREADS as u64);
+            let split = split_for(
+                problem.outer * SLAB_THREADS as u64,
+                SLAB_THREADS as u64,
+                slab::min_chunk_rows(problem.inner * element_bytes as u64),
+            );
             return MinPlan::Slab(SlabPlan { split });
         }
         // Rows that fill a block's lanes side by side take one slice (a block then
@@ -229,7 +238,11 @@ pub fn plan_window(
         };
         let tiles_per_outer = problem.inner.div_ceil(wide_columns / slices as u64);
         let resident = (STRIDED_BLOCKS_PER_SM * BLOCK_THREADS) as u64;
-        let split = split_for(problem.outer * tiles_per_outer * BLOCK_THREADS as u64, resident);
+        let split = split_for(
+            problem.outer * tiles_per_outer * BLOCK_THREADS as u64,
+            resident,
+            MIN_SPLIT_CHUNK,
+        );
         MinPlan::Strided(StridedPlan {
             vector,
             split,
@@ -299,13 +312,16 @@ mod tests {
     fn unaligned_rows_of_whole_blocks_take_the_slab_kernel() {
         let problem = |outer, reduce, inner| MinProblem { outer, reduce, inner };
         assert_eq!(plan_of(128, 4096, 4095, 2), MinPlan::Slab(SlabPlan { split: 1 }));
-        assert_eq!(plan_of(2, 33, 1025, 8), MinPlan::Slab(SlabPlan { split: 1 }));
-        // Few outputs: a block an SM, chunks of at least MIN_SPLIT_CHUNK rows.
+        assert_eq!(plan_of(70, 10, 1029, 4), MinPlan::Slab(SlabPlan { split: 1 }));
+        // Few outputs: a block an SM, chunks of at least two stages (64 KB): 8 rows of
+        // 8200 bytes, 16 of 4116, 6 of 12004 (111 chunks of 7).
+        assert_eq!(plan_of(2, 33, 1025, 8), MinPlan::Slab(SlabPlan { split: 4 }));
         assert_eq!(
             plan_of(3, 100_000, 2047, 2),
             MinPlan::Slab(SlabPlan { split: 44 })
         );
-        assert_eq!(plan_of(3, 5000, 1029, 4), MinPlan::Slab(SlabPlan { split: 2 }));
+        assert_eq!(plan_of(3, 5000, 1029, 4), MinPlan::Slab(SlabPlan { split: 44 }));
+        assert_eq!(plan_of(1, 777, 3001, 4), MinPlan::Slab(SlabPlan { split: 111 }));
         let strided = |plan: MinPlan| matches!(plan, MinPlan::Strided(_));
         // Too short, too long, vector-aligned, or the array not 16-byte aligned.
         assert!(strided(plan_of(128, 4096, 1023, 2)));

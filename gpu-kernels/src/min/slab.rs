@@ -82,6 +82,13 @@ pub const fn fits(inner: u64, max_shared_bytes: u32) -> bool {
     SLAB_MIN_INNER <= inner && inner <= SLAB_MAX_INNER && SLAB_SHARED_BYTES <= max_shared_bytes
 }
 
+/// The fewest rows of `row_bytes` a split gives a slab block: two stages' worth, so that
+/// a block streams more than its first copies' latency (few outer indices would
+/// otherwise leave most SMs idle, as a split by the other kernels' 2048 rows would).
+pub const fn min_chunk_rows(row_bytes: u64) -> u64 {
+    (2 * STAGE_BYTES as u64).div_ceil(row_bytes)
+}
+
 /// A block per `outer` index and chunk of the reduced axis.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SlabPlan {
