@@ -156,8 +156,10 @@ impl Gpu {
         self.download(&self.amin(&self.upload(x)?, axis, keepdim)?)
     }
 
-    /// The plan of a min or amin of an array of `shape` along `axis` on this device:
-    /// which kernel runs it and how (`None` for an empty output, which launches nothing).
+    /// The plan of a min or amin of a whole array of `shape` along `axis` on this
+    /// device: which kernel runs it and how (`None` for an empty output, which launches
+    /// nothing). Arrays from this library start 16-byte aligned; a view that does not
+    /// (a window of columns, or one starting inside a row) may take another kernel.
     pub fn min_plan<T: MinElement>(&self, shape: &[usize], axis: usize) -> Result<Option<MinPlan>> {
         let problem = min_problem("min", shape, axis)?;
         Ok((problem.outputs() > 0).then(|| kernel::plan(&problem, size_of::<T>(), &self.limits())))
