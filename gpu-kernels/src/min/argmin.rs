@@ -10,21 +10,24 @@ pub trait MinValue: Least + Shuffle {
     /// The element as the kernels compare it, exactly: 16-bit floats widen to f32.
     type Key: Copy + PartialOrd;
     fn key(self) -> Self::Key;
+    /// The element of the greatest key (no NaN): infinity, or the type's maximum.
+    const LARGEST: Self;
 }
 
 macro_rules! min_value_is_its_key {
-    ($($t:ty),*) => {$(
+    ($($t:ty: $largest:expr),*) => {$(
         impl MinValue for $t {
             type Key = $t;
             #[inline(always)]
             fn key(self) -> $t {
                 self
             }
+            const LARGEST: $t = $largest;
         }
     )*};
 }
 
-min_value_is_its_key!(f32, f64, i32);
+min_value_is_its_key!(f32: f32::INFINITY, f64: f64::INFINITY, i32: i32::MAX);
 
 macro_rules! min_value_widens {
     ($($t:ty),*) => {$(
@@ -34,6 +37,7 @@ macro_rules! min_value_widens {
             fn key(self) -> f32 {
                 self.widen()
             }
+            const LARGEST: $t = <$t>::INFINITY;
         }
     )*};
 }
@@ -81,19 +85,38 @@ impl<T: MinValue, const INDEX: bool> ArgMin<T, INDEX> {
         }
     }
 
+    /// The state of elements from index `first` on before any is taken, as if the
+    /// largest element stood at `first`: the first element that beats it takes its
+    /// place, and where none does, every element is the largest, the first at `first`.
+    /// So a run pushed into it needs no test for an empty state.
+    #[inline(always)]
+    pub fn starting_at(first: u64) -> Self {
+        Self {
+            value: T::LARGEST,
+            index: first,
+        }
+    }
+
     /// Whether no element was seen.
     #[inline(always)]
     pub fn is_empty(&self) -> bool {
         self.index == u64::MAX
     }
 
+    /// Whether an element after every element seen so far becomes the minimum of a
+    /// state that is not empty: a NaN held stays; else NaN or a smaller key wins.
+    #[inline(always)]
+    #[allow(clippy::neg_cmp_op_on_partial_ord)]
+    fn beaten_by(&self, value: T) -> bool {
+        let (new, held) = (value.key(), self.value.key());
+        !is_nan(held) && !(new >= held)
+    }
+
     /// Takes element `index`, which comes after every element seen so far; returns
     /// whether it became the minimum.
     #[inline(always)]
     pub fn push(&mut self, value: T, index: u64) -> bool {
-        let empty = self.is_empty();
-        let (new, held) = (value.key(), self.value.key());
-        let wins = empty || new < held || (is_nan(new) && !is_nan(held));
+        let wins = self.is_empty() || self.beaten_by(value);
         if wins {
             self.value = value;
             self.index = index;
@@ -102,15 +125,20 @@ impl<T: MinValue, const INDEX: bool> ArgMin<T, INDEX> {
     }
 
     /// Takes a run of elements, `step` apart from index `first` on, all after every
-    /// element seen so far: the run's least (`min.NaN`, packed for 16-bit elements) is
-    /// pushed once, and only a run holding a new least is searched for where that first
-    /// is, so that no run's elements stay in registers.
+    /// element seen so far, into a state that is not empty ([`Self::starting_at`]): the
+    /// run's least (`min.NaN`, packed for 16-bit elements) is compared once, and only a
+    /// run holding a new least is searched for where that first is, so that no run's
+    /// elements stay in registers.
     #[inline(always)]
     pub fn push_run<const N: usize>(&mut self, run: [T; N], first: u64, step: u64) {
         let least = run[1..].iter().fold(run[0], |least, &value| least.least(value));
-        if self.push(least, first) && INDEX {
-            let at = run.iter().position(|&value| same_key(value, least));
-            self.index = first + at.unwrap_or(0) as u64 * step;
+        if self.beaten_by(least) {
+            self.value = least;
+            self.index = first;
+            if INDEX {
+                let at = run.iter().position(|&value| same_key(value, least));
+                self.index = first + at.unwrap_or(0) as u64 * step;
+            }
         }
     }
 

@@ -150,10 +150,13 @@ mod kernel {
         let (outer, part) = (block_idx_x() as u64, block_idx_y() as u64);
         let (begin, end) = chunk(reduce, args.split, part, 1);
         let size = size_of::<T>() as u64;
-        // SAFETY: `x` holds at least one element.
-        let fill = unsafe { *args.x.as_ptr() };
         let x = args.x.as_ptr().cast::<u8>();
-        let mut states = [ArgMin::<T, INDEX>::empty(fill); SLAB_COLUMNS];
+        let state = if begin < end {
+            ArgMin::<T, INDEX>::starting_at(begin)
+        } else {
+            ArgMin::empty(T::LARGEST)
+        };
+        let mut states = [state; SLAB_COLUMNS];
         let ring = shared_base();
         // SAFETY: every thread sets up the same mbarriers, in the launch's shared memory
         // past the ring; the barrier below comes before the first copy.

@@ -209,14 +209,18 @@ mod kernel {
         let column = tile * block_columns + tx as u64 * COLUMNS as u64;
         let (begin, end) = chunk(reduce, split, part, 1);
 
-        // SAFETY: `x` holds at least one element.
-        let fill = unsafe { *x };
-        let mut states = [ArgMin::<T, INDEX>::empty(fill); COLUMNS];
+        let first = begin + ty as u64;
+        let state = if first < end {
+            ArgMin::<T, INDEX>::starting_at(first)
+        } else {
+            ArgMin::empty(T::LARGEST)
+        };
+        let mut states = [state; COLUMNS];
         let valid = inner.saturating_sub(column).min(COLUMNS as u64);
         if valid > 0 {
             let load = |r: u64| -> [T; COLUMNS] {
                 let at = (outer * reduce + r) * pitch + column;
-                let mut out = [fill; COLUMNS];
+                let mut out = [T::LARGEST; COLUMNS];
                 if ALIGNED {
                     let address = x.wrapping_add(at as usize) as *const u32;
                     // SAFETY: `inner`, `pitch` and `column` are multiples of COLUMNS, so
@@ -252,7 +256,7 @@ mod kernel {
                     }
                 }
             };
-            let mut r = begin + ty as u64;
+            let mut r = first;
             while r + (ROWS as u64 - 1) * step < end {
                 take_run(
                     &mut states,

@@ -52,15 +52,21 @@ fn case() -> impl Strategy<Value = (Vec<usize>, usize, bool, u64, u32)> {
 /// NaN mixed in.
 trait TestValue: MinElement {
     fn draw(bits: u64, nan_per_10k: u32) -> Self;
+    /// The element no other beats but NaN.
+    const LARGEST: Self;
 }
 
 impl TestValue for f32 {
+    const LARGEST: Self = f32::INFINITY;
+
     fn draw(bits: u64, nan_per_10k: u32) -> Self {
         f64::draw(bits, nan_per_10k) as f32
     }
 }
 
 impl TestValue for f64 {
+    const LARGEST: Self = f64::INFINITY;
+
     fn draw(bits: u64, nan_per_10k: u32) -> Self {
         match bits % 10_000 {
             r if r < nan_per_10k as u64 => f64::NAN,
@@ -72,18 +78,24 @@ impl TestValue for f64 {
 }
 
 impl TestValue for bf16 {
+    const LARGEST: Self = bf16::INFINITY;
+
     fn draw(bits: u64, nan_per_10k: u32) -> Self {
         bf16::from_f64(f64::draw(bits, nan_per_10k))
     }
 }
 
 impl TestValue for f16 {
+    const LARGEST: Self = f16::INFINITY;
+
     fn draw(bits: u64, nan_per_10k: u32) -> Self {
         f16::from_f64(f64::draw(bits, nan_per_10k))
     }
 }
 
 impl TestValue for i32 {
+    const LARGEST: Self = i32::MAX;
+
     fn draw(bits: u64, _: u32) -> Self {
         match bits % 1000 {
             0 => i32::MIN,
@@ -401,5 +413,8 @@ fn check_paths<T: TestValue>(gpu: &Gpu) {
         for keepdim in [false, true] {
             check_min::<T>(gpu, (shape.clone(), axis, keepdim, 17, 1)).unwrap();
         }
+        // Every element the largest (infinity): each output's first index, 0, in every
+        // chunk of a split too.
+        check_min_of(gpu, &ArrayD::from_elem(IxDyn(&shape), T::LARGEST), axis, false).unwrap();
     }
 }
