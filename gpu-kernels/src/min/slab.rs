@@ -202,9 +202,6 @@ mod kernel {
             for k in 0..PREFETCH as u64 {
                 fill_stage(k);
             }
-            // This thread's columns, as byte offsets in a row, and whether they exist.
-            let columns: [u32; SLAB_COLUMNS] = core::array::from_fn(|j| column_of(j) as u32 * size as u32);
-            let valid: [bool; SLAB_COLUMNS] = core::array::from_fn(|j| column_of(j) < inner);
             // Row r, where it starts in the ring (modulo 2^32, which the ring divides)
             // and where it ends from `start`.
             let mut r = begin;
@@ -213,8 +210,8 @@ mod kernel {
             let run = Run {
                 ring,
                 row_bytes: row_bytes as u32,
-                columns,
-                valid,
+                columns: core::array::from_fn(|j| column_of(j) as u32 * size as u32),
+                valid: core::array::from_fn(|j| column_of(j) < inner),
             };
             for k in 0..stages {
                 let slot = (k % RING_STAGES as u64) as u32;
