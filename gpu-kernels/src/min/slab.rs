@@ -275,7 +275,10 @@ mod kernel {
 
     impl Run {
         /// Rows `r..r + N`, the first at ring offset `row` (modulo 2^32), as a run of
-        /// each column.
+        /// each column. Where the run lies whole before the ring's end (the offset is
+        /// the same in every thread), each column is a fixed offset from its row's start,
+        /// which the loads take as an immediate; else each element's offset is taken
+        /// modulo the ring.
         #[inline(always)]
         fn take<T: MinValue, const INDEX: bool, const N: usize>(
             &self,
@@ -283,14 +286,30 @@ mod kernel {
             r: u64,
             row: u32,
         ) {
-            let rows: [u32; N] = core::array::from_fn(|u| row.wrapping_add(u as u32 * self.row_bytes));
+            let row = row % RING_BYTES;
+            if row + N as u32 * self.row_bytes <= RING_BYTES {
+                self.take_at::<T, INDEX, N>(states, r, |u, j| row + u * self.row_bytes + self.columns[j]);
+            } else {
+                self.take_at::<T, INDEX, N>(states, r, |u, j| {
+                    (row + u * self.row_bytes + self.columns[j]) % RING_BYTES
+                });
+            }
+        }
+
+        /// The run of each column, element `u` of column `j` at ring offset `at(u, j)`.
+        #[inline(always)]
+        fn take_at<T: MinValue, const INDEX: bool, const N: usize>(
+            &self,
+            states: &mut [ArgMin<T, INDEX>; SLAB_COLUMNS],
+            r: u64,
+            at: impl Fn(u32, usize) -> u32,
+        ) {
             for (j, state) in states.iter_mut().enumerate() {
                 if self.valid[j] {
                     let held: [T; N] = core::array::from_fn(|u| {
-                        let at = rows[u].wrapping_add(self.columns[j]) % RING_BYTES;
                         // SAFETY: the row lies in the two stages the caller waited for,
-                        // and `at` is an aligned element of the ring.
-                        unsafe { load_shared_element(self.ring + at) }
+                        // and `at` gives an aligned element of the ring.
+                        unsafe { load_shared_element(self.ring + at(u as u32, j)) }
                     });
                     state.push_run(held, r, 1);
                 }
