@@ -285,6 +285,16 @@ impl GpuGroup {
         Ok(ShardedArray::new(&like.shape, like.sharding.clone(), parts))
     }
 
+    /// Fills every byte of every shard with 0xFF (as [`Gpu::poison`]), so that
+    /// elements a kernel fails to write are caught.
+    pub fn poison<T: Element>(&self, array: &mut ShardedArray<T>) -> Result<()> {
+        self.check_parts(array)?;
+        for (gpu, part) in self.gpus.iter().zip(&mut array.parts) {
+            gpu.poison(part)?;
+        }
+        Ok(())
+    }
+
     /// Checks that `output` is this group's, of the shape and split of `like`.
     fn check_alike<T: Element, U: Element>(
         &self,
