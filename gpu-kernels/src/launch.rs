@@ -16,6 +16,19 @@ use core::marker::PhantomData;
 /// Threads that fill an H100-class SM (2048 resident); plans aim at this many per SM.
 pub const THREADS_PER_SM: u64 = 2048;
 
+/// Lanes of a warp.
+pub const WARP_LANES: u32 = 32;
+
+/// Lanes that share `items` items, one an item: a power of two, at most a warp.
+pub const fn lanes_for(items: u64) -> u32 {
+    let lanes = items.next_power_of_two();
+    if lanes < WARP_LANES as u64 {
+        lanes as u32
+    } else {
+        WARP_LANES
+    }
+}
+
 // A device pointer wraps a raw pointer, not a `u64`, although the host never
 // dereferences it: as a kernel parameter it is then a pointer, which NVPTX takes to be
 // global memory, so the kernel's loads and stores through it are `ld.global` and

@@ -4,7 +4,7 @@
 use core::arch::asm;
 
 /// Threads in a warp.
-pub const WARP_SIZE: u32 = 32;
+pub const WARP_SIZE: u32 = crate::launch::WARP_LANES;
 
 /// Which lane a shuffle reads from.
 #[derive(Clone, Copy, PartialEq, Eq)]

@@ -27,7 +27,7 @@ pub mod vectors;
 
 use crate::element::{Sum, Summed, sum_bytes};
 use crate::launch::{
-    DeviceLimits, DevicePtr, DevicePtrMut, EntryPoint, Kernel, Launch, ScratchLayout, kernel_args,
+    DeviceLimits, DevicePtr, DevicePtrMut, EntryPoint, Kernel, Launch, ScratchLayout, kernel_args, lanes_for,
 };
 use columns::{COLUMNS_TX, ColumnsPlan};
 use combine::{CombineArgs, CombineKernel};
@@ -218,7 +218,7 @@ pub fn plan(problem: &GemvProblem, element_bytes: usize, device: &DeviceLimits) 
         ))
     } else if !problem.transpose {
         let vectors = problem.cols.div_ceil(per_vector * ROWS_UNROLL as u64);
-        let group_lanes = vectors.next_power_of_two().clamp(1, 32) as u32;
+        let group_lanes = lanes_for(vectors);
         let groups = problem.rows.div_ceil(ROWS_PER_ITEM as u64);
         let wanted = (sms * ROWS_ITEMS_PER_SM).div_ceil(groups.max(1));
         let split = wanted.min(problem.cols / MIN_SPLIT_CHUNK).max(1);

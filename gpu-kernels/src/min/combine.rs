@@ -1,10 +1,15 @@
 //! The combine kernel of a split min reduction: each output's `split` partials merged
-//! in order. The partials lie `[output][split]` (one device's split) or `[split][output]`
-//! (the shards of a device group, gathered rank after rank, their indices local to each
-//! shard until the shard's offset is added).
+//! in a fixed order. The partials lie `[output][split]` (one device's split) or
+//! `[split][output]` (the shards of a device group, gathered rank after rank, their
+//! indices local to each shard until the shard's offset is added). A group of lanes
+//! takes each output (up to a warp, as many as the split needs): lane `g` merges
+//! partials `g`, `g + lanes`, ..., and the group merges its lanes by shuffles, so that
+//! an output's partials are loaded side by side rather than one after another (each
+//! load waiting for the last: 132 partials of a split slab reduction, an index and a
+//! value each, at the L2's latency).
 
 use super::{BLOCK_THREADS, MinOutputs};
-use crate::launch::{DevicePtr, DevicePtrMut, Kernel, Launch, LaunchGeometry, kernel_args};
+use crate::launch::{DevicePtr, DevicePtrMut, Kernel, Launch, LaunchGeometry, kernel_args, lanes_for};
 
 kernel_args! {
     /// The combine kernel's arguments: the partial values and indices (the indices
@@ -21,6 +26,8 @@ kernel_args! {
         pub split: u64,
         pub output_stride: u64,
         pub split_stride: u64,
+        /// Lanes merging each output: a power of two up to a warp.
+        pub lanes: u32,
     }
     impl CombineKernel for f32 {
         const MIN_COMBINE = "min_combine_f32" => kernel::combine::<f32, true>;
@@ -51,8 +58,7 @@ pub trait CombineKernel: Sized {
     const AMIN_COMBINE: Kernel<CombineArgs<Self>>;
 }
 
-/// The launch merging `split` partials per output, `[output][split]`, into `to`, one
-/// thread per output.
+/// The launch merging `split` partials per output, `[output][split]`, into `to`.
 pub fn launch<T: CombineKernel>(
     outputs: u64,
     split: u64,
@@ -63,7 +69,7 @@ pub fn launch<T: CombineKernel>(
 }
 
 /// The launch merging the partials of `shards` shards, `[shard][output]`, their indices
-/// offset by `index_offsets[shard]`, into `to`, one thread per output.
+/// offset by `index_offsets[shard]`, into `to`.
 pub fn launch_shards<T: CombineKernel>(
     outputs: u64,
     shards: u64,
@@ -83,6 +89,7 @@ fn launch_strided<T: CombineKernel>(
     to: MinOutputs<T>,
 ) -> Launch<CombineArgs<T>> {
     let kernel = to.pick(T::MIN_COMBINE, T::AMIN_COMBINE);
+    let lanes = lanes_for(split);
     let args = CombineArgs {
         partial_values: partials.values.as_const(),
         partial_indices: partials.indices.as_const(),
@@ -93,8 +100,13 @@ fn launch_strided<T: CombineKernel>(
         split,
         output_stride,
         split_stride,
+        lanes,
     };
-    Launch::new(kernel, LaunchGeometry::per_item(outputs, BLOCK_THREADS), args)
+    Launch::new(
+        kernel,
+        LaunchGeometry::per_item(outputs * lanes as u64, BLOCK_THREADS),
+        args,
+    )
 }
 
 #[cfg(target_arch = "nvptx64")]
@@ -103,12 +115,13 @@ mod kernel {
     use crate::device::{block_dim_x, block_idx_x, thread_idx_x};
     use crate::min::argmin::{ArgMin, MinValue};
 
-    /// Merges the `split` partials of each output in order, one thread per output.
+    /// Merges the `split` partials of each output, `lanes` lanes an output.
     ///
     /// # Safety
     /// The partials hold `outputs * split` slots (`partial_indices` too when `INDEX`),
     /// laid out one to one by the strides; `index_offsets` is null or holds `split`
-    /// offsets; the outputs hold `outputs`.
+    /// offsets; the outputs hold `outputs`; `lanes` is a power of two up to 32 and the
+    /// block a whole number of warps.
     #[inline(always)]
     pub unsafe fn combine<T: MinValue, const INDEX: bool>(args: CombineArgs<T>) {
         let CombineArgs {
@@ -121,10 +134,9 @@ mod kernel {
         } = args;
         let (partial_values, partial_indices) = (args.partial_values.as_ptr(), args.partial_indices.as_ptr());
         let (values, indices) = (args.values.as_mut_ptr(), args.indices.as_mut_ptr());
-        let m = block_idx_x() as u64 * block_dim_x() as u64 + thread_idx_x() as u64;
-        if m >= outputs {
-            return;
-        }
+        let thread = block_idx_x() as u64 * block_dim_x() as u64 + thread_idx_x() as u64;
+        let shift = args.lanes.trailing_zeros();
+        let (m, first) = (thread >> shift, thread & (args.lanes as u64 - 1));
         let read = |s: u64| {
             let slot = (m * output_stride + s * split_stride) as usize;
             // SAFETY: the strides lay the `outputs * split` slots out one to one, and
@@ -145,11 +157,36 @@ mod kernel {
                 }
             }
         };
-        let mut merged = read(0);
-        for s in 1..split {
-            merged = merged.merge(read(s));
+        // Lanes past the last output hold nothing, and shuffle with the others.
+        let mut merged = ArgMin::empty(T::LARGEST);
+        if m < outputs {
+            for s in (first..split).step_by(args.lanes as usize) {
+                merged = merged.merge(read(s));
+            }
         }
-        // SAFETY: m < outputs.
-        unsafe { merged.store(values, indices, m) };
+        let merged = merged.merge_group(args.lanes);
+        if m < outputs && first == 0 {
+            // SAFETY: m < outputs.
+            unsafe { merged.store(values, indices, m) };
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_output_takes_a_lane_a_partial_up_to_a_warp() {
+        let outputs = |address| MinOutputs::<f32> {
+            values: DevicePtrMut::from_address(address),
+            indices: DevicePtrMut::from_address(address + 4096),
+        };
+        for (split, lanes) in [(2, 2), (3, 4), (8, 8), (15, 16), (32, 32), (132, 32)] {
+            let combine = launch(1030, split, outputs(1 << 20), outputs(1 << 24));
+            assert_eq!(combine.arguments().lanes, lanes, "split {split}");
+            assert_eq!(combine.geometry().grid[0], (1030 * lanes as u64).div_ceil(256));
+            assert_eq!(combine.geometry().threads, BLOCK_THREADS);
+        }
     }
 }

@@ -33,7 +33,9 @@ pub mod rows;
 pub mod slab;
 pub mod strided;
 
-use crate::launch::{DeviceLimits, DevicePtrMut, EntryPoint, Kernel, Launch, ScratchLayout, THREADS_PER_SM};
+use crate::launch::{
+    DeviceLimits, DevicePtrMut, EntryPoint, Kernel, Launch, ScratchLayout, THREADS_PER_SM, lanes_for,
+};
 use combine::{CombineArgs, CombineKernel};
 use rows::{RowsKernel, RowsPlan};
 use slab::{SLAB_THREADS, SlabKernel, SlabPlan};
@@ -194,7 +196,7 @@ pub fn plan_window(
     if problem.inner == 1 && pitch == 1 {
         // Enough lanes that each loads a few vectors; whole warps for long rows.
         let vectors = problem.reduce.div_ceil(per_vector * rows::UNROLL as u64);
-        let group_lanes = vectors.next_power_of_two().clamp(1, 32) as u32;
+        let group_lanes = lanes_for(vectors);
         let split = split_for(
             problem.outer * group_lanes as u64,
             THREADS_PER_SM,
