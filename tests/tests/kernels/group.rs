@@ -284,7 +284,7 @@ fn check_cumsum<T: host::ScanElement>(
 }
 
 /// The group's cumsum of x into a poisoned output (see `cumsum_into_poisoned`: the
-/// segments kernel's bulk stores are invisible to initcheck), downloaded.
+/// segments kernel's bulk stores are invisible to initcheck), split as x, downloaded.
 fn group_cumsum_into_poisoned<T: host::ScanElement>(
     group: &GpuGroup,
     x: &ShardedArray<T>,
@@ -295,6 +295,7 @@ fn group_cumsum_into_poisoned<T: host::ScanElement>(
     let mut y = group.alloc_like(x).unwrap();
     group.poison(&mut y).unwrap();
     group.cumsum_into(x, &mut y, axis, kind, reverse).unwrap();
+    assert_eq!(y.sharding(), x.sharding());
     group.download(&y).unwrap()
 }
 
