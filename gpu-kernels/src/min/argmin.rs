@@ -133,12 +133,13 @@ impl<T: MinValue, const INDEX: bool> ArgMin<T, INDEX> {
     pub fn push_run<const N: usize>(&mut self, run: [T; N], first: u64, step: u64) {
         let least = run[1..].iter().fold(run[0], |least, &value| least.least(value));
         if self.beaten_by(least) {
+            let at = if INDEX {
+                run.iter().position(|&value| same_key(value, least)).unwrap_or(0)
+            } else {
+                0
+            };
             self.value = least;
-            self.index = first;
-            if INDEX {
-                let at = run.iter().position(|&value| same_key(value, least));
-                self.index = first + at.unwrap_or(0) as u64 * step;
-            }
+            self.index = first + at as u64 * step;
         }
     }
 
