@@ -15,8 +15,8 @@
 //!   a chunk of X in shared memory for many rows, `split` = the chunks of columns.
 //!
 //! With `split > 1` the first pass writes `[split][output]` partials and [`combine`]
-//! adds them in order and applies alpha and beta; otherwise the first pass does. With
-//! `beta == 0`, y is not read (it may hold anything, NaN included).
+//! adds them in a fixed order and applies alpha and beta; otherwise the first pass
+//! does. With `beta == 0`, y is not read (it may hold anything, NaN included).
 
 pub mod columns;
 pub mod combine;

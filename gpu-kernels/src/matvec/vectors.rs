@@ -8,7 +8,7 @@
 //! chunk: every load of A serves all `K` vectors and every read of X all `R` rows. The
 //! warp's `R * K` sums are added across its lanes by halving exchanges
 //! (`warp::reduce_each`), and each output gets one partial per chunk, which
-//! [`super::combine`] adds in chunk order; with a single chunk the kernel writes Y.
+//! [`super::combine`] adds in a fixed order; with a single chunk the kernel writes Y.
 
 use super::{BLOCK_THREADS, GemvProblem};
 use crate::element::{Sum, Summed, sum_bytes};
