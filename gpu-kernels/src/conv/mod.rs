@@ -47,6 +47,7 @@ pub mod reduce;
 pub mod staged_input_grad;
 pub mod stencil;
 pub mod stencil_columns;
+pub mod sub_pixel;
 pub mod tensor_core;
 pub mod transposed;
 pub mod winograd;
@@ -60,6 +61,7 @@ pub use gemm::GemmPlan;
 pub use phases::PhasePlan;
 pub use problem::{ConvPass, ConvProblem, ConvShape, ConvShapeError, FastDiv};
 pub use stencil::StencilPlan;
+pub use sub_pixel::SubPixelPlan;
 pub use tensor_core::{TensorCorePlan, WarpgroupWeightGradPlan, WeightGradPlan};
 pub use winograd::{WinogradProblem, WinogradSplit};
 
@@ -89,6 +91,8 @@ pub const ENTRY_POINTS: &[&[EntryPoint]] = &[
     transposed::FLIP_16_ENTRY_POINTS,
     transposed::UPSAMPLE_ENTRY_POINTS,
     phases::FILTERS_ENTRY_POINTS,
+    sub_pixel::FILTERS_ENTRY_POINTS,
+    sub_pixel::ENTRY_POINTS,
     phases::INTERLEAVE_ENTRY_POINTS,
     direct::FORWARD_ENTRY_POINTS,
     direct::INPUT_GRAD_ENTRY_POINTS,
@@ -150,6 +154,9 @@ pub enum ConvAlgorithm {
     Stencil(StencilPlan),
     /// The strided input gradient by phases, each a forward pass on the tensor cores.
     Phases(PhasePlan),
+    /// The strided input gradient as the phases' one forward pass on the tensor cores,
+    /// their outputs shuffled into dx (NHWC).
+    SubPixel(SubPixelPlan),
     /// The TF32 forward pass of a stem (at most 4 input channels, NHWC) on `mma.sync`.
     FewChannels(FewChannelsPlan),
 }
@@ -182,7 +189,7 @@ impl ConvAlgorithm {
             ConvAlgorithm::Direct(plan) => plan.layout(),
             ConvAlgorithm::Stencil(plan) => plan.layout(),
             ConvAlgorithm::Phases(plan) => plan.layout(),
-            ConvAlgorithm::FewChannels(_) => ConvLayout::Nhwc,
+            ConvAlgorithm::SubPixel(_) | ConvAlgorithm::FewChannels(_) => ConvLayout::Nhwc,
         }
     }
 
@@ -201,8 +208,9 @@ impl ConvAlgorithm {
 /// one input channel per group where its window fits, in every precision; the direct kernels for the other passes of one input
 /// channel per group, and for the input gradient of few
 /// input channels per group; the strided input gradient by phases where
-/// [`PhasePlan::of`] takes it (on the tensor cores in TF32, over NCHW tensors in FP32);
-/// in TF32, the tensor cores: the few-channel kernel for the forward pass of a stem
+/// [`PhasePlan::of`] takes it (on the tensor cores in TF32, over NCHW tensors in FP32),
+/// else in TF32 over NHWC tensors as the phases' one forward pass where
+/// [`SubPixelPlan::of`] takes it; in TF32, the tensor cores: the few-channel kernel for the forward pass of a stem
 /// over NHWC tensors, else the tensors' layout for the
 /// forward pass, and for the input gradient where it is the forward pass of
 /// [`ConvProblem::input_grad_as_forward`] (the plan is that problem's), for the weight
@@ -241,6 +249,12 @@ pub fn algorithm(
         && let Some(plan) = PhasePlan::of(problem, native, tensor_cores)
     {
         return ConvAlgorithm::Phases(plan);
+    }
+    if pass == ConvPass::InputGrad
+        && tensor_cores
+        && let Some(plan) = SubPixelPlan::of(problem, layout, tensor_core::TensorCoreOperand::Tf32, device)
+    {
+        return ConvAlgorithm::SubPixel(plan);
     }
     if precision == ConvPrecision::Tf32 {
         let forward = match pass {

@@ -362,7 +362,7 @@ pub const fn interleave<T: InterleaveKernel>(
 }
 
 #[cfg(target_arch = "nvptx64")]
-mod kernel {
+pub(crate) mod kernel {
     use super::*;
     use crate::conv::problem::{element_index, element_place};
     use crate::device::{block_idx_x, load_global_v4, store_global_v4, thread_idx_x, to_tf32};

@@ -15,9 +15,9 @@ mod sixteen_bit;
 
 use gpu_kernels::conv::{
     self as kernel, ConvAlgorithm, ConvEpilogue, ConvPass, ConvProblem, ConvShape, ConvShapeError,
-    CudaCoreAlgorithm, PhasePlan, TensorCorePlan, WinogradProblem, WinogradSplit, phases,
+    CudaCoreAlgorithm, PhasePlan, SubPixelPlan, TensorCorePlan, WinogradProblem, WinogradSplit, phases,
     reduce::{BiasGradPlan, BiasGradToNhwc},
-    tensor_core::ForwardScratch,
+    tensor_core::{ForwardScratch, TensorCoreOperand},
     transposed,
 };
 pub use gpu_kernels::conv::{Activation, ConvLayout, ConvPrecision};
@@ -458,7 +458,8 @@ impl Gpu {
             ConvAlgorithm::FewChannels(plan) => self.launch(&plan.launch(x, w, epilogue, y)),
             ConvAlgorithm::TensorCoreWeightGrad(_)
             | ConvAlgorithm::WarpgroupWeightGrad(_)
-            | ConvAlgorithm::Phases(_) => Err(invalid(
+            | ConvAlgorithm::Phases(_)
+            | ConvAlgorithm::SubPixel(_) => Err(invalid(
                 "algorithm",
                 format!("{algorithm:?} is a gradient's plan, not a forward one"),
             )),
@@ -755,6 +756,11 @@ impl Gpu {
                     self.input_grad_by_phases(problem, &plan, grad_y, w, dx)
                 })?
             }
+            ConvAlgorithm::SubPixel(plan) => {
+                // NHWC, the tensors' layout.
+                let dy = grad_y.in_layout(self, ConvLayout::Nhwc)?.ptr();
+                self.input_grad_sub_pixel(problem, &plan, w.ptr(), dy, dx.ptr_mut())?
+            }
             ConvAlgorithm::ImplicitGemm(_)
             | ConvAlgorithm::Winograd(_)
             | ConvAlgorithm::TensorCoreWeightGrad(_)
@@ -1032,6 +1038,41 @@ impl Gpu {
             }
         }
         self.launch(&phases::interleave(problem, plan, outputs.ptr(), dx.ptr_mut()))
+    }
+
+    /// The strided input gradient as its phases' one forward pass by `plan`: their
+    /// weights gathered from w, then the pass over dy, which stores each output into
+    /// dx; w, dy and dx NHWC, of the plan's operand (`T`: f32, or a 16-bit float).
+    pub(super) fn input_grad_sub_pixel<T: Element>(
+        &self,
+        problem: &ConvProblem,
+        plan: &SubPixelPlan,
+        w: DevicePtr<T>,
+        dy: DevicePtr<T>,
+        dx: DevicePtrMut<T>,
+    ) -> Result<()> {
+        let phases = &plan.phases.problem;
+        let mut filters = self.temporary::<T>(&[phases.weight_count() as usize])?;
+        let gathered = filters.ptr_mut();
+        match plan.forward.operand {
+            TensorCoreOperand::Tf32 => {
+                self.launch(&plan.filters::<f32>(problem, w.cast(), gathered.cast()))?
+            }
+            TensorCoreOperand::Bf16 | TensorCoreOperand::F16 => {
+                self.launch(&plan.filters::<u16>(problem, w.cast(), gathered.cast()))?
+            }
+        }
+        let (dy, filters) = (dy.cast::<f32>(), filters.ptr().cast::<f32>());
+        let specs = plan
+            .forward
+            .tensor_maps(phases, dy, filters)
+            .ok_or_else(|| invalid("plan", format!("{plan:?} stages no tensor maps")))?;
+        let (_scratch, at) = self.scratch(ScratchLayout {
+            bytes: size_of::<TensorMapPair>() as u64,
+            zeroed: 0,
+        })?;
+        let maps = self.write_tensor_maps(&specs, at.cast())?;
+        self.launch(&plan.launch(dy, filters, dx.cast(), maps))
     }
 
     fn input_grad(

@@ -2,8 +2,9 @@
 //! those take the problem: the forward pass on row strips or im2col boxes, K split or
 //! not (a bias, ReLU or neither; NCHW x and w changed to NHWC first, y written in its
 //! layout); in NHWC, the input gradient as that forward pass of dy by the flipped
-//! weights (dy upsampled first where strided) or, where a window narrower than the
-//! stride leaves phases without taps, by phases (as the TF32 path chooses), and the
+//! weights (at stride 1, or where strided as the phases' one forward pass, else over
+//! dy upsampled) or, where a window narrower than the stride leaves phases without
+//! taps, by phases (as the TF32 path chooses), and the
 //! weight gradient on `wgmma`; the bias gradient in any layout. Each reads the 16-bit
 //! tensors as they are and rounds its output once (a phase's outputs are dx's).
 //! Depthwise convolutions run on the stencil where the TF32 path does (the forward pass
@@ -21,7 +22,7 @@ use gpu_kernels::conv::tensor_core::{ForwardScratch, TensorCoreOperand};
 use gpu_kernels::conv::{
     self as kernel, Activation, ConvAlgorithm, ConvEpilogue, ConvLayout, ConvPass, ConvPrecision,
     ConvProblem, FewChannelsInputGradPlan, FewChannelsPlan, FewChannelsWeightGradPlan, PhasePlan,
-    StencilPlan, TensorCorePlan, WarpgroupWeightGradPlan, phases, transposed,
+    StencilPlan, SubPixelPlan, TensorCorePlan, WarpgroupWeightGradPlan, phases, transposed,
 };
 use gpu_kernels::launch::{DevicePtr, DevicePtrMut, KernelArgs, Launch, ScratchLayout};
 use gpu_kernels::tensor_map::TensorMapPair;
@@ -96,6 +97,8 @@ pub enum SixteenBitInputGrad {
     /// By phases, each phase with taps a forward pass of the operand (their plans
     /// [`TensorCorePlan::forward_16_bit`] of the phase's problem).
     Phases(PhasePlan, TensorCoreOperand),
+    /// As the phases' one forward pass, their outputs shuffled into dx.
+    SubPixel(SubPixelPlan),
     /// On the depthwise stencil (stride 1), tensors of this operand.
     Stencil(StencilPlan, TensorCoreOperand),
     /// On the few-channel kernel (NHWC, a stem's few input channels), tensors of this
@@ -108,6 +111,7 @@ impl SixteenBitInputGrad {
     pub const fn operand(&self) -> TensorCoreOperand {
         match self {
             Self::AsForward(plan) => plan.operand,
+            Self::SubPixel(plan) => plan.forward.operand,
             Self::Phases(_, operand) | Self::Stencil(_, operand) | Self::FewChannels(_, operand) => *operand,
         }
     }
@@ -163,8 +167,10 @@ impl Gpu {
 
     /// The plan of the input gradient of NHWC tensors of `operand`: on the few-channel
     /// kernel where it takes the problem, else where the TF32 path runs it on the tensor
-    /// cores (not on the direct kernels, which serve few input channels): by phases where that path takes them and each phase's forward pass
-    /// has a plan, else the forward plan of its transposed problem.
+    /// cores (not on the direct kernels, which serve few input channels): by phases where
+    /// that path takes them and each phase's forward pass has a plan, as the phases' one
+    /// forward pass where it takes that and the operand's plan, else the forward plan of
+    /// its transposed problem.
     fn own_input_grad_plan(
         &self,
         problem: &ConvProblem,
@@ -198,6 +204,8 @@ impl Gpu {
                         .is_none_or(|phase| forward(&phase).is_some())
                 })
                 .then_some(SixteenBitInputGrad::Phases(phases, operand)),
+            ConvAlgorithm::SubPixel(_) => SubPixelPlan::of(problem, ConvLayout::Nhwc, operand, &limits)
+                .map(SixteenBitInputGrad::SubPixel),
             ConvAlgorithm::TensorCore(_) => problem
                 .input_grad_as_forward()
                 .and_then(|transposed| forward(&transposed))
@@ -417,6 +425,10 @@ impl Gpu {
             }
             Some(SixteenBitInputGrad::Phases(plan, operand)) => {
                 self.input_grad_by_phases_16_bit(problem, &plan, operand, w, grad_y, dx)
+            }
+            Some(SixteenBitInputGrad::SubPixel(plan)) => {
+                self.input_grad_sub_pixel(problem, &plan, w.ptr(), grad_y.ptr(), dx.ptr_mut())?;
+                Ok(true)
             }
             Some(SixteenBitInputGrad::Stencil(stencil, _)) => {
                 // The stencil flips the filter, which it reads as f32.

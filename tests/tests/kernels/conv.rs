@@ -167,7 +167,7 @@ fn check_forward(gpu: &Gpu, c: Case) -> Result<(), TestCaseError> {
     Ok(())
 }
 
-fn check_backward(gpu: &Gpu, c: Case) -> Result<(), TestCaseError> {
+pub(super) fn check_backward(gpu: &Gpu, c: Case) -> Result<(), TestCaseError> {
     let t = tensors(&c);
     let (_, y_shape) = conv2d_problem(t.x.shape(), t.w.shape(), &c.params).unwrap();
     let dy = values([y_shape[0], y_shape[1], y_shape[2], y_shape[3]], c.seed ^ 3, DATA);
@@ -373,6 +373,9 @@ fn every_conv_kernel_matches_the_reference_on_fixed_cases() {
         /// The strided input gradient by phases, each a forward pass on the tensor
         /// cores.
         Phases,
+        /// The strided input gradient as the phases' one forward pass (NHWC, Hopper
+        /// only: over dy upsampled on `mma.sync` elsewhere, `TensorCore`).
+        SubPixel,
         /// The direct kernels (depthwise, or the input gradient of few channels).
         Direct,
         /// The input gradient of few channels and one group over staged dy tiles.
@@ -397,9 +400,10 @@ fn every_conv_kernel_matches_the_reference_on_fixed_cases() {
     use Path::{
         Direct, DirectStaged, FewChannels, Gemm, Phases, SplitGemm, SplitTensorCoreBoxesNarrow,
         SplitTensorCoreBulkNarrow, SplitTensorCoreGrad, SplitTensorCoreScalar, SplitTensorCoreStrips,
-        SplitWarpgroupGrad, Stencil, StencilColumns, TensorCore, TensorCoreBoxes, TensorCoreBoxesNarrow,
-        TensorCoreBulk, TensorCoreBulkFromNchw, TensorCoreBulkFromNchwNarrow, TensorCoreBulkNarrow,
-        TensorCoreGrad, TensorCoreGradScalar, TensorCoreScalar, TensorCoreStrips, WarpgroupGrad, Winograd,
+        SplitWarpgroupGrad, Stencil, StencilColumns, SubPixel, TensorCore, TensorCoreBoxes,
+        TensorCoreBoxesNarrow, TensorCoreBulk, TensorCoreBulkFromNchw, TensorCoreBulkFromNchwNarrow,
+        TensorCoreBulkNarrow, TensorCoreGrad, TensorCoreGradScalar, TensorCoreScalar, TensorCoreStrips,
+        WarpgroupGrad, Winograd,
     };
     let tf32 = |layout| Conv2dParams {
         layout,
@@ -636,7 +640,9 @@ fn every_conv_kernel_matches_the_reference_on_fixed_cases() {
         // The NHWC weight gradient over im2col boxes at stride 2: 48 input channels
         // (three column blocks of a partial chunk), 136 output channels in two tiles,
         // 540 output pixels of 4 images of 15 x 9 (17 k-tiles across rows and images,
-        // the last partial) split in two.
+        // the last partial) split in two. The input gradient as the phases' one pass:
+        // 192 channels of the phases (a partial second tile), dy's 136 in five chunks
+        // (the last partial).
         (
             case(
                 4,
@@ -650,7 +656,7 @@ fn every_conv_kernel_matches_the_reference_on_fixed_cases() {
                 },
                 true,
             ),
-            [TensorCoreBulk, SplitTensorCoreBulkNarrow, SplitWarpgroupGrad],
+            [TensorCoreBulk, SubPixel, SplitWarpgroupGrad],
         ),
         // NCHW at stride 1, rows of 500 and 250 pixels (tiles of 256: 12 and 6 GEMM
         // rows dropped per row): x and dy staged as they lie, in strips that start at
@@ -952,6 +958,26 @@ fn every_conv_kernel_matches_the_reference_on_fixed_cases() {
             ),
             [TensorCoreBulkNarrow, TensorCoreBulkNarrow, TensorCoreGrad],
         ),
+        // Channels last, 3x3 at stride 2 over odd extents (7 x 9 outputs): the input
+        // gradient as the phases' one pass, 2x2 windows of dy's 20 channels (a partial
+        // chunk of 32) into 160 channels of the phases (a partial second tile of 128),
+        // its outputs 8 x 10 (the first row and column, and those past x's edge,
+        // dropped).
+        (
+            case(
+                2,
+                [40, 20],
+                [3, 3],
+                [13, 17],
+                Conv2dParams {
+                    stride: [2, 2],
+                    padding: [1, 1],
+                    ..tf32(ConvLayout::Nhwc)
+                },
+                true,
+            ),
+            [TensorCoreBulkNarrow, SubPixel, WarpgroupGrad],
+        ),
         // Depthwise, four output channels per input channel (dy read 16 bytes at a time
         // by the input gradient), strided, padded and dilated unevenly, channels last,
         // with a bias: the depthwise kernels in every pass.
@@ -1184,6 +1210,10 @@ fn every_conv_kernel_matches_the_reference_on_fixed_cases() {
                         assert_eq!(plan.tensor_cores == 1, c.params.precision == ConvPrecision::Tf32);
                         Phases
                     }
+                    ConvAlgorithm::SubPixel(plan) => {
+                        assert_eq!((plan.forward.splits, plan.forward.row_strips), (1, 0));
+                        SubPixel
+                    }
                     ConvAlgorithm::ImplicitGemm(plan) if plan.split > 1 => SplitGemm,
                     ConvAlgorithm::ImplicitGemm(_) => Gemm,
                     ConvAlgorithm::WarpgroupWeightGrad(plan) if plan.split > 1 => SplitWarpgroupGrad,
@@ -1237,7 +1267,7 @@ fn every_conv_kernel_matches_the_reference_on_fixed_cases() {
                     (path, WarpgroupGrad | SplitWarpgroupGrad) if warpgroup_mma == 0 => {
                         (path, TensorCoreGrad)
                     }
-                    (path, SplitTensorCoreBulkNarrow) if warpgroup_mma == 0 => (path, TensorCore),
+                    (path, SplitTensorCoreBulkNarrow | SubPixel) if warpgroup_mma == 0 => (path, TensorCore),
                     (path, TensorCoreStrips | SplitTensorCoreStrips) if warpgroup_mma == 0 => {
                         match c.params.layout {
                             ConvLayout::Nhwc => (path, TensorCore),

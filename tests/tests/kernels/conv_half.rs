@@ -11,7 +11,7 @@ use ndarray::{Array4, ArrayD};
 use proptest::prelude::*;
 use tests::{gpu_or_skip, runner};
 
-use super::conv::{Case, DATA, case, tensors, values};
+use super::conv::{Case, DATA, case, check_backward, tensors, values};
 
 /// A 16-bit float of the tests.
 trait Half: ConvElement {
@@ -175,9 +175,9 @@ fn conv2d_f16_matches_the_rounded_reference() {
 /// tiles leave multiprocessors idle (f32 partials rounded once by the split
 /// epilogue); the weight gradient on `wgmma` (partial tiles of output channels and
 /// pixels, 40 input channels in a chunk of 64, two column tiles of 128 channels); two
-/// groups, with and without a bias and ReLU; strided input gradients over dy upsampled
-/// or, where the window leaves phases without taps (1x1 at strides 2 and 3), by
-/// phases; the forward pass of NHWC stems (2 and 3 input channels) on the few-channel
+/// groups, with and without a bias and ReLU; strided input gradients as the phases'
+/// one forward pass, over dy upsampled (a dilated window) or, where the window leaves
+/// phases without taps (1x1 at strides 2 and 3), by phases; the forward pass of NHWC stems (2 and 3 input channels) on the few-channel
 /// kernel; and cases where some passes run over f32 copies (channels not multiples of
 /// 64, 1x1 weight gradients, the stems' gradients). In NCHW the forward pass reads copies of x and w in NHWC and writes y
 /// channels first; the gradients but the bias's run over f32 copies.
@@ -224,48 +224,53 @@ fn conv2d_16_bit_kernels_match_the_rounded_reference() {
         (1, 3, 16, [3, 3], [4, 30], [1, 1], [1, 1], 1, Activation::Relu, false, Nhwc, [true, true, true]),
         (1, 2, 6, [1, 5], [6, 33], [0, 2], [1, 1], 1, Activation::Identity, false, Nhwc, [true, false, false]),
     ];
-    // Strided: the forward pass on im2col boxes, the input gradient over dy upsampled
-    // (3x3) or by phases (1x1).
+    // Strided: the forward pass on im2col boxes, the input gradient as the phases' one
+    // forward pass (3x3, 28 x 28 and 15 x 15 unpadded, 64 input channels: 256 of the
+    // phases), over dy upsampled (3x3 dilated) or by phases (1x1).
     #[rustfmt::skip]
     let strided = [
-        (4, 64, 128, [3, 3], [28, 28], [1, 1], [2, 2], [true, true, true]),
-        (4, 128, 64, [1, 1], [28, 28], [0, 0], [2, 2], [true, true, true]),
-        (2, 64, 64, [1, 1], [27, 27], [0, 0], [3, 3], [true, true, true]),
-        (2, 64, 64, [3, 3], [15, 15], [0, 0], [2, 2], [true, true, true]),
+        (4, 64, 128, [3, 3], [28, 28], [1, 1], [2, 2], [1, 1], [true, true, true]),
+        (4, 128, 64, [1, 1], [28, 28], [0, 0], [2, 2], [1, 1], [true, true, true]),
+        (2, 64, 64, [1, 1], [27, 27], [0, 0], [3, 3], [1, 1], [true, true, true]),
+        (2, 64, 64, [3, 3], [15, 15], [0, 0], [2, 2], [1, 1], [true, true, true]),
+        (2, 64, 64, [3, 3], [20, 19], [2, 2], [2, 2], [2, 2], [true, true, true]),
         // Stems, on the few-channel kernels. The second with partial tiles of rows (23
         // outputs), columns (35) and of its 66 output channels (its gradients over f32
         // copies, the input gradient on the TF32 path's direct kernel); a third with 4
         // input channels, 5 x 3 at strides 3 and 2 (its input gradient's phases of 2 and
         // 3 tap rows); a fourth of 72 output channels (two channel tiles, 8 in the
         // second).
-        (2, 3, 64, [7, 7], [32, 32], [3, 3], [2, 2], [true, true, true]),
-        (1, 3, 66, [7, 7], [45, 70], [3, 3], [2, 2], [true, false, false]),
-        (1, 4, 16, [5, 3], [10, 70], [1, 0], [3, 2], [true, true, true]),
-        (2, 3, 72, [7, 7], [20, 24], [3, 3], [2, 2], [true, true, true]),
+        (2, 3, 64, [7, 7], [32, 32], [3, 3], [2, 2], [1, 1], [true, true, true]),
+        (1, 3, 66, [7, 7], [45, 70], [3, 3], [2, 2], [1, 1], [true, false, false]),
+        (1, 4, 16, [5, 3], [10, 70], [1, 0], [3, 2], [1, 1], [true, true, true]),
+        (2, 3, 72, [7, 7], [20, 24], [3, 3], [2, 2], [1, 1], [true, true, true]),
     ];
-    let strided = strided.map(|(batch, input, output, kernel, size, padding, stride, native)| {
-        let case = (
-            batch,
-            input,
-            output,
-            kernel,
-            size,
-            padding,
-            [1, 1],
-            1,
-            Activation::Identity,
-            true,
-            Nhwc,
-            native,
-        );
-        (case, stride)
-    });
+    let strided = strided.map(
+        |(batch, input, output, kernel, size, padding, stride, dilation, native)| {
+            let case = (
+                batch,
+                input,
+                output,
+                kernel,
+                size,
+                padding,
+                dilation,
+                1,
+                Activation::Identity,
+                true,
+                Nhwc,
+                native,
+            );
+            (case, stride)
+        },
+    );
     let all = cases.into_iter().map(|case| (case, [1, 1])).chain(strided);
     // The forward kernels' paths the cases reach: row strips, im2col boxes, K split,
     // y written channels first, by the row strips' kernel of its own (rows of 490).
     let mut paths = [false; 5];
-    // And the strided input gradients': over dy upsampled, by phases.
-    let mut strided_paths = [false; 2];
+    // And the strided input gradients': over dy upsampled, by phases, as the phases'
+    // one forward pass.
+    let mut strided_paths = [false; 3];
     // And the depthwise stencil's: forward, input and weight gradients; and the column
     // kernels' 3 x 3 and 5 x 5 windows and weight gradient (aligned tensors).
     let mut stencil_paths = [false; 3];
@@ -363,9 +368,10 @@ fn conv2d_16_bit_kernels_match_the_rounded_reference() {
             stencil_paths[1] |= matches!(plans.input_grad, Some(SixteenBitInputGrad::Stencil(..)));
             stencil_paths[2] |= matches!(plans.weight_grad, Some(SixteenBitWeightGrad::Stencil(..)));
             if stride != [1, 1] {
-                use host::plans::SixteenBitInputGrad::{AsForward, Phases};
+                use host::plans::SixteenBitInputGrad::{AsForward, Phases, SubPixel};
                 strided_paths[0] |= matches!(plans.input_grad, Some(AsForward(_)));
                 strided_paths[1] |= matches!(plans.input_grad, Some(Phases(..)));
+                strided_paths[2] |= matches!(plans.input_grad, Some(SubPixel(_)));
             }
             let checked = match operand {
                 TensorCoreOperand::Bf16 => check::<bf16>(&gpu, c.clone(), activation, false),
@@ -375,7 +381,10 @@ fn conv2d_16_bit_kernels_match_the_rounded_reference() {
         }
     }
     assert_eq!(paths, [true; 5], "strips, im2col, split, NCHW y, its strips");
-    assert_eq!(strided_paths, [true; 2], "upsampled, phases");
+    assert_eq!(
+        strided_paths, [true; 3],
+        "upsampled, phases, the phases' one pass"
+    );
     assert!(split_weight_grad, "a split weight gradient");
     assert_eq!(
         stencil_paths, [true; 3],
@@ -389,6 +398,75 @@ fn conv2d_16_bit_kernels_match_the_rounded_reference() {
         few_channel_paths, [true; 6],
         "few channels forward, padded or not; input gradient, strided or not; weight gradient, in parts or not"
     );
+}
+
+/// The strided input gradient as the phases' one forward pass in bf16, f16 and TF32,
+/// each plan asserted, every gradient exact (integer data), outputs poisoned: 3x3 at
+/// stride 2 over odd extents (the last row and column of phase 0 alone), 5x5 at
+/// stride 2 (3x3 windows of dy), 3x3 at strides 2 and 1, 4x4 at stride 3 (phases of 1,
+/// 1 and 2 taps in a window of 2). Small enough for the sanitizers.
+#[test]
+fn strided_input_gradients_as_the_phases_one_pass() {
+    use host::plans::{ConvAlgorithm, ConvPass, SixteenBitInputGrad, TensorCoreOperand};
+    let Some(gpu) = gpu_or_skip("strided_input_gradients_as_the_phases_one_pass") else {
+        return;
+    };
+    let hopper = gpu.info().compute_capability == (9, 0);
+    for (i, (kernel, size, padding, stride)) in [
+        ([3, 3], [15, 13], [1, 1], [2, 2]),
+        ([5, 5], [12, 11], [2, 2], [2, 2]),
+        ([3, 3], [10, 9], [1, 1], [2, 1]),
+        ([4, 4], [13, 14], [1, 1], [3, 3]),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let c = Case {
+            batch: 2,
+            in_channels: 64,
+            out_channels: 64,
+            kernel,
+            size,
+            params: Conv2dParams {
+                stride,
+                padding,
+                layout: host::ConvLayout::Nhwc,
+                ..Default::default()
+            },
+            bias: false,
+            seed: 90 + i as u64,
+        };
+        let x_shape = [c.batch, size[0], size[1], c.in_channels];
+        let w_shape = [c.out_channels, kernel[0], kernel[1], c.in_channels];
+        for operand in [TensorCoreOperand::Bf16, TensorCoreOperand::F16] {
+            let plans = gpu
+                .conv2d_16_bit_plans(&x_shape, &w_shape, &c.params, operand)
+                .unwrap();
+            let sub_pixel = matches!(plans.input_grad, Some(SixteenBitInputGrad::SubPixel(_)));
+            assert_eq!(sub_pixel, hopper, "{c:?} {operand:?}: {plans:?}");
+            match operand {
+                TensorCoreOperand::Bf16 => check::<bf16>(&gpu, c.clone(), Activation::Identity, false),
+                _ => check::<f16>(&gpu, c.clone(), Activation::Identity, false),
+            }
+            .unwrap_or_else(|e| panic!("{operand:?}: {e}"));
+        }
+        let tf32 = Case {
+            params: Conv2dParams {
+                precision: host::ConvPrecision::Tf32,
+                ..c.params
+            },
+            ..c
+        };
+        let algorithm = gpu
+            .conv2d_algorithm(&x_shape, &w_shape, &tf32.params, ConvPass::InputGrad)
+            .unwrap();
+        assert_eq!(
+            matches!(algorithm, ConvAlgorithm::SubPixel(_)),
+            hopper,
+            "{tf32:?}: {algorithm:?}"
+        );
+        check_backward(&gpu, tf32).unwrap();
+    }
 }
 
 /// Layout changes of 2-byte elements move every element's bits: in pairs where the

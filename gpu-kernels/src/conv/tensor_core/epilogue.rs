@@ -3,6 +3,7 @@
 //! the plan's layout.
 
 use super::*;
+use crate::conv::sub_pixel::{PhaseShuffle, ShuffledPixel};
 use crate::device::{Float16, Shuffle, lane_id, store_global_v2_f32, store_global_v4, thread_idx_x};
 
 /// Where a tile of the GEMM lies: its first output pixel, its group, and its first
@@ -566,7 +567,15 @@ pub unsafe fn store_plain<T: Output, const I: usize, const J: usize>(
             }
         }
     };
-    // Rows of tiles (I) up to 4, columns (J) up to 16: those past the warp's are none.
+    each_tile::<I, J>(store_tile);
+}
+
+/// Calls `store_tile(i, j)` for every tile of a warp's `I x J` and beyond, up to 4 x
+/// 16 (those past the warp's it must skip), as unrolled code: a loop left rolled (the
+/// 16-bit stores are long enough for the unroller to give up) would index the sums in
+/// local memory.
+#[inline(always)]
+fn each_tile<const I: usize, const J: usize>(store_tile: impl Fn(usize, usize)) {
     const { assert!(I <= 4 && J <= 16) };
     macro_rules! store_tiles {
         ($($j:literal)*) => {
@@ -574,6 +583,89 @@ pub unsafe fn store_plain<T: Output, const I: usize, const J: usize>(
         };
     }
     store_tiles!(0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15);
+}
+
+/// Where the register epilogue (a bias, ReLU or neither) writes a tile's sums: y as
+/// the plan lays it out, or dx by a [`PhaseShuffle`].
+pub trait Placement: Copy {
+    /// Writes the warp's sums through the epilogue, each output as `T`.
+    ///
+    /// # Safety
+    /// As [`store_plain`], y laid out as this placement writes it.
+    unsafe fn store<T: Output, const I: usize, const J: usize>(
+        &self,
+        args: &TensorCoreArgs,
+        tile: TileOrigin,
+        warp: &WarpTiles<I, J>,
+    );
+}
+
+/// y as the plan lays it out ([`store_plain`]).
+#[derive(Clone, Copy)]
+pub struct InPlace;
+
+impl Placement for InPlace {
+    #[inline(always)]
+    unsafe fn store<T: Output, const I: usize, const J: usize>(
+        &self,
+        args: &TensorCoreArgs,
+        tile: TileOrigin,
+        warp: &WarpTiles<I, J>,
+    ) {
+        // SAFETY: forwarded.
+        unsafe { store_plain::<T, I, J>(args, tile, warp) }
+    }
+}
+
+impl Placement for PhaseShuffle {
+    /// Output pixel m and channels c, c + 1 of the group (phase q, x's channels c' and
+    /// c' + 1: x's channels per group are even) at the phase's pixel of dx, channels c'
+    /// and c' + 1 of the group, together; nothing where that pixel lies past dx's edge
+    /// (or before the phases' first output).
+    #[inline(always)]
+    unsafe fn store<T: Output, const I: usize, const J: usize>(
+        &self,
+        args: &TensorCoreArgs,
+        tile: TileOrigin,
+        warp: &WarpTiles<I, J>,
+    ) {
+        let p = &args.problem;
+        let lane = lane_id();
+        let (g, t) = (lane / 4, lane % 4);
+        let (first, live) = args.plan.tile_pixels(p, tile.m0);
+        let out_group = p.out_per_group();
+        let dx = args.y.as_mut_ptr().cast::<T>();
+        let pixels: [[Option<ShuffledPixel>; 2]; I] = core::array::from_fn(|i| {
+            [0, 1].map(|half| {
+                let row = warp.origin.0 + warp.row_step * i as u32 + g + 8 * half;
+                if row < live {
+                    self.pixel(p, first + row)
+                } else {
+                    None
+                }
+            })
+        });
+        let store_tile = |i: usize, j: usize| {
+            let Some(sums) = warp.sums.get(i).and_then(|row_tiles| row_tiles.get(j)) else {
+                return;
+            };
+            // Both columns of the pair, or neither: the group's channels are even.
+            let column = tile.n0 + warp.origin.1 + 8 * j as u32 + 2 * t;
+            if column >= out_group {
+                return;
+            }
+            let channel = self.channel(tile.group, column);
+            for (half, pixel) in pixels[i].into_iter().enumerate() {
+                if let Some(at) = pixel.and_then(|pixel| pixel.place(channel)) {
+                    let values = [0, 1].map(|e| args.epilogue.rectify(sums[2 * half + e]));
+                    // SAFETY: two channels of one pixel of dx, aligned to two elements
+                    // (dx's channels are even).
+                    unsafe { T::store_pair(dx.add(at as usize), values) };
+                }
+            }
+        };
+        each_tile::<I, J>(store_tile);
+    }
 }
 
 /// Writes the warp's sums through the fused epilogue to y: output pixel m and channel c

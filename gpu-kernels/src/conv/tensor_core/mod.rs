@@ -41,6 +41,8 @@ pub mod weight_grad;
 
 #[cfg(target_arch = "nvptx64")]
 pub(crate) use epilogue::Output;
+#[cfg(all(target_arch = "nvptx64", target_feature = "sm_90a"))]
+pub(crate) use warpgroup_mma::input_grad_sub_pixel;
 pub use warpgroup_weight_grad::WarpgroupWeightGradPlan;
 pub use weight_grad::WeightGradPlan;
 
@@ -291,6 +293,31 @@ impl TensorCorePlan {
     /// The plan of the forward pass of `problem` over tensors in `layout`, on `wgmma`
     /// where the device's kernels have it.
     pub const fn forward(problem: &ConvProblem, layout: ConvLayout, device: &DeviceLimits) -> Self {
+        Self::forward_staged(problem, layout, device, true)
+    }
+
+    /// The plan of the forward pass of `problem` over NHWC tensors on `wgmma` with
+    /// im2col boxes in tiles of `TC_BN` output channels, K whole (neither row strips nor
+    /// splits): the one its kernels with an epilogue of their own take
+    /// ([`SubPixelPlan`](super::sub_pixel::SubPixelPlan)), where the device has them
+    /// and the tensor maps describe the problem.
+    pub const fn im2col(problem: &ConvProblem, device: &DeviceLimits) -> Option<Self> {
+        let plan = Self::forward_staged(problem, ConvLayout::Nhwc, device, false);
+        let im2col = plan.warpgroup_mma == 1 && plan.bulk_copies == 1 && plan.channels_last == 1;
+        if im2col && plan.row_strips == 0 && plan.splits == 1 && plan.tile_n == TC_BN {
+            Some(plan)
+        } else {
+            None
+        }
+    }
+
+    /// [`Self::forward`], with row strips and splits of K where `strips_and_splits`.
+    const fn forward_staged(
+        problem: &ConvProblem,
+        layout: ConvLayout,
+        device: &DeviceLimits,
+        strips_and_splits: bool,
+    ) -> Self {
         let y_channels_last = matches!(layout, ConvLayout::Nhwc);
         let warpgroup_mma = device.warpgroup_mma;
         // The bulk copies stage NHWC operands many times faster than the NCHW producer
@@ -303,7 +330,9 @@ impl TensorCorePlan {
             && nchw_boxes_fit(problem)
             && row_strips_fit(problem, boxes_rows, STRIP_MARGIN - 3);
         let bulk_copies = nchw_boxes || (maps && bulk_copies_fit(problem));
-        let nhwc_strips = bulk_copies && row_strips_fit(problem, NHWC_STRIP_TILE_ROWS, NHWC_STRIP_MARGIN);
+        let nhwc_strips = strips_and_splits
+            && bulk_copies
+            && row_strips_fit(problem, NHWC_STRIP_TILE_ROWS, NHWC_STRIP_MARGIN);
         let row_strips = nchw_boxes || nhwc_strips;
         let channels_last = y_channels_last || (bulk_copies && !nchw_boxes);
         let rows = if warpgroup_mma {
@@ -333,7 +362,7 @@ impl TensorCorePlan {
         } else {
             (in_group * problem.taps()).div_ceil(TC_BK)
         };
-        let splits = if warpgroup_mma && problem.output_count() < 1 << 31 {
+        let splits = if strips_and_splits && warpgroup_mma && problem.output_count() < 1 << 31 {
             split_count(tiles, k_tiles, device.multiprocessors)
         } else {
             1
@@ -378,23 +407,33 @@ impl TensorCorePlan {
         y_layout: ConvLayout,
         device: &DeviceLimits,
     ) -> Option<Self> {
-        let tf32 = Self::forward(problem, ConvLayout::Nhwc, device);
+        Self::forward(problem, ConvLayout::Nhwc, device).of_operand(problem, operand, y_layout)
+    }
+
+    /// This TF32 plan of `problem` for tensors of the 16-bit `operand`, y in
+    /// `y_layout`: where it stages NHWC x by bulk copies (row strips or im2col boxes)
+    /// and x's channels per group are a multiple of a k-tile's.
+    pub const fn of_operand(
+        self,
+        problem: &ConvProblem,
+        operand: TensorCoreOperand,
+        y_layout: ConvLayout,
+    ) -> Option<Self> {
         let channels = operand.k_tile_channels();
-        // NHWC row strips or im2col boxes, both by bulk copies.
-        let bulk = tf32.warpgroup_mma == 1 && tf32.bulk_copies == 1 && tf32.channels_last == 1;
+        let bulk = self.warpgroup_mma == 1 && self.bulk_copies == 1 && self.channels_last == 1;
         if !bulk || !problem.in_per_group().is_multiple_of(channels) {
             return None;
         }
         // K split as the TF32 plan splits it, over half as many k-tiles.
         let k_tiles = problem.taps() * (problem.in_per_group() / channels);
-        let split_k_tiles = k_tiles.div_ceil(tf32.splits);
+        let split_k_tiles = k_tiles.div_ceil(self.splits);
         Some(Self {
             k_tiles,
             splits: k_tiles.div_ceil(split_k_tiles),
             split_k_tiles,
             operand,
             y_channels_last: matches!(y_layout, ConvLayout::Nhwc) as u32,
-            ..tf32
+            ..self
         })
     }
 

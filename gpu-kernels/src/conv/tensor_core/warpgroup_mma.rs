@@ -18,8 +18,8 @@
 //! strip.
 
 use super::epilogue::{
-    ChannelRowSums, Output, TileOrigin, WarpTiles, bias_sums, channel_row_sums, store_channel_rows,
-    store_channel_rows_first, store_plain,
+    ChannelRowSums, InPlace, Output, Placement, TileOrigin, WarpTiles, bias_sums, channel_row_sums,
+    store_channel_rows, store_channel_rows_first,
 };
 use super::operands::{
     Filters, KTiles, NchwPatches, Operand, Patches, ScalarFilters, ScalarPatches, SharedOrigins, Stagers,
@@ -27,6 +27,7 @@ use super::operands::{
 };
 use super::staged_epilogue::store_staged;
 use super::*;
+use crate::conv::sub_pixel::SubPixelArgs;
 use crate::device::{
     PIPELINE_BARRIER_BYTES, Shuffle, StagePipeline, WarpgroupAccumulators, arrive_group, async_copy_commit,
     async_copy_wait, block_idx_x, fence_async_shared, fence_tensor_map, grid_dim_x, lane_id, load_matrix_x4,
@@ -290,7 +291,7 @@ pub unsafe fn forward<
     [[f32; 4]; J]: WarpgroupAccumulators,
 {
     // SAFETY: forwarded.
-    unsafe { forward_with::<E, CHANNELS_LAST, BULK, ROW_STRIPS, J, false>(args) }
+    unsafe { forward_with::<E, CHANNELS_LAST, BULK, ROW_STRIPS, J, false>(args, InPlace) }
 }
 
 /// [`forward`] on NHWC row strips into NCHW y of `E`, by a kernel of its own: its
@@ -302,14 +303,28 @@ pub unsafe fn forward<
 #[inline(always)]
 pub unsafe fn forward_nchw_y<E: StripOperand>(args: TensorCoreArgs) {
     // SAFETY: forwarded.
-    unsafe { forward_with::<E, true, true, true, 8, true>(args) }
+    unsafe { forward_with::<E, true, true, true, 8, true>(args, InPlace) }
+}
+
+/// The strided input gradient as the phases' one forward pass
+/// ([`SubPixelPlan`](crate::conv::sub_pixel::SubPixelPlan)): [`forward`] on NHWC
+/// im2col boxes in tiles of `TC_BN` channels, K whole, every output stored at its
+/// phase's pixel of dx.
+///
+/// # Safety
+/// As [`forward`] for `args.forward` (dy, the gathered weights and the plan's forward
+/// plan of its phases' problem), y dx as `args.shuffle` places it.
+#[inline(always)]
+pub unsafe fn input_grad_sub_pixel<E: StripOperand>(args: SubPixelArgs) {
+    // SAFETY: forwarded.
+    unsafe { forward_with::<E, true, true, false, 16, false>(args.forward, args.shuffle) }
 }
 
 /// [`forward`], its NHWC row strips storing y by [`StripOperand::store_rows_first`]
-/// where `Y_FIRST`.
+/// where `Y_FIRST`, its other register epilogues where `placement` puts them.
 ///
 /// # Safety
-/// As [`forward`].
+/// As [`forward`], y laid out as `placement` writes it.
 #[inline(always)]
 unsafe fn forward_with<
     E: StripOperand,
@@ -320,6 +335,7 @@ unsafe fn forward_with<
     const Y_FIRST: bool,
 >(
     args: TensorCoreArgs,
+    placement: impl Placement,
 ) where
     [[f32; 4]; J]: WarpgroupAccumulators,
 {
@@ -370,9 +386,9 @@ unsafe fn forward_with<
             if CHANNELS_LAST && ROW_STRIPS {
                 consume_in_turns::<E, Y_FIRST>(&args, units, &rings, consumer);
             } else if CHANNELS_LAST && BULK {
-                consume::<E, CHANNELS_LAST, ROW_STRIPS, true, J>(&args, units, &rings, consumer);
+                consume::<E, CHANNELS_LAST, ROW_STRIPS, true, J>(&args, units, &rings, consumer, placement);
             } else {
-                consume::<E, CHANNELS_LAST, ROW_STRIPS, false, J>(&args, units, &rings, consumer);
+                consume::<E, CHANNELS_LAST, ROW_STRIPS, false, J>(&args, units, &rings, consumer, placement);
             }
         }
     }
@@ -992,10 +1008,11 @@ fn a_fills<const ROW_STRIPS: bool>(p: &ConvProblem, unit: &WorkUnit) -> u32 {
 }
 
 /// A consumer beside the other: multiplies its half of the rows of every unit of this
-/// block and stores it (split, into its split's copy of y).
+/// block and stores it (split, into its split's copy of y), where `placement` puts
+/// register epilogues.
 ///
 /// # Safety
-/// As [`forward`]; consumer warpgroup `consumer` (0 or 1) calls it.
+/// As [`forward_with`]; consumer warpgroup `consumer` (0 or 1) calls it.
 #[inline(always)]
 unsafe fn consume<
     E: StripOperand,
@@ -1008,6 +1025,7 @@ unsafe fn consume<
     units: u32,
     rings: &Rings,
     consumer: u32,
+    placement: impl Placement,
 ) where
     [[f32; 4]; J]: WarpgroupAccumulators,
 {
@@ -1099,9 +1117,9 @@ unsafe fn consume<
                 };
                 // Split, the parts' sums are f32 whatever y's type.
                 if E::IS_F32 || args.plan.splits == 1 {
-                    store_plain::<E, 2, J>(args, tile, &warp_tiles);
+                    placement.store::<E, 2, J>(args, tile, &warp_tiles);
                 } else {
-                    store_plain::<f32, 2, J>(args, tile, &warp_tiles);
+                    placement.store::<f32, 2, J>(args, tile, &warp_tiles);
                 }
             } else {
                 // Through this consumer's part of the last A, which only it reads.
