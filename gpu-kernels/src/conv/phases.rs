@@ -13,10 +13,10 @@
 //! third of that by phases). On the tensor cores they run where a window narrower than
 //! the stride leaves phases without taps (a 1x1 window at stride 2 has one phase of
 //! four), whose products the upsampled pass would spend on zeros whole. Where every
-//! phase has taps (3x3 at stride 2), the one upsampled pass over 36 k-tiles of 128
-//! channels beats four passes of 4 to 16 k-tiles that leave SMs idle, and an
-//! interleaving as costly as the upsampling (R6 on the H100: 0.316 ms against 0.394 ms
-//! for the whole backward pass).
+//! phase has taps (3x3 at stride 2), four passes of 4 to 16 k-tiles leave SMs idle and
+//! the interleaving costs as much as an upsampling (R6 on the H100: 0.394 ms for the
+//! whole backward pass against 0.316 over dy upsampled): there the phases run as one
+//! forward pass ([`sub_pixel`](super::sub_pixel)), straight into dx.
 //!
 //! Along an axis of stride s, padding p and k taps, position `s i + q` takes dy at
 //! `i + (q + p - r) / s` by tap r, for the taps `r = first + s t` with `first = (q + p)

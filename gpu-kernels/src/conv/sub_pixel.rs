@@ -279,9 +279,9 @@ pub struct SubPixelPlan {
 impl SubPixelPlan {
     /// The plan of `problem`'s input gradient over tensors in `layout` of `operand`:
     /// NHWC, strided, x's channels per group even, with [`SubPixelPhases`] that
-    /// multiply fewer products than the
-    /// forward pass over dy upsampled, which [`TensorCorePlan::im2col`] (for 16-bit
-    /// operands [`TensorCorePlan::of_operand`] of it) takes; `None` otherwise.
+    /// multiply fewer products than the forward pass over dy upsampled, which
+    /// [`TensorCorePlan::im2col`] (for 16-bit operands [`TensorCorePlan::of_operand`]
+    /// of it) takes; `None` otherwise.
     pub const fn of(
         problem: &ConvProblem,
         layout: ConvLayout,
@@ -472,37 +472,39 @@ mod tests {
         .unwrap()
     }
 
-    /// dx of `p` (NHWC, f64) from dy and w (NHWC) by the definition: every product of
-    /// x's position and the taps that reach it.
-    fn input_grad(p: &ConvProblem, dy: &[f64], w: &[f64]) -> Vec<f64> {
+    /// `product(x, y, w)` for every product of the convolution `p` (NHWC tensors): the
+    /// indices of x's element, y's and the weight.
+    fn each_product(p: &ConvProblem, mut product: impl FnMut(usize, usize, usize)) {
         let (cg, og) = (p.in_per_group() as usize, p.out_per_group() as usize);
-        let mut dx = vec![0.0; p.input_count() as usize];
-        for n in 0..p.batch as usize {
-            for oy in 0..p.out_h as usize {
-                for ox in 0..p.out_w as usize {
-                    for r in 0..p.kernel_h as usize {
-                        for s in 0..p.kernel_w as usize {
-                            let y = (oy * p.stride_h as usize + r) as i64 - p.pad_h as i64;
-                            let x = (ox * p.stride_w as usize + s) as i64 - p.pad_w as i64;
-                            if y < 0 || x < 0 || y >= p.height as i64 || x >= p.width as i64 {
-                                continue;
-                            }
-                            let pixel = (n * p.height as usize + y as usize) * p.width as usize + x as usize;
-                            let out_pixel = (n * p.out_h as usize + oy) * p.out_w as usize + ox;
-                            for o in 0..p.out_channels as usize {
-                                let group = o / og;
-                                for c in 0..cg {
-                                    let wi =
-                                        ((o * p.kernel_h as usize + r) * p.kernel_w as usize + s) * cg + c;
-                                    dx[pixel * p.in_channels as usize + group * cg + c] +=
-                                        dy[out_pixel * p.out_channels as usize + o] * w[wi];
-                                }
-                            }
-                        }
-                    }
+        let [h, w, oh, ow] = [p.height, p.width, p.out_h, p.out_w].map(|d| d as usize);
+        let [kh, kw, sh, sw] = [p.kernel_h, p.kernel_w, p.stride_h, p.stride_w].map(|d| d as usize);
+        let places = (0..p.batch as usize).flat_map(move |n| {
+            (0..oh).flat_map(move |oy| {
+                (0..ow).flat_map(move |ox| (0..kh).flat_map(move |r| (0..kw).map(move |s| (n, oy, ox, r, s))))
+            })
+        });
+        for (n, oy, ox, r, s) in places {
+            let y = (oy * sh + r) as i64 - p.pad_h as i64;
+            let x = (ox * sw + s) as i64 - p.pad_w as i64;
+            if y < 0 || x < 0 || y >= h as i64 || x >= w as i64 {
+                continue;
+            }
+            let pixel = (n * h + y as usize) * w + x as usize;
+            let out_pixel = (n * oh + oy) * ow + ox;
+            for o in 0..p.out_channels as usize {
+                for c in 0..cg {
+                    let weight = ((o * kh + r) * kw + s) * cg + c;
+                    let input = pixel * p.in_channels as usize + o / og * cg + c;
+                    product(input, out_pixel * p.out_channels as usize + o, weight);
                 }
             }
         }
+    }
+
+    /// dx of `p` from dy and w by the definition.
+    fn input_grad(p: &ConvProblem, dy: &[f64], w: &[f64]) -> Vec<f64> {
+        let mut dx = vec![0.0; p.input_count() as usize];
+        each_product(p, |x, y, weight| dx[x] += dy[y] * w[weight]);
         dx
     }
 
@@ -532,38 +534,10 @@ mod tests {
         dx
     }
 
-    /// y of `p` (NHWC) by the definition.
+    /// y of `p` by the definition.
     fn forward(p: &ConvProblem, x: &[f64], w: &[f64]) -> Vec<f64> {
-        let (cg, og) = (p.in_per_group() as usize, p.out_per_group() as usize);
         let mut y = vec![0.0; p.output_count() as usize];
-        for n in 0..p.batch as usize {
-            for oy in 0..p.out_h as usize {
-                for ox in 0..p.out_w as usize {
-                    for o in 0..p.out_channels as usize {
-                        let group = o / og;
-                        let mut sum = 0.0;
-                        for r in 0..p.kernel_h as usize {
-                            for s in 0..p.kernel_w as usize {
-                                let y = (oy * p.stride_h as usize + r) as i64 - p.pad_h as i64;
-                                let x_ = (ox * p.stride_w as usize + s) as i64 - p.pad_w as i64;
-                                if y < 0 || x_ < 0 || y >= p.height as i64 || x_ >= p.width as i64 {
-                                    continue;
-                                }
-                                let pixel =
-                                    (n * p.height as usize + y as usize) * p.width as usize + x_ as usize;
-                                for c in 0..cg {
-                                    let wi =
-                                        ((o * p.kernel_h as usize + r) * p.kernel_w as usize + s) * cg + c;
-                                    sum += x[pixel * p.in_channels as usize + group * cg + c] * w[wi];
-                                }
-                            }
-                        }
-                        y[((n * p.out_h as usize + oy) * p.out_w as usize + ox) * p.out_channels as usize
-                            + o] = sum;
-                    }
-                }
-            }
-        }
+        each_product(p, |input, output, weight| y[output] += x[input] * w[weight]);
         y
     }
 

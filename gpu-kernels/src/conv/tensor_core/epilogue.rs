@@ -3,7 +3,7 @@
 //! the plan's layout.
 
 use super::*;
-use crate::conv::sub_pixel::{PhaseShuffle, ShuffledPixel};
+use crate::conv::sub_pixel::PhaseShuffle;
 use crate::device::{Float16, Shuffle, lane_id, store_global_v2_f32, store_global_v4, thread_idx_x};
 
 /// Where a tile of the GEMM lies: its first output pixel, its group, and its first
@@ -513,31 +513,20 @@ pub unsafe fn store_plain<T: Output, const I: usize, const J: usize>(
     warp: &WarpTiles<I, J>,
 ) {
     let p = &args.problem;
-    let lane = lane_id();
-    let (g, t) = (lane / 4, lane % 4);
-    let (first, live) = args.plan.tile_pixels(p, tile.m0);
+    let t = lane_id() % 4;
     let out_group = p.out_per_group();
     let y = args.y.as_mut_ptr().cast::<T>();
     let channels_last = args.plan.y_channels_last == 1;
     // Two neighbouring channels of a pixel are aligned to two elements in NHWC when the
     // first is even: the group's first channel is, and so the pixel's.
     let pairs = channels_last && out_group.is_multiple_of(2);
-    // Where each of the lane's rows starts in y (none past the tile's live pixels), found
-    // once: the tiles below are unrolled code in which each of their branches would
-    // otherwise divide the pixel index again.
     let channel_stride = if channels_last { 1 } else { p.out_pixels() as usize };
-    let row_starts: [[Option<usize>; 2]; I] = core::array::from_fn(|i| {
-        [0, 1].map(|half| {
-            let row = warp.origin.0 + warp.row_step * i as u32 + g + 8 * half;
-            (row < live).then(|| {
-                let m = first + row;
-                if channels_last {
-                    m as usize * p.out_channels as usize
-                } else {
-                    let (image, pixel) = p.div_out_pixels.divmod(m);
-                    image as usize * p.out_channels as usize * channel_stride + pixel as usize
-                }
-            })
+    let row_starts = lane_rows(args, tile, warp, |m| {
+        Some(if channels_last {
+            m as usize * p.out_channels as usize
+        } else {
+            let (image, pixel) = p.div_out_pixels.divmod(m);
+            image as usize * p.out_channels as usize * channel_stride + pixel as usize
         })
     });
     // Every tile written out: a loop left rolled (the 16-bit stores are long enough for
@@ -568,6 +557,26 @@ pub unsafe fn store_plain<T: Output, const I: usize, const J: usize>(
         }
     };
     each_tile::<I, J>(store_tile);
+}
+
+/// `at(m)` for the output pixel m of each of the lane's rows of the warp's tiles (rows
+/// of tiles by halves), none past the tile's live pixels: found once, where the
+/// tiles' unrolled stores would otherwise each divide the pixel index again.
+#[inline(always)]
+fn lane_rows<R, const I: usize, const J: usize>(
+    args: &TensorCoreArgs,
+    tile: TileOrigin,
+    warp: &WarpTiles<I, J>,
+    at: impl Fn(u32) -> Option<R>,
+) -> [[Option<R>; 2]; I] {
+    let g = lane_id() / 4;
+    let (first, live) = args.plan.tile_pixels(&args.problem, tile.m0);
+    core::array::from_fn(|i| {
+        [0, 1].map(|half| {
+            let row = warp.origin.0 + warp.row_step * i as u32 + g + 8 * half;
+            if row < live { at(first + row) } else { None }
+        })
+    })
 }
 
 /// Calls `store_tile(i, j)` for every tile of a warp's `I x J` and beyond, up to 4 x
@@ -630,21 +639,10 @@ impl Placement for PhaseShuffle {
         warp: &WarpTiles<I, J>,
     ) {
         let p = &args.problem;
-        let lane = lane_id();
-        let (g, t) = (lane / 4, lane % 4);
-        let (first, live) = args.plan.tile_pixels(p, tile.m0);
+        let t = lane_id() % 4;
         let out_group = p.out_per_group();
         let dx = args.y.as_mut_ptr().cast::<T>();
-        let pixels: [[Option<ShuffledPixel>; 2]; I] = core::array::from_fn(|i| {
-            [0, 1].map(|half| {
-                let row = warp.origin.0 + warp.row_step * i as u32 + g + 8 * half;
-                if row < live {
-                    self.pixel(p, first + row)
-                } else {
-                    None
-                }
-            })
-        });
+        let pixels = lane_rows(args, tile, warp, |m| self.pixel(p, m));
         let store_tile = |i: usize, j: usize| {
             let Some(sums) = warp.sums.get(i).and_then(|row_tiles| row_tiles.get(j)) else {
                 return;
