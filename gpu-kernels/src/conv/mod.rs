@@ -205,19 +205,18 @@ impl ConvAlgorithm {
 
 /// The one place that picks a pass's algorithm: the depthwise stencil for the forward
 /// pass, the stride-1 input gradient and the weight gradient (3x3 and 5x5 windows) of
-/// one input channel per group where its window fits, in every precision; the direct kernels for the other passes of one input
-/// channel per group, and for the input gradient of few
-/// input channels per group; the strided input gradient by phases where
+/// one input channel per group where its window fits, in every precision; the direct
+/// kernels for the other passes of one input channel per group, and for the input
+/// gradient of few input channels per group; the strided input gradient by phases where
 /// [`PhasePlan::of`] takes it (on the tensor cores in TF32, over NCHW tensors in FP32),
 /// else in TF32 over NHWC tensors as the phases' one forward pass where
-/// [`SubPixelPlan::of`] takes it; in TF32, the tensor cores: the few-channel kernel for the forward pass of a stem
-/// over NHWC tensors, else the tensors' layout for the
+/// [`SubPixelPlan::of`] takes it; in TF32, the tensor cores: the few-channel kernel for
+/// the forward pass of a stem over NHWC tensors, else the tensors' layout for the
 /// forward pass, and for the input gradient where it is the forward pass of
 /// [`ConvProblem::input_grad_as_forward`] (the plan is that problem's), for the weight
 /// gradient on `wgmma` in the tensors' layout where it suits the problem, else on
-/// `mma.sync` in NHWC; else
-/// [`cuda_core_algorithm`]. Call only on problems that fit the index limits, with
-/// no empty extent.
+/// `mma.sync` in NHWC; else [`cuda_core_algorithm`]. Call only on problems that fit the
+/// index limits, with no empty extent.
 pub fn algorithm(
     problem: &ConvProblem,
     pass: ConvPass,
